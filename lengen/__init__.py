@@ -1,0 +1,24 @@
+"""lengen: length generalization in transformers.
+
+Quick start::
+
+    import lengen
+    cfg = lengen.resolve({"model": {"attention": "tra", "d_model": 64, "n_layers": 2},
+                          "train": {"steps": 200}})
+    model, task, rows = lengen.train(cfg, "runs/tra")
+
+See the README for the CLI (``lengen train / eval / demo``) and ``../shared/design.md`` for the map.
+"""
+from lengen.attention import ATTENTIONS
+from lengen.config import ExperimentConfig, resolve
+from lengen.eval import evaluate
+from lengen.model import ModelConfig, Transformer
+from lengen.positions import SAMPLERS
+from lengen.posenc import POSENCS
+from lengen.tasks import TASKS, build_task
+from lengen.train import load_run, train
+
+__version__ = "0.1.0"
+
+__all__ = ["ATTENTIONS", "POSENCS", "SAMPLERS", "TASKS", "ExperimentConfig", "ModelConfig",
+           "Transformer", "build_task", "evaluate", "load_run", "resolve", "train"]

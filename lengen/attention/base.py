@@ -1,0 +1,68 @@
+"""Shared attention plumbing: projections, head split, positional hooks, path selection.
+
+Every attention kind has the same call signature ``forward(x, pos, posenc) -> [B, T, D]`` and
+calls the positional scheme's hooks the same way (``rotate`` on q/k, ``bias`` on the logits), so
+the model never branches on which scheme or kind is active. Subclasses implement ``attend``.
+
+Path selection (``impl``): ``naive`` always uses the dense reference op, ``lean`` always the
+query-blocked op, ``auto`` (default) uses the reference-equivalent dense op while training and
+the memory-lean op in eval mode, so evaluation memory grows linearly in T.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+IMPLS = ("auto", "naive", "lean")
+
+
+class Attention(nn.Module):
+    #: kinds whose definition needs a causal window (TRA, FoT) set this to True
+    requires_causal = False
+
+    def __init__(self, *, d_model: int, n_heads: int, causal: bool = True, impl: str = "auto",
+                 block_size: int = 256, layer_idx: int = 0, n_layers: int = 1):
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+        if impl not in IMPLS:
+            raise ValueError(f"unknown attention impl '{impl}'. Valid: {', '.join(IMPLS)}")
+        if self.requires_causal and not causal:
+            raise ValueError(f"attention '{type(self).__name__}' is defined only for causal "
+                             f"(decoder) models")
+        self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
+        self.causal, self.impl, self.block_size = causal, impl, block_size
+        self.layer_idx, self.n_layers = layer_idx, n_layers
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.proj = nn.Linear(d_model, d_model, bias=False)
+        self.last_weights: torch.Tensor | None = None  # filled when record_weights is on
+        self.record_weights = False
+
+    def use_lean(self) -> bool:
+        return self.impl == "lean" or (self.impl == "auto" and not self.training)
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor, posenc) -> torch.Tensor:
+        B, T, _ = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        # q, k, v: [B, H, T, hd]
+        q, k = self.prepare_qk(q, k)
+        q, k = posenc.rotate(q, k, pos)
+        bias_fn = (lambda s, e: posenc.bias(pos[s:e], pos)) if posenc.has_bias else None
+        y = self.attend(q, k, v, x, bias_fn)                    # [B, H, T, hd]
+        return self.proj(y.transpose(1, 2).reshape(B, T, self.d_model))
+
+    def reset_parameters(self) -> None:
+        """Kind-specific initialisation, run after the model's generic init (override)."""
+
+    def prepare_qk(self, q, k):
+        """Hook for per-kind q/k transforms applied before positional rotation (e.g. q/k norm)."""
+        return q, k
+
+    def attend(self, q, k, v, x, bias_fn):
+        raise NotImplementedError
+
+    def _keep(self, out):
+        """Record weights from a naive op called with return_weights=True."""
+        out, w = out
+        self.last_weights = w.detach()
+        return out

@@ -1,0 +1,48 @@
+"""Threshold Relative Attention (TRA; "Understanding Attention Glitches with Threshold Relative
+Attention", eqs. 3-12; see :mod:`lengen.ops.tra.naive` for the equations).
+
+Keys whose scaled score is not positive are removed entirely; the distance to each surviving key
+counts only surviving keys; a per-head, per-query gate ``delta_i = sigmoid(w_f x_i + b)`` turns
+that contextual distance into the bias ``Dbar_ij * log(delta_i)``.
+
+``qk_norm`` (default True) RMS-normalises q and k per head without a learned scale, as the only
+public runnable TRA code (the workshop notebook) does; the paper's equations do not mention it.
+Set ``attention_kwargs.qk_norm=false`` for the equations as printed.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lengen.attention.base import Attention
+from lengen.ops.tra import tra_attention_chunked, tra_attention_naive
+
+
+def rms_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+
+class ThresholdRelativeAttention(Attention):
+    requires_causal = True
+
+    def __init__(self, *, qk_norm: bool = True, gate_bias_init: float = 0.0, **kw):
+        super().__init__(**kw)
+        self.qk_norm, self.gate_bias_init = qk_norm, gate_bias_init
+        self.gate = nn.Linear(self.d_model, self.n_heads, bias=True)   # W_f, b of eq. (8)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        # delta = sigmoid(0) = 0.5 at init: a clear recency preference among surviving keys
+        nn.init.constant_(self.gate.bias, self.gate_bias_init)
+
+    def prepare_qk(self, q, k):
+        return (rms_normalize(q), rms_normalize(k)) if self.qk_norm else (q, k)
+
+    def attend(self, q, k, v, x, bias_fn):
+        log_gate = F.logsigmoid(self.gate(x).float()).transpose(1, 2).to(q.dtype)  # [B, H, T]
+        if self.record_weights:
+            return self._keep(tra_attention_naive(q, k, v, log_gate, bias_fn=bias_fn, return_weights=True))
+        if self.use_lean():
+            return tra_attention_chunked(q, k, v, log_gate, bias_fn=bias_fn, block_size=self.block_size)
+        return tra_attention_naive(q, k, v, log_gate, bias_fn=bias_fn)

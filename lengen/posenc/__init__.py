@@ -1,0 +1,24 @@
+"""Positional schemes; see :mod:`lengen.posenc.base` for the hook interface."""
+from lengen.posenc.alibi import ALiBi
+from lengen.posenc.base import PositionalScheme
+from lengen.posenc.learned import LearnedAbsolute
+from lengen.posenc.nope import NoPE
+from lengen.posenc.rope import RoPE
+from lengen.posenc.sincos import SinCos
+from lengen.posenc.t5 import T5Bias
+
+# Literal registry: the CLI name is the key.
+POSENCS: dict[str, type[PositionalScheme]] = {
+    "nope": NoPE,
+    "learned": LearnedAbsolute,
+    "sincos": SinCos,
+    "rope": RoPE,
+    "alibi": ALiBi,
+    "t5": T5Bias,
+}
+
+
+def build_posenc(name: str, **kwargs) -> PositionalScheme:
+    from lengen.registry import lookup
+
+    return lookup(POSENCS, name, "positional scheme")(**kwargs)

@@ -1,0 +1,43 @@
+"""The positional-scheme interface: at most three hooks, called the same way by every attention kind.
+
+* ``embed(x, pos)``        -- add to token embeddings at layer 0 (learned, sin/cos)
+* ``rotate(q, k, pos)``    -- rotate queries and keys in every layer (RoPE)
+* ``bias(pos_q, pos_k)``   -- additive attention-logit bias ``[H, Tq, Tk]`` (ALiBi, T5, FIRE, ...)
+
+A scheme overrides only the hooks it needs; the defaults do nothing. Attention modules never ask
+which scheme is active, so a new scheme is one new file, one registry line and its tests.
+Positions are float tensors ``[T]`` made by a :mod:`lengen.positions` sampler.
+
+Hooks receive ``causal`` via the scheme's constructor (``causal=True`` for decoders), because some
+schemes (ALiBi, T5 buckets) are defined differently for bidirectional encoders.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class PositionalScheme(nn.Module):
+    #: True when ``bias`` returns a tensor; lets softmax attention keep the bias-free SDPA path.
+    has_bias: bool = False
+
+    def __init__(self, *, d_model: int, n_heads: int, head_dim: int, causal: bool = True):
+        super().__init__()
+        self.d_model, self.n_heads, self.head_dim, self.causal = d_model, n_heads, head_dim, causal
+
+    # -- hooks ---------------------------------------------------------------------------------
+    def embed(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """x: [B, T, D], pos: [T] -> [B, T, D]."""
+        return x
+
+    def rotate(self, q: torch.Tensor, k: torch.Tensor, pos: torch.Tensor):
+        """q, k: [B, H, T, hd], pos: [T] -> rotated (q, k)."""
+        return q, k
+
+    def bias(self, pos_q: torch.Tensor, pos_k: torch.Tensor) -> torch.Tensor | None:
+        """pos_q: [Tq], pos_k: [Tk] -> additive logit bias [H, Tq, Tk] (or None)."""
+        return None
+
+    # -- validation ----------------------------------------------------------------------------
+    def check_positions(self, max_position: float) -> None:
+        """Raise ValueError if positions up to ``max_position`` cannot be encoded."""

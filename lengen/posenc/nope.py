@@ -1,0 +1,6 @@
+"""NoPE: no positional encoding (Kazemnejad et al. 2023). Causal masking alone carries order."""
+from lengen.posenc.base import PositionalScheme
+
+
+class NoPE(PositionalScheme):
+    """Every hook is the identity."""

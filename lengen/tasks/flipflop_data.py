@@ -1,0 +1,121 @@
+"""Loader for the official flip-flop data set (``synthseq/flipflop`` on the Hugging Face hub).
+
+The data set has one ``text`` column of strings such as ``w1i0r1...``: instruction characters
+``w r i`` each followed by a bit ``0 1``. This module reads it from
+
+* a Parquet file (via ``pyarrow``),
+* a JSON-lines file with a ``text`` field per line,
+* a plain-text file with one sequence per line,
+* or a hub data set name such as ``synthseq/flipflop:val_sparse`` through ``datasets`` when it is
+  installed and the hub is reachable,
+
+and validates every row, raising a ``ValueError`` naming the first malformed one (row number and
+reason): all rows the same even length, alternating instruction/bit, first instruction ``w``,
+last ``r``, and every read bit equal to the latest written bit.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+
+from lengen.tasks.flipflop import CHARS
+
+_LUT = {c: i for i, c in enumerate(CHARS)}
+
+
+def encode_row(text: str) -> list[int]:
+    return [_LUT[c] for c in text]
+
+
+def validate_row(text, row: int, expected_len: int | None) -> str | None:
+    """Return the reason row ``text`` is malformed, or None when it is a valid sequence."""
+    if not isinstance(text, str):
+        return f"expected a string, got {type(text).__name__}"
+    if not text or len(text) % 2:
+        return f"length {len(text)} is not a positive even number"
+    if expected_len is not None and len(text) != expected_len:
+        return f"length {len(text)} differs from the first row's {expected_len}"
+    last = None
+    for p in range(0, len(text), 2):
+        ins, bit = text[p], text[p + 1]
+        if ins not in "wri":
+            return f"character {p} is {ins!r}, expected an instruction w/r/i"
+        if bit not in "01":
+            return f"character {p + 1} is {bit!r}, expected a bit 0/1"
+        if p == 0 and ins != "w":
+            return "first instruction is not 'w'"
+        if ins == "w":
+            last = bit
+        elif ins == "r" and bit != last:
+            return f"read at character {p} returns {bit} but the last written bit is {last}"
+    if text[-2] != "r":
+        return "last instruction is not 'r'"
+    return None
+
+
+def _read_texts(source: str) -> list:
+    if os.path.exists(source):
+        ext = os.path.splitext(source)[1].lower()
+        if ext == ".parquet":
+            try:
+                import pyarrow.parquet as pq
+            except ImportError as e:  # pragma: no cover - depends on the environment
+                raise ImportError("reading Parquet needs pyarrow: pip install 'lengen[data]'") from e
+            table = pq.read_table(source)
+            if "text" not in table.column_names:
+                raise ValueError(f"{source}: no 'text' column (columns: {table.column_names})")
+            return table.column("text").to_pylist()
+        with open(source) as f:
+            lines = [ln.rstrip("\n") for ln in f if ln.strip()]
+        if ext in (".jsonl", ".json"):
+            texts = []
+            for n, ln in enumerate(lines):
+                try:
+                    texts.append(json.loads(ln)["text"])
+                except (json.JSONDecodeError, KeyError, TypeError) as e:
+                    raise ValueError(f"{source}: row {n} is not a JSON object with a 'text' field ({e})")
+            return texts
+        return lines
+    # not a file: a hub data set "name[:split]"
+    try:
+        import datasets
+    except ImportError as e:
+        raise FileNotFoundError(f"{source!r} is not a file, and loading it as a hub data set needs "
+                                f"the 'datasets' package: pip install 'lengen[data]'") from e
+    name, _, split = source.partition(":")
+    return datasets.load_dataset(name, split=split or "train")["text"]
+
+
+def load_flipflop(source: str, limit: int | None = None) -> torch.Tensor:
+    """Load and validate official-format sequences -> tokens [N, T] int64."""
+    texts = _read_texts(source)
+    if limit is not None:
+        texts = texts[:limit]
+    if not texts:
+        raise ValueError(f"{source}: no rows")
+    expected = len(texts[0]) if isinstance(texts[0], str) else None
+    for n, text in enumerate(texts):
+        reason = validate_row(text, n, expected)
+        if reason:
+            shown = text if not isinstance(text, str) or len(text) <= 40 else text[:40] + "..."
+            raise ValueError(f"{source}: row {n} is malformed: {reason} (row: {shown!r})")
+    return torch.tensor([encode_row(t) for t in texts], dtype=torch.long)
+
+
+def save_flipflop_text(tokens: torch.Tensor, path: str) -> None:
+    """Write sequences in the official character format (one per line, or JSONL/Parquet by ext)."""
+    texts = ["".join(CHARS[int(t)] for t in row) for row in tokens]
+    ext = os.path.splitext(path)[1].lower()
+    if ext == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table({"text": texts}), path)
+    elif ext in (".jsonl", ".json"):
+        with open(path, "w") as f:
+            f.writelines(json.dumps({"text": t}) + "\n" for t in texts)
+    else:
+        with open(path, "w") as f:
+            f.writelines(t + "\n" for t in texts)

@@ -1,0 +1,47 @@
+"""Optimizer and learning-rate schedule.
+
+AdamW with decoupled weight decay applied only to matrices of linear layers by default: norms,
+biases, embeddings and positional tables are not decayed unless ``decay_all`` is set (the usual
+GPT practice). Schedule: linear warmup from 0 to ``lr`` over ``warmup_steps`` then cosine decay to
+``lr * min_lr_frac`` at the last step (or constant).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+def param_groups(model: nn.Module, weight_decay: float, decay_all: bool = False):
+    decay, no_decay = [], []
+    linear_weights = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
+    for p in model.parameters():
+        if not p.requires_grad:
+            continue
+        (decay if decay_all or id(p) in linear_weights else no_decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay},
+            {"params": no_decay, "weight_decay": 0.0}]
+
+
+def build_optimizer(model: nn.Module, tc) -> torch.optim.Optimizer:
+    if tc.optimizer == "adam":
+        return torch.optim.Adam(model.parameters(), lr=tc.lr, betas=tuple(tc.betas), eps=tc.eps)
+    return torch.optim.AdamW(param_groups(model, tc.weight_decay, tc.decay_all), lr=tc.lr,
+                             betas=tuple(tc.betas), eps=tc.eps)
+
+
+def lr_factor(step: int, *, total: int, warmup: int, min_frac: float, schedule: str) -> float:
+    """Multiplier of the base lr at ``step`` (0-based step about to be taken)."""
+    if warmup and step < warmup:
+        return (step + 1) / warmup
+    if schedule == "constant":
+        return 1.0
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return min_frac + (1 - min_frac) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def build_scheduler(opt, tc) -> torch.optim.lr_scheduler.LambdaLR:
+    return torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: lr_factor(s, total=tc.steps, warmup=tc.warmup_steps,
+                                 min_frac=tc.min_lr_frac, schedule=tc.schedule))
