@@ -21,5 +21,5 @@ def tra_attention_chunked(q, k, v, log_gate, *, bias_fn=None, scale=None, block_
         logits, keep = tra_scores(sc, log_gate[:, :, s:e], causal_mask(e - s, e, s, q.device))
         if bias_fn is not None:
             logits = logits + bias_fn(s, e)[..., :e]
-        outs.append(masked_softmax(logits, keep) @ v[:, :, :e])        # [B, H, tq, hd]
+        outs.append(masked_softmax(logits, keep).to(v.dtype) @ v[:, :, :e])        # [B, H, tq, hd]
     return torch.cat(outs, dim=2)

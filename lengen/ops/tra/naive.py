@@ -28,9 +28,9 @@ def tra_scores(s: torch.Tensor, log_gate: torch.Tensor, visible: torch.Tensor):
     # reverse cumulative sum along keys: Dbar_ij = #survivors at positions j..i (keep is 0 right
     # of the query, so summing to the end of the row equals summing to i). Written as
     # total - cumsum + self to avoid two flips; counts are exact integers in fp32 up to 2^24.
-    kf = keep.to(s.dtype)
+    kf = keep.float()
     dbar = kf.sum(-1, keepdim=True) - kf.cumsum(-1) + kf      # [B, H, tq, tk]
-    logits = s.relu() + dbar * log_gate.unsqueeze(-1)
+    logits = s.float().relu() + dbar * log_gate.float().unsqueeze(-1)   # fp32 whatever the input
     return logits, keep
 
 
@@ -41,6 +41,6 @@ def tra_attention_naive(q, k, v, log_gate, *, bias_fn=None, scale=None, return_w
     logits, keep = tra_scores(s, log_gate, causal_mask(T, T, 0, q.device))
     if bias_fn is not None:
         logits = logits + bias_fn(0, T)
-    w = masked_softmax(logits, keep)                           # [B, H, T, T], zero rows allowed
+    w = masked_softmax(logits, keep).to(v.dtype)               # [B, H, T, T], zero rows allowed
     out = w @ v
     return (out, w) if return_weights else out
