@@ -47,7 +47,8 @@ class Attention(nn.Module):
         # q, k, v: [B, H, T, hd]
         q, k = self.prepare_qk(q, k)
         q, k = posenc.rotate(q, k, pos)
-        bias_fn = (lambda s, e: posenc.bias(pos[s:e], pos)) if posenc.has_bias else None
+        # bias for query rows s..e-1: blocked paths never build the full [.., T, T] bias
+        bias_fn = (lambda s, e: posenc.bias(pos[s:e], pos, q[:, :, s:e], k)) if posenc.has_bias else None
         y = self.attend(q, k, v, x, bias_fn)                    # [B, H, T, hd]
         return self.proj(y.transpose(1, 2).reshape(B, T, self.d_model))
 

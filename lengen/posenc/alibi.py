@@ -37,7 +37,7 @@ class ALiBi(PositionalScheme):
         self.encoder_asymmetric = encoder_asymmetric
         self.register_buffer("slopes", alibi_slopes(self.n_heads), persistent=False)
 
-    def bias(self, pos_q, pos_k):
+    def bias(self, pos_q, pos_k, q=None, k=None):
         rel = pos_q.float()[:, None] - pos_k.float()[None, :]   # [Tq, Tk] = i - j
         dist = -rel.abs()
         if self.encoder_asymmetric and not self.causal:

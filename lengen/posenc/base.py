@@ -2,7 +2,8 @@
 
 * ``embed(x, pos)``        -- add to token embeddings at layer 0 (learned, sin/cos)
 * ``rotate(q, k, pos)``    -- rotate queries and keys in every layer (RoPE)
-* ``bias(pos_q, pos_k)``   -- additive attention-logit bias ``[H, Tq, Tk]`` (ALiBi, T5, FIRE, ...)
+* ``bias(pos_q, pos_k, q, k)`` -- additive attention-logit bias ``[H, Tq, Tk]`` or
+  ``[B, H, Tq, Tk]`` (ALiBi, T5, FIRE, ...; Transformer-XL's terms also read q and k)
 
 A scheme overrides only the hooks it needs; the defaults do nothing. Attention modules never ask
 which scheme is active, so a new scheme is one new file, one registry line and its tests.
@@ -34,8 +35,10 @@ class PositionalScheme(nn.Module):
         """q, k: [B, H, T, hd], pos: [T] -> rotated (q, k)."""
         return q, k
 
-    def bias(self, pos_q: torch.Tensor, pos_k: torch.Tensor) -> torch.Tensor | None:
-        """pos_q: [Tq], pos_k: [Tk] -> additive logit bias [H, Tq, Tk] (or None)."""
+    def bias(self, pos_q: torch.Tensor, pos_k: torch.Tensor, q: torch.Tensor | None = None,
+             k: torch.Tensor | None = None) -> torch.Tensor | None:
+        """pos_q: [Tq], pos_k: [Tk], q: [B, H, Tq, hd], k: [B, H, Tk, hd] (after ``rotate``)
+        -> additive logit bias [H, Tq, Tk] or [B, H, Tq, Tk] (or None). Most schemes ignore q, k."""
         return None
 
     # -- validation ----------------------------------------------------------------------------

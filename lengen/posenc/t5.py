@@ -45,7 +45,7 @@ class T5Bias(PositionalScheme):
         self.table = nn.Embedding(num_buckets, self.n_heads)
         nn.init.zeros_(self.table.weight)
 
-    def bias(self, pos_q, pos_k):
+    def bias(self, pos_q, pos_k, q=None, k=None):
         rel = (pos_k.float()[None, :] - pos_q.float()[:, None]).round().long()  # [Tq, Tk]
         b = relative_bucket(rel, bidirectional=not self.causal, num_buckets=self.num_buckets,
                             max_distance=self.max_distance)
