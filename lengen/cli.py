@@ -1,0 +1,151 @@
+"""The ``lengen`` command: a thin layer that parses arguments and calls the library.
+
+    lengen train [--config FILE] [--run-dir DIR] [key.path=value ...]
+    lengen eval RUN_DIR [--splits iid sparse dense] [--sequences N]
+    lengen demo [--out DIR] [--steps N]
+    lengen list
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+
+def _add_common_train(p):
+    p.add_argument("--config", metavar="FILE", help="YAML or JSON experiment config "
+                   "(sections: model, task, train, eval); overrides are applied on top")
+    p.add_argument("overrides", nargs="*", metavar="key.path=value",
+                   help="dotted overrides, e.g. model.attention=tra train.steps=500 "
+                        "model.attention_kwargs.qk_norm=false")
+
+
+def cmd_train(args) -> int:
+    from lengen.config import load_config_file, resolve
+    from lengen.train import train
+
+    cfg = resolve(load_config_file(args.config) if args.config else {}, args.overrides)
+    run_dir = args.run_dir or os.path.join("runs", cfg.name or time.strftime("run-%Y%m%d-%H%M%S"))
+    print(f"run directory: {run_dir}")
+    _, _, rows = train(cfg, run_dir, resume=not args.no_resume)
+    if rows:
+        print_rows(rows)
+    return 0
+
+
+def cmd_eval(args) -> int:
+    from lengen.eval import evaluate
+    from lengen.train.loop import load_run, run_meta, write_rows
+
+    cfg, task, model = load_run(args.run_dir, device=args.device)
+    splits = args.splits or cfg.eval.splits or task.splits()
+    for split in splits:
+        task.check_split(split)
+    model.check_length(task.max_input_length(splits))
+    rows = evaluate(model, task, splits, n_sequences=args.sequences or cfg.eval.sequences,
+                    batch_size=args.batch_size or cfg.eval.batch_size,
+                    seed=cfg.eval.seed if args.seed is None else args.seed, device=args.device,
+                    meta=run_meta(cfg, args.run_dir), progress=True)
+    write_rows(rows, args.run_dir, stem=args.out)
+    print_rows(rows)
+    print(f"wrote {os.path.join(args.run_dir, args.out)}.json and .csv")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from lengen.recipes.demo import run_demo
+
+    run_demo(out_dir=args.out, steps=args.steps, models=args.models, eval_sequences=args.sequences,
+             threads=args.threads)
+    return 0
+
+
+def cmd_list(args) -> int:
+    from lengen import ATTENTIONS, POSENCS, SAMPLERS, TASKS
+
+    for title, reg in (("positional schemes (model.posenc)", POSENCS),
+                       ("attention kinds (model.attention)", ATTENTIONS),
+                       ("position samplers (model.positions)", SAMPLERS),
+                       ("tasks (task.name)", TASKS)):
+        print(f"{title}:")
+        for name, obj in reg.items():
+            doc = (sys.modules[obj.__module__].__doc__ or obj.__doc__ or "").strip().splitlines()
+            print(f"  {name:<12} {doc[0] if doc else ''}")
+    return 0
+
+
+def print_rows(rows) -> None:
+    table = {}
+    for r in rows:
+        table.setdefault(r["split"], {})[r["metric"]] = r["value"]
+    metrics = ["seq_acc", "token_acc", "glitch_rate", "nll"]
+    print(f"{'split':<10}" + "".join(f"{m:>13}" for m in metrics))
+    for split, vals in table.items():
+        print(f"{split:<10}" + "".join(f"{vals.get(m, float('nan')):>13.4f}" for m in metrics))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="lengen", description="Length generalization in transformers: "
+                                 "train short, test long/sparse/dense, compare positional schemes.")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("train", help="train (or resume) one run", description="Train one model; "
+                       "resumes from the run directory's last checkpoint if there is one.")
+    _add_common_train(p)
+    p.add_argument("--run-dir", metavar="DIR", help="run directory (default runs/<name or time>)")
+    p.add_argument("--no-resume", action="store_true",
+                   help="ignore existing checkpoints in the run directory and start over")
+    p.set_defaults(fn=cmd_train)
+
+    p = sub.add_parser("eval", help="evaluate a trained run on named splits",
+                       description="Evaluate a run directory's weights; writes rows as JSON and CSV.")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory made by lengen train")
+    p.add_argument("--splits", nargs="+", metavar="SPLIT",
+                   help="splits to evaluate (default: the config's or the task's, e.g. iid sparse dense)")
+    p.add_argument("--sequences", type=int, metavar="N", help="sequences per split (default: config)")
+    p.add_argument("--batch-size", type=int, metavar="N", help="evaluation batch size (default: config)")
+    p.add_argument("--seed", type=int, metavar="S", help="evaluation data seed (default: config)")
+    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    p.add_argument("--out", default="eval", metavar="STEM",
+                   help="output file stem inside RUN_DIR (default eval -> eval.json, eval.csv)")
+    p.set_defaults(fn=cmd_eval)
+
+    p = sub.add_parser("demo", help="the CPU-sized main job: TRA vs baselines on flip-flop",
+                       description="Train TRA, NoPE, RoPE and FoT on flip-flop at a CPU-sized "
+                                   "configuration and print the IID / sparse / dense table.")
+    p.add_argument("--out", default="runs/demo", metavar="DIR", help="output folder (default runs/demo)")
+    p.add_argument("--steps", type=int, default=None, metavar="N",
+                   help="training steps per model (default: the demo's tuned value)")
+    p.add_argument("--models", nargs="+", default=None, metavar="NAME",
+                   help="subset of demo models (default: nope rope fot tra)")
+    p.add_argument("--sequences", type=int, default=None, metavar="N",
+                   help="evaluation sequences per split (default: the demo's)")
+    p.add_argument("--threads", type=int, default=0, metavar="N",
+                   help="torch CPU threads (default: torch's choice)")
+    p.set_defaults(fn=cmd_demo)
+
+    p = sub.add_parser("list", help="list registered schemes, attention kinds, samplers and tasks")
+    p.set_defaults(fn=cmd_list)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except (ValueError, FileNotFoundError) as e:
+        # configuration and input errors: one clear line, no traceback
+        print(f"lengen: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("lengen: interrupted; the last checkpoint is kept, rerun the same command to resume",
+              file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["main", "build_parser"]

@@ -1,0 +1,1 @@
+"""Named experiments: functions that build configs (and run them)."""
