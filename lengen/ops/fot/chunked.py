@@ -10,7 +10,8 @@ from lengen.ops.common import causal_mask, query_blocks
 
 def fot_attention_chunked(q, k, v, log_f, *, bias_fn=None, scale=None, block_size=256):
     T = q.shape[-2]
-    c = log_f.float().cumsum(-1).to(q.dtype)                   # [B, H, T]
+    # cumsum in at least fp32 (fp64 inputs stay fp64)
+    c = log_f.to(torch.promote_types(log_f.dtype, torch.float32)).cumsum(-1).to(q.dtype)  # [B, H, T]
     outs = []
     for s, e in query_blocks(T, block_size):
         mask = c[..., s:e, None] - c[..., None, :e]            # [B, H, tq, e]

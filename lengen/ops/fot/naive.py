@@ -17,7 +17,8 @@ from lengen.ops.common import causal_mask
 def fot_attention_naive(q, k, v, log_f, *, bias_fn=None, scale=None, return_weights=False):
     T = q.shape[-2]
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    c = log_f.float().cumsum(-1).to(q.dtype)                   # [B, H, T]
+    # cumsum in at least fp32 (fp64 inputs stay fp64)
+    c = log_f.to(torch.promote_types(log_f.dtype, torch.float32)).cumsum(-1).to(q.dtype)  # [B, H, T]
     logits = (q @ k.transpose(-1, -2)) * scale + c[..., :, None] - c[..., None, :]  # [B, H, T, T]
     if bias_fn is not None:
         logits = logits + bias_fn(0, T)

@@ -28,9 +28,10 @@ def tra_scores(s: torch.Tensor, log_gate: torch.Tensor, visible: torch.Tensor):
     # reverse cumulative sum along keys: Dbar_ij = #survivors at positions j..i (keep is 0 right
     # of the query, so summing to the end of the row equals summing to i). Written as
     # total - cumsum + self to avoid two flips; counts are exact integers in fp32 up to 2^24.
-    kf = keep.float()
+    ct = torch.promote_types(s.dtype, torch.float32)           # fp32 for bf16/fp16, fp64 kept
+    kf = keep.to(ct)
     dbar = kf.sum(-1, keepdim=True) - kf.cumsum(-1) + kf      # [B, H, tq, tk]
-    logits = s.float().relu() + dbar * log_gate.float().unsqueeze(-1)   # fp32 whatever the input
+    logits = s.to(ct).relu() + dbar * log_gate.to(ct).unsqueeze(-1)   # at least fp32
     return logits, keep
 
 
