@@ -47,10 +47,92 @@ class IdentitySampler(PositionSampler):
         return "identity: positions 0..T-1 at train and eval"
 
 
-# Literal registry: the CLI name is the key. Later samplers (randomized, label, interpolate,
-# warp) plug in here.
+def sorted_subset(length: int, max_length: int, *, device=None, generator=None) -> torch.Tensor:
+    """``length`` distinct integers drawn uniformly from [0, max_length) without replacement,
+    sorted ascending, as float32 [T]. Draws from ``generator`` if given, else torch's global RNG
+    (so a resumed run that restores the RNG state redraws the same positions)."""
+    gen_device = generator.device if generator is not None else "cpu"
+    perm = torch.randperm(max_length, generator=generator, device=gen_device)
+    return perm[:length].to(device=device, dtype=torch.float32)
+
+
+class RandomizedSampler(PositionSampler):
+    """Randomized positions (Ruoss et al. 2023): a sorted random subset of [0, L).
+
+    Training: ``T`` distinct integers drawn uniformly from ``[0, max_length)`` without
+    replacement and sorted; one draw per call, i.e. per batch, shared by its sequences.
+    Evaluation: ``eval_mode='randomized'`` (default, the paper and its code: a fresh draw, so test
+    positions are in distribution) or ``'identity'`` (positions 0..T-1).
+    ``T > max_length`` is an error (the paper needs L >= the longest test length; it uses 2048).
+    """
+
+    EVAL_MODES = ("randomized", "identity")
+
+    def __init__(self, max_length: int = 2048, eval_mode: str = "randomized"):
+        if max_length < 1:
+            raise ValueError(f"max_length must be >= 1, got {max_length}")
+        if eval_mode not in self.EVAL_MODES:
+            raise ValueError(f"unknown eval_mode '{eval_mode}' for {type(self).__name__}. "
+                             f"Valid: {', '.join(self.EVAL_MODES)}")
+        self.max_length, self.eval_mode = int(max_length), eval_mode
+
+    def check(self, length: int) -> None:
+        if length > self.max_length:
+            raise ValueError(
+                f"{type(self).__name__} draws positions from [0, {self.max_length}) but the input "
+                f"has {length} tokens; raise model.positions_kwargs.max_length to >= {length}")
+
+    def sample(self, length, *, training, device=None, generator=None):
+        if not training and self.eval_mode == "identity":
+            return torch.arange(length, device=device, dtype=torch.float32)
+        self.check(length)
+        return sorted_subset(length, self.max_length, device=device, generator=generator)
+
+    def max_position(self, length):
+        if self.eval_mode == "identity":     # a long eval input may exceed L with identity positions
+            return float(max(self.max_length - 1, length - 1))
+        self.check(length)
+        return float(self.max_length - 1)
+
+    def describe(self):
+        ev = ("a fresh sorted draw" if self.eval_mode == "randomized" else "positions 0..T-1")
+        return (f"{type(self).__name__.removesuffix('Sampler').lower()}: train: sorted draw of T "
+                f"distinct positions from [0, {self.max_length}), one per batch; eval: {ev}")
+
+
+class LabelSampler(RandomizedSampler):
+    """Label positional encodings (Li & McClelland 2022): the same sorted random labels from
+    [0, L) as :class:`RandomizedSampler` at training time (with the ``learned`` scheme this is the
+    TRA paper's "Label" baseline).
+
+    Evaluation (our choice, stated because the papers differ in emphasis): ``eval_mode=
+    'randomized'`` (default) draws fresh labels exactly as in training, as Ruoss et al.'s code does
+    at test time, so every label the model sees is in distribution. ``'spread'`` uses the
+    deterministic, evenly spaced labels ``floor(k (L-1) / (T-1) + 1/2)`` (the typical spacing of a draw,
+    without evaluation noise). ``'identity'`` uses 0..T-1.
+    """
+
+    EVAL_MODES = ("randomized", "spread", "identity")
+
+    def sample(self, length, *, training, device=None, generator=None):
+        if not training and self.eval_mode == "spread":
+            self.check(length)
+            span = torch.linspace(0, self.max_length - 1, length, dtype=torch.float64, device=device)
+            return (span + 0.5).floor().to(torch.float32)    # round half up: stays strictly increasing
+        return super().sample(length, training=training, device=device, generator=generator)
+
+    def describe(self):
+        if self.eval_mode == "spread":
+            return (f"label: train: sorted draw of T distinct labels from [0, {self.max_length}), "
+                    f"one per batch; eval: evenly spaced labels over [0, {self.max_length - 1}]")
+        return super().describe()
+
+
+# Literal registry: the CLI name is the key. Later samplers (interpolate, warp) plug in here.
 SAMPLERS: dict[str, type[PositionSampler]] = {
     "identity": IdentitySampler,
+    "randomized": RandomizedSampler,
+    "label": LabelSampler,
 }
 
 

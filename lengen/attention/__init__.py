@@ -1,5 +1,7 @@
 """Attention kinds; see :mod:`lengen.attention.base` for the shared call signature."""
 from lengen.attention.base import Attention
+from lengen.attention.cope import ContextualPositionAttention
+from lengen.attention.diff import DifferentialAttention
 from lengen.attention.fot import ForgettingAttention
 from lengen.attention.softmax import SoftmaxAttention
 from lengen.attention.tra import ThresholdRelativeAttention
@@ -9,6 +11,8 @@ ATTENTIONS: dict[str, type[Attention]] = {
     "softmax": SoftmaxAttention,
     "fot": ForgettingAttention,
     "tra": ThresholdRelativeAttention,
+    "cope": ContextualPositionAttention,
+    "diff": DifferentialAttention,
 }
 
 

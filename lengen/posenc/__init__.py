@@ -6,6 +6,7 @@ from lengen.posenc.nope import NoPE
 from lengen.posenc.rope import RoPE
 from lengen.posenc.sincos import SinCos
 from lengen.posenc.t5 import T5Bias
+from lengen.posenc.xl import TransformerXLRelative
 
 # Literal registry: the CLI name is the key.
 POSENCS: dict[str, type[PositionalScheme]] = {
@@ -15,6 +16,7 @@ POSENCS: dict[str, type[PositionalScheme]] = {
     "rope": RoPE,
     "alibi": ALiBi,
     "t5": T5Bias,
+    "xl": TransformerXLRelative,
 }
 
 

@@ -1,10 +1,30 @@
 """Tasks; see :mod:`lengen.tasks.base` for the interface."""
 from lengen.tasks.base import Batch, Task
+from lengen.tasks.chomsky import (BinaryAddition, BinaryMultiplication, BucketSort, ComputeSqrt,
+                                  CycleNavigation, DuplicateString, EvenPairs, MissingDuplicate,
+                                  ModularArithmetic, ModularArithmeticBrackets, OddsFirst,
+                                  ParityCheck, ReverseString, SolveEquation, StackManipulation)
 from lengen.tasks.flipflop import FlipFlop
 
 # Literal registry: the CLI name is the key.
 TASKS: dict[str, type[Task]] = {
     "flipflop": FlipFlop,
+    # Chomsky hierarchy (Deletang et al. 2023; Ruoss et al. 2023): encoder tasks
+    "even_pairs": EvenPairs,
+    "modular_arithmetic": ModularArithmetic,
+    "parity_check": ParityCheck,
+    "cycle_navigation": CycleNavigation,
+    "stack_manipulation": StackManipulation,
+    "reverse_string": ReverseString,
+    "modular_arithmetic_brackets": ModularArithmeticBrackets,
+    "solve_equation": SolveEquation,
+    "duplicate_string": DuplicateString,
+    "missing_duplicate_string": MissingDuplicate,
+    "odds_first": OddsFirst,
+    "binary_addition": BinaryAddition,
+    "binary_multiplication": BinaryMultiplication,
+    "compute_sqrt": ComputeSqrt,
+    "bucket_sort": BucketSort,
 }
 
 

@@ -68,7 +68,7 @@ def _read_texts(source: str) -> list:
                 raise ValueError(f"{source}: no 'text' column (columns: {table.column_names})")
             return table.column("text").to_pylist()
         with open(source) as f:
-            lines = [ln.rstrip("\n") for ln in f if ln.strip()]
+            lines = [ln.rstrip("\r\n") for ln in f if ln.strip()]  # blank lines skipped
         if ext in (".jsonl", ".json"):
             texts = []
             for n, ln in enumerate(lines):
