@@ -53,7 +53,7 @@ def sorted_subset(length: int, max_length: int, *, device=None, generator=None) 
     (so a resumed run that restores the RNG state redraws the same positions)."""
     gen_device = generator.device if generator is not None else "cpu"
     perm = torch.randperm(max_length, generator=generator, device=gen_device)
-    return perm[:length].to(device=device, dtype=torch.float32)
+    return perm[:length].sort().values.to(device=device, dtype=torch.float32)
 
 
 class RandomizedSampler(PositionSampler):

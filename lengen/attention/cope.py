@@ -1,0 +1,46 @@
+"""Contextual Position Encoding attention (CoPE; Golovneva et al. 2024, "Contextual Position
+Encoding: Learning to Count What's Important"; equations in :mod:`lengen.ops.cope.naive`).
+
+Positions are counted, not indexed: key j sits at position ``p_ij = sum_{t=j..i} sigmoid(q_i.k_t
+/ sqrt(d))`` from query i, and a learned table of ``npos`` position embeddings (``[hd, npos]``,
+shared by the heads of a layer, initialised to zero as in the paper) turns that fractional
+position into a logit by linear interpolation. Positions beyond ``npos - 1`` are clamped, so a
+longer input never reaches an untrained embedding.
+
+``npos`` default 64: the counts are of *gated* keys, so a small table goes far (the paper's point),
+the per-layer cost is one extra ``[B, H, T, npos]`` product, and clamped positions make longer inputs
+safe. The public counting code defaults to block size + 1 (513 at T=512); set
+``attention_kwargs.npos`` to match it. Use with ``posenc: nope`` as in the paper (any scheme's
+hooks are still applied: rotate before the gates, bias added to the final logits).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from lengen.attention.base import Attention
+from lengen.ops.cope import cope_attention_chunked, cope_attention_naive
+
+
+class ContextualPositionAttention(Attention):
+    requires_causal = True      # positions count keys between j and i: a decoder-side definition
+
+    def __init__(self, *, npos: int = 64, **kw):
+        super().__init__(**kw)
+        if npos < 1:
+            raise ValueError(f"cope needs npos >= 1, got {npos}")
+        self.npos = int(npos)
+        self.pos_emb = nn.Parameter(torch.zeros(self.head_dim, self.npos))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        nn.init.zeros_(self.pos_emb)   # paper: position embeddings start at zero
+
+    def attend(self, q, k, v, x, bias_fn):
+        if self.record_weights:
+            return self._keep(cope_attention_naive(q, k, v, self.pos_emb, bias_fn=bias_fn,
+                                                   return_weights=True))
+        if self.use_lean():
+            return cope_attention_chunked(q, k, v, self.pos_emb, bias_fn=bias_fn,
+                                          block_size=self.block_size)
+        return cope_attention_naive(q, k, v, self.pos_emb, bias_fn=bias_fn)

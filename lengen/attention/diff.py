@@ -1,0 +1,75 @@
+"""Differential attention (Ye et al. 2024, "Differential Transformer"; op in
+:mod:`lengen.ops.diff.naive`).
+
+With ``n_heads`` configured, the layer has ``n_heads // 2`` differential heads. Head h uses the
+ordinary heads 2h and 2h+1 (width hd = d_model / n_heads) as its two query/key halves and a value
+of width 2*hd, so the projections, parameter count and positional hooks are those of a plain
+``n_heads`` layer: RoPE (the TRA paper's Diff baseline) rotates both halves with hd-wide
+frequencies, and a bias scheme gives each half its own map.
+
+    lambda      = exp(lq1 . lk1) - exp(lq2 . lk2) + lambda_init     (one scalar per layer)
+    lambda_init = 0.8 - 0.6 exp(-0.3 * layer_idx)                    (0-based depth, public code)
+    out_h       = RMSNorm_2hd((A1 - lambda A2) v_h) * (1 - lambda_init)
+
+The lambda vectors (width hd) start at N(0, 0.1); the RMSNorm has a learned weight over 2*hd
+shared by the heads (the public ``subln``). ``lambda_init`` may be fixed with
+``attention_kwargs.lambda_init``.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lengen.attention.base import Attention
+from lengen.ops.diff import diff_attention_chunked, diff_attention_naive
+
+
+def default_lambda_init(layer_idx: int) -> float:
+    return 0.8 - 0.6 * math.exp(-0.3 * layer_idx)
+
+
+class DifferentialAttention(Attention):
+    def __init__(self, *, n_heads: int, lambda_init: float | None = None, lambda_std: float = 0.1,
+                 norm_eps: float = 1e-5, **kw):
+        if n_heads % 2:
+            raise ValueError(f"diff attention needs an even n_heads (it pairs heads into "
+                             f"n_heads // 2 differential heads), got n_heads={n_heads}")
+        super().__init__(n_heads=n_heads, **kw)
+        self.lambda_init = default_lambda_init(self.layer_idx) if lambda_init is None else float(lambda_init)
+        self.lambda_std, self.norm_eps = lambda_std, norm_eps
+        hd = self.head_dim
+        self.lambda_q1, self.lambda_k1 = nn.Parameter(torch.empty(hd)), nn.Parameter(torch.empty(hd))
+        self.lambda_q2, self.lambda_k2 = nn.Parameter(torch.empty(hd)), nn.Parameter(torch.empty(hd))
+        self.norm_weight = nn.Parameter(torch.ones(2 * hd))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        for p in (self.lambda_q1, self.lambda_k1, self.lambda_q2, self.lambda_k2):
+            nn.init.normal_(p, mean=0.0, std=self.lambda_std)
+        nn.init.ones_(self.norm_weight)
+
+    def lambda_full(self) -> torch.Tensor:
+        """Scalar lambda in fp32 at least (exp of a sum: keep it out of half precision)."""
+        acc = torch.promote_types(self.lambda_q1.dtype, torch.float32)
+        l1 = torch.exp((self.lambda_q1.to(acc) * self.lambda_k1.to(acc)).sum())
+        l2 = torch.exp((self.lambda_q2.to(acc) * self.lambda_k2.to(acc)).sum())
+        return l1 - l2 + self.lambda_init
+
+    def attend(self, q, k, v, x, bias_fn):
+        B, H, T, hd = v.shape
+        # heads 2h and 2h+1 share one value of width 2*hd: [B, H, T, hd] -> [B, H/2, T, 2hd]
+        v = v.view(B, H // 2, 2, T, hd).transpose(2, 3).reshape(B, H // 2, T, 2 * hd)
+        lam = self.lambda_full().to(q.dtype)
+        if self.record_weights:
+            y = self._keep(diff_attention_naive(q, k, v, lam, causal=self.causal, bias_fn=bias_fn,
+                                                return_weights=True))
+        elif self.use_lean():
+            y = diff_attention_chunked(q, k, v, lam, causal=self.causal, bias_fn=bias_fn,
+                                       block_size=self.block_size)
+        else:
+            y = diff_attention_naive(q, k, v, lam, causal=self.causal, bias_fn=bias_fn)
+        y = F.rms_norm(y, (2 * hd,), self.norm_weight, self.norm_eps)
+        return y * (1 - self.lambda_init)                            # [B, H/2, T, 2hd]

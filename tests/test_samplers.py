@@ -1,0 +1,148 @@
+"""Position samplers: randomized (Ruoss et al.) and label (Li & McClelland) positions.
+
+Range, order, distinctness, uniformity, one draw per batch, seeding (explicit generator and
+torch's global RNG), eval behaviour, and length checks through ``Transformer.check_length``.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lengen.model.config import ModelConfig
+from lengen.model.transformer import Transformer
+from lengen.positions import SAMPLERS, LabelSampler, RandomizedSampler, build_sampler
+
+KINDS = ["randomized", "label"]
+
+
+def draw(name, T, seed=None, training=True, **kw):
+    gen = None if seed is None else torch.Generator().manual_seed(seed)
+    return build_sampler(name, **kw).sample(T, training=training, generator=gen)
+
+
+@pytest.mark.parametrize("name", KINDS)
+@pytest.mark.parametrize("T,L", [(1, 5), (7, 7), (40, 2048), (500, 2048)])
+def test_range_sorted_distinct_integers(name, T, L):
+    for seed in range(5):
+        p = draw(name, T, seed, max_length=L)
+        assert p.shape == (T,) and p.dtype == torch.float32
+        assert p.min() >= 0 and p.max() <= L - 1
+        assert torch.equal(p, p.round())
+        assert (p[1:] > p[:-1]).all()                     # sorted and no duplicates
+    if T == L:                                            # the only subset: every position
+        assert torch.equal(p, torch.arange(L, dtype=torch.float32))
+
+
+@pytest.mark.parametrize("name", KINDS)
+def test_draw_is_uniform_over_the_range(name):
+    # 3 of 10 positions, 3000 draws: each position is picked with probability 0.3 (900 expected,
+    # sd ~25), both ends included
+    g = torch.Generator().manual_seed(0)
+    s = build_sampler(name, max_length=10)
+    counts = torch.zeros(10)
+    for _ in range(3000):
+        counts[s.sample(3, training=True, generator=g).long()] += 1
+    assert counts.sum() == 9000
+    assert ((counts - 900).abs() < 120).all(), counts
+
+
+@pytest.mark.parametrize("name", KINDS)
+def test_deterministic_per_seed(name):
+    assert torch.equal(draw(name, 50, seed=3), draw(name, 50, seed=3))
+    assert not torch.equal(draw(name, 50, seed=3), draw(name, 50, seed=4))
+    # without a generator: torch's global RNG, so restoring its state (training resume) repeats it
+    torch.manual_seed(11)
+    a = draw(name, 50)
+    state = torch.get_rng_state()
+    b = draw(name, 50)
+    torch.set_rng_state(state)
+    assert torch.equal(draw(name, 50), b) and not torch.equal(a, b)
+    torch.manual_seed(11)
+    assert torch.equal(draw(name, 50), a)
+
+
+@pytest.mark.parametrize("name", KINDS)
+def test_one_draw_per_batch(name):
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(vocab_size=8, d_model=16, n_heads=2, n_layers=1, posenc="learned",
+                                    positions=name, posenc_kwargs={"max_positions": 2048}))
+    calls = []
+    orig = model.sampler.sample
+    model.sampler.sample = lambda *a, **kw: calls.append(orig(*a, **kw)) or calls[-1]
+    x = torch.randint(0, 8, (4, 12))
+    model(x)
+    assert len(calls) == 1 and calls[0].shape == (12,)    # one [T] draw shared by the 4 sequences
+    # the batch shares it: identical sequences in the batch get identical outputs
+    x[1:] = x[0]
+    y = model(x)
+    torch.testing.assert_close(y[1:], y[:1].expand(3, -1, -1))
+    # ... and successive batches get fresh draws
+    model(x)
+    assert not torch.equal(calls[1], calls[2])
+
+
+def test_eval_modes():
+    g = torch.Generator().manual_seed(0)
+    r = RandomizedSampler(100)
+    assert not torch.equal(r.sample(20, training=False, generator=g), r.sample(20, training=False, generator=g))
+    ident = RandomizedSampler(100, eval_mode="identity")
+    assert torch.equal(ident.sample(20, training=False), torch.arange(20.0))
+    assert torch.equal(ident.sample(150, training=False), torch.arange(150.0))   # may exceed L at eval
+    train = ident.sample(20, training=True, generator=torch.Generator().manual_seed(1))
+    assert not torch.equal(train, torch.arange(20.0))
+
+    spread = LabelSampler(100, eval_mode="spread")
+    p = spread.sample(7, training=False)
+    assert torch.equal(p, torch.tensor([0.0, 17, 33, 50, 66, 83, 99]))
+    assert torch.equal(spread.sample(7, training=False), p)                      # deterministic
+    for T in (1, 2, 51, 99, 100):
+        q = spread.sample(T, training=False)
+        assert q.shape == (T,) and q.min() >= 0 and q.max() <= 99 and (q[1:] > q[:-1]).all()
+    assert not torch.equal(spread.sample(7, training=True, generator=g), p)       # train still draws
+    with pytest.raises(ValueError, match="eval_mode"):
+        RandomizedSampler(eval_mode="spread")
+    with pytest.raises(ValueError, match="eval_mode"):
+        LabelSampler(eval_mode="bogus")
+
+
+@pytest.mark.parametrize("name", KINDS)
+def test_too_long_input_is_an_error(name):
+    s = build_sampler(name, max_length=16)
+    assert s.max_position(16) == 15.0
+    with pytest.raises(ValueError, match="max_length"):
+        s.sample(17, training=True)
+    with pytest.raises(ValueError, match="max_length"):
+        s.sample(17, training=False)
+    with pytest.raises(ValueError, match="max_length"):
+        s.max_position(17)
+
+
+def test_max_position_reflects_L():
+    assert RandomizedSampler().max_length == 2048
+    assert RandomizedSampler().max_position(10) == 2047.0
+    assert LabelSampler(300).max_position(1) == 299.0
+    assert RandomizedSampler(300, eval_mode="identity").max_position(500) == 499.0
+
+
+@pytest.mark.parametrize("name", KINDS)
+def test_learned_table_too_small_rejected_before_training(name):
+    def model(max_positions, L):
+        return Transformer(ModelConfig(vocab_size=8, d_model=16, n_heads=2, n_layers=1,
+                                       posenc="learned", positions=name,
+                                       posenc_kwargs={"max_positions": max_positions},
+                                       positions_kwargs={"max_length": L}))
+    with pytest.raises(ValueError, match="learned positional table"):
+        model(1024, 2048).check_length(10)          # 10 tokens, but positions reach 2047
+    model(2048, 2048).check_length(10)              # fits
+    with pytest.raises(ValueError, match="max_length"):
+        model(2048, 2048).check_length(3000)        # more tokens than positions
+
+
+def test_registry_and_describe():
+    assert SAMPLERS["randomized"] is RandomizedSampler and SAMPLERS["label"] is LabelSampler
+    for name, kw in [("randomized", {}), ("randomized", {"eval_mode": "identity"}),
+                     ("label", {}), ("label", {"eval_mode": "spread"})]:
+        d = build_sampler(name, max_length=512, **kw).describe()
+        assert d.startswith(name) and "train" in d and "eval" in d and "512" in d
+    assert "0..T-1" in build_sampler("randomized", eval_mode="identity").describe()
+    assert "evenly spaced" in build_sampler("label", eval_mode="spread").describe()
