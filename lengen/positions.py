@@ -89,7 +89,7 @@ class RandomizedSampler(PositionSampler):
         return sorted_subset(length, self.max_length, device=device, generator=generator)
 
     def max_position(self, length):
-        if self.eval_mode == "identity":     # a long eval input may exceed L with identity positions
+        if self.eval_mode == "identity":     # a long eval input may exceed L with identity
             return float(max(self.max_length - 1, length - 1))
         self.check(length)
         return float(self.max_length - 1)
@@ -108,8 +108,8 @@ class LabelSampler(RandomizedSampler):
     Evaluation (our choice, stated because the papers differ in emphasis): ``eval_mode=
     'randomized'`` (default) draws fresh labels exactly as in training, as Ruoss et al.'s code does
     at test time, so every label the model sees is in distribution. ``'spread'`` uses the
-    deterministic, evenly spaced labels ``floor(k (L-1) / (T-1) + 1/2)`` (the typical spacing of a draw,
-    without evaluation noise). ``'identity'`` uses 0..T-1.
+    deterministic, evenly spaced labels ``floor(k (L-1) / (T-1) + 1/2)`` (the typical spacing of
+    a draw, without evaluation noise). ``'identity'`` uses 0..T-1.
     """
 
     EVAL_MODES = ("randomized", "spread", "identity")
@@ -117,8 +117,9 @@ class LabelSampler(RandomizedSampler):
     def sample(self, length, *, training, device=None, generator=None):
         if not training and self.eval_mode == "spread":
             self.check(length)
-            span = torch.linspace(0, self.max_length - 1, length, dtype=torch.float64, device=device)
-            return (span + 0.5).floor().to(torch.float32)    # round half up: stays strictly increasing
+            span = torch.linspace(0, self.max_length - 1, length, dtype=torch.float64,
+                                  device=device)
+            return (span + 0.5).floor().to(torch.float32)   # round half up: strictly increasing
         return super().sample(length, training=training, device=device, generator=generator)
 
     def describe(self):

@@ -7,9 +7,9 @@ shared by the heads of a layer, initialised to zero as in the paper) turns that 
 position into a logit by linear interpolation. Positions beyond ``npos - 1`` are clamped, so a
 longer input never reaches an untrained embedding.
 
-``npos`` default 64: the counts are of *gated* keys, so a small table goes far (the paper's point),
-the per-layer cost is one extra ``[B, H, T, npos]`` product, and clamped positions make longer inputs
-safe. The public counting code defaults to block size + 1 (513 at T=512); set
+``npos`` default 64: the counts are of *gated* keys, so a small table goes far (the paper's
+point), the per-layer cost is one extra ``[B, H, T, npos]`` product, and clamped positions make
+longer inputs safe. The public counting code defaults to block size + 1 (513 at T=512); set
 ``attention_kwargs.npos`` to match it. Use with ``posenc: nope`` as in the paper (any scheme's
 hooks are still applied: rotate before the gates, bias added to the final logits).
 """

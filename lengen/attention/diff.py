@@ -38,11 +38,12 @@ class DifferentialAttention(Attention):
             raise ValueError(f"diff attention needs an even n_heads (it pairs heads into "
                              f"n_heads // 2 differential heads), got n_heads={n_heads}")
         super().__init__(n_heads=n_heads, **kw)
-        self.lambda_init = default_lambda_init(self.layer_idx) if lambda_init is None else float(lambda_init)
+        self.lambda_init = (default_lambda_init(self.layer_idx) if lambda_init is None
+                            else float(lambda_init))
         self.lambda_std, self.norm_eps = lambda_std, norm_eps
         hd = self.head_dim
-        self.lambda_q1, self.lambda_k1 = nn.Parameter(torch.empty(hd)), nn.Parameter(torch.empty(hd))
-        self.lambda_q2, self.lambda_k2 = nn.Parameter(torch.empty(hd)), nn.Parameter(torch.empty(hd))
+        self.lambda_q1, self.lambda_k1 = (nn.Parameter(torch.empty(hd)) for _ in range(2))
+        self.lambda_q2, self.lambda_k2 = (nn.Parameter(torch.empty(hd)) for _ in range(2))
         self.norm_weight = nn.Parameter(torch.ones(2 * hd))
         self.reset_parameters()
 

@@ -95,7 +95,8 @@ class TransformerXLRelative(PositionalScheme):
         if self.path == "auto" and table_cost > trig_cost:
             return self.position_term_trig(qv, pos_q, pos_k)
         if not integral:
-            raise ValueError("xl path='table' needs integer relative positions; use 'auto' or 'trig'")
+            raise ValueError("xl path='table' needs integer relative positions; "
+                             "use 'auto' or 'trig'")
         return self.position_term_table(qv, rel.long() - r_min, r_min, n_rel)
 
     def projected(self, r: torch.Tensor, dtype) -> torch.Tensor:
@@ -119,7 +120,8 @@ class TransformerXLRelative(PositionalScheme):
         a_sin, a_cos = a[..., :d2], a[..., d2:]
         ang_q, ang_k = self.angles(pos_q, acc), self.angles(pos_k, acc)   # [tq | Tk, d_rel/2]
         sq, cq, sk, ck = ang_q.sin(), ang_q.cos(), ang_k.sin(), ang_k.cos()
-        # a_sin.sin((a-b)w) + a_cos.cos((a-b)w) = (a_sin sq + a_cos cq).ck + (a_cos sq - a_sin cq).sk
+        # a_sin.sin((a-b)w) + a_cos.cos((a-b)w)
+        #     = (a_sin sq + a_cos cq).ck + (a_cos sq - a_sin cq).sk
         left = torch.cat([a_sin * sq + a_cos * cq, a_cos * sq - a_sin * cq], dim=-1)
         right = torch.cat([ck, sk], dim=-1)                                # [Tk, d_rel]
         return (left @ right.transpose(0, 1)).to(qv.dtype)                 # [B, H, tq, Tk]

@@ -11,7 +11,8 @@
 ``scale`` (default 1/sqrt(hd)) multiplies the sum ``s + E`` as in the public CoPE code (its
 default, position logits added *before* dividing by sqrt(d)); the gates use the scaled score.
 Gradients reach ``p`` only through the interpolation weight ``w`` (floor/ceil are integer
-lookups), so the gates are trained, as in the paper. Positions and gates are computed in fp32 at least.
+lookups), so the gates are trained, as in the paper. Positions and gates are computed in fp32
+(fp64 for fp64 inputs).
 
 ``pos_emb`` is ``[hd, npos]`` (shared by all heads, as in the paper) or ``[H, hd, npos]``.
 """
