@@ -1,0 +1,1 @@
+"""Context-sensitive tasks of the Chomsky-hierarchy suite (automaton + bounded tape)."""

@@ -1,0 +1,1 @@
+"""Deterministic context-free tasks of the Chomsky-hierarchy suite (automaton + stack)."""

@@ -1,0 +1,1 @@
+"""Regular tasks of the Chomsky-hierarchy suite (solvable by a finite-state automaton)."""
