@@ -84,10 +84,31 @@ def _build(cls, d, prefix):
     kwargs = {}
     for k, v in d.items():
         sub = _SECTIONS.get((cls, k))
-        kwargs[k] = _build(sub, v, prefix + k + ".") if sub else v
+        kwargs[k] = _build(sub, v, prefix + k + ".") if sub else _coerce(v, known[k].type, prefix + k)
     if "betas" in kwargs:
         kwargs["betas"] = tuple(kwargs["betas"])
     return cls(**kwargs)
+
+
+def _coerce(value, type_name, key):
+    """Coerce scalars to the field's declared type: YAML reads ``3e-3`` as a string (YAML 1.1
+    needs a dot), and a float given for an int field must be integral."""
+    t = str(type_name).split("|")[0].strip()
+    if value is None:
+        return value
+    try:
+        if t == "float" and not isinstance(value, bool):
+            return float(value)
+        if t == "int" and not isinstance(value, bool):
+            as_float = float(value)
+            if not as_float.is_integer():
+                raise ValueError
+            return int(as_float)
+    except (TypeError, ValueError):
+        raise ValueError(f"config key {key} expects {t}, got {value!r}") from None
+    if t == "bool" and not isinstance(value, bool):
+        raise ValueError(f"config key {key} expects true/false, got {value!r}")
+    return value
 
 
 _SECTIONS = {(ExperimentConfig, "model"): ModelConfig, (ExperimentConfig, "task"): TaskConfig,

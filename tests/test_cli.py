@@ -66,3 +66,14 @@ def test_eval_reproduces_training_eval(tmp_path):
     _, task, model = lengen.load_run(str(tmp_path))
     again = lengen.evaluate(model, task, ["iid", "sparse", "dense"], n_sequences=20, batch_size=64)
     assert [r["value"] for r in rows] == pytest.approx([r["value"] for r in again])
+
+
+def test_scalar_overrides_are_coerced_to_field_types():
+    from lengen.config import resolve
+
+    cfg = resolve({}, ["train.lr=3e-3", "train.steps=1e3", "model.dropout=0"])
+    assert cfg.train.lr == 0.003 and cfg.train.steps == 1000 and isinstance(cfg.train.steps, int)
+    with pytest.raises(ValueError, match="train.steps expects int, got 2.5"):
+        resolve({}, ["train.steps=2.5"])
+    with pytest.raises(ValueError, match="train.lr expects float"):
+        resolve({}, ["train.lr=fast"])
