@@ -3,6 +3,8 @@
     lengen train [--config FILE] [--run-dir DIR] [key.path=value ...]
     lengen eval RUN_DIR [--splits iid sparse dense] [--sequences N]
     lengen demo [--out DIR] [--steps N]
+    lengen reproduce tra-flipflop [--scale smoke|cpu|paper] [--out DIR] [--workers N] [--seeds ...]
+    lengen plot attention RUN_DIR [--split sparse] [--layer -1] [--head 0] [--out FILE] [--index N]
     lengen list
 """
 from __future__ import annotations
@@ -58,6 +60,29 @@ def cmd_demo(args) -> int:
 
     run_demo(out_dir=args.out, steps=args.steps, models=args.models, eval_sequences=args.sequences,
              threads=args.threads)
+    return 0
+
+
+def cmd_reproduce_tra(args) -> int:
+    from lengen.recipes.tra_flipflop import estimate_time, run_tra_flipflop
+
+    if args.estimate:
+        estimate_time(args.scale, models=args.models, workers=args.workers, threads=args.threads,
+                      seeds=len(args.seeds) if args.seeds else None, device=args.device)
+        return 0
+    res = run_tra_flipflop(args.scale, args.out, workers=args.workers, seeds=args.seeds,
+                           models=args.models, rel=args.rel, heatmaps=args.heatmaps,
+                           backend=args.backend, threads=args.threads, device=args.device)
+    return 1 if res["sweep"].failures else 0
+
+
+def cmd_plot_attention(args) -> int:
+    from lengen.analysis.heatmap import plot_attention
+
+    out = plot_attention(args.run_dir, split=args.split, layer=args.layer, head=args.head,
+                         out=args.out, seed=args.seed, index=args.index,
+                         first_error=args.first_error, cmap=args.cmap)
+    print(f"wrote {out}")
     return 0
 
 
@@ -124,6 +149,67 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=0, metavar="N",
                    help="torch CPU threads (default: torch's choice)")
     p.set_defaults(fn=cmd_demo)
+
+    p = sub.add_parser("reproduce", help="reproduce a paper's table (train, evaluate, tabulate)",
+                       description="Paper reproductions: sweeps of runs plus the paper's table "
+                                   "layout with the published numbers beside ours.")
+    rsub = p.add_subparsers(dest="experiment", required=True, metavar="EXPERIMENT",
+                            help="which reproduction (tra-flipflop)")
+    q = rsub.add_parser("tra-flipflop", help="TRA paper Table 1: nine models on flip-flop "
+                        "(IID / OOD dense / OOD sparse)",
+                        description="Train NoPE, APE, REL, RoPE, Label, FoT, Diff, CoPE and TRA "
+                                    "on flip-flop over several seeds; write table.md/.csv/.png "
+                                    "beside the published Table 1. Finished runs are reused.")
+    q.add_argument("--scale", choices=("smoke", "cpu", "paper"), default="cpu",
+                   help="sizes and steps (protocol unchanged): smoke = seconds (tests), cpu = "
+                        "under 2 h on 2 cores with --workers 2, paper = the paper's model and "
+                        "25k steps (GPU)")
+    q.add_argument("--out", metavar="DIR", default=None,
+                   help="output folder (default runs/tra-flipflop-<scale>)")
+    q.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="parallel worker processes (default 1: one run after another)")
+    q.add_argument("--seeds", type=int, nargs="+", default=None, metavar="S",
+                   help="seeds (init and data order; default: the scale's, e.g. 0 1 2 for cpu)")
+    q.add_argument("--models", nargs="+", default=None, metavar="NAME",
+                   help="subset of Table 1 columns (default all: NoPE APE REL RoPE Label FoT "
+                        "Diff CoPE TRA)")
+    q.add_argument("--rel", choices=("t5", "xl"), default="t5",
+                   help="REL column: t5 bucketed bias (default) or Transformer-XL relative")
+    q.add_argument("--heatmaps", action="store_true",
+                   help="also train the Appendix A pair (2-layer 1-head TRA and FoT) and plot "
+                        "their final-layer attention on an OOD-sparse sequence")
+    q.add_argument("--backend", choices=("local", "ray"), default="local",
+                   help="local processes (default) or Ray tasks (needs: pip install ray)")
+    q.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="torch threads per worker (default: cores // workers when workers > 1)")
+    q.add_argument("--device", default=None,
+                   help="torch device for training (default: cuda at paper scale if present, else cpu)")
+    q.add_argument("--estimate", action="store_true",
+                   help="time a few steps per model on this machine and print the estimated "
+                        "total instead of running")
+    q.set_defaults(fn=cmd_reproduce_tra)
+
+    p = sub.add_parser("plot", help="plots of finished runs (attention heatmaps)",
+                       description="Plots made from run directories; nothing is trained.")
+    psub = p.add_subparsers(dest="plot", required=True, metavar="PLOT",
+                            help="which plot (attention)")
+    q = psub.add_parser("attention", help="attention heatmap of a trained run on one sequence",
+                        description="Render one layer/head's attention weights of a trained run "
+                                    "on one evaluation sequence; zero weights are black.")
+    q.add_argument("run_dir", metavar="RUN_DIR", help="a run directory made by lengen train")
+    q.add_argument("--split", default="sparse", help="evaluation split of the sequence (default sparse)")
+    q.add_argument("--layer", type=int, default=-1, help="layer index (default -1: the last)")
+    q.add_argument("--head", type=int, default=0, help="head index (default 0)")
+    q.add_argument("--index", type=int, default=0, metavar="N",
+                   help="which sequence of the run's evaluation set (default 0)")
+    q.add_argument("--first-error", action="store_true",
+                   help="plot the first evaluation sequence the model gets wrong instead")
+    q.add_argument("--seed", type=int, default=None, metavar="S",
+                   help="evaluation data seed (default: the run's eval.seed)")
+    q.add_argument("--cmap", default="magma", help="Matplotlib colormap (default magma)")
+    q.add_argument("--out", metavar="FILE", default=None,
+                   help="PNG path (default RUN_DIR/attention-<split>-<index>-L<layer>H<head>.png)")
+    q.set_defaults(fn=cmd_plot_attention)
 
     p = sub.add_parser("list", help="list registered schemes, attention kinds, samplers and tasks")
     p.set_defaults(fn=cmd_list)

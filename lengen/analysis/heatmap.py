@@ -1,0 +1,190 @@
+"""Attention heatmaps of a trained run (reads a run directory, never trains).
+
+    from lengen.analysis.heatmap import plot_attention
+    plot_attention("runs/tra", split="sparse", layer=-1, head=0, out="tra.png")
+
+The sequence is the ``index``-th sequence of the run's own evaluation set for ``split`` (same
+seed and batch size as ``eval.json``, so a sequence can be matched with the reported accuracy);
+``first_error=True`` picks the first evaluation sequence the model gets wrong instead. Weights
+come from the attention kind's naive reference op (``Transformer.record_attention``), i.e. the
+exact probabilities of the mechanism: for TRA, keys removed by the threshold have weight exactly 0;
+for Diff they are ``softmax1 - lambda * softmax2`` (can be negative).
+
+Rendering: rows are queries, columns keys; cells whose weight is exactly zero (future keys,
+thresholded keys) are drawn pure black, as in the TRA paper's Figure 3 ("black means null
+attention weight"); the colormap (``magma`` by default, whose low end is also near black) covers
+the rest. Figures are made with Matplotlib's object API and the Agg canvas, so no global backend
+is changed and no display is needed.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import torch
+
+
+def _eval_sequences(task, split, cfg, seed):
+    gen = torch.Generator().manual_seed(cfg.eval.seed if seed is None else seed)
+    yield from task.eval_batches(split, cfg.eval.sequences, cfg.eval.batch_size, gen)
+
+
+def token_labels(task, tokens) -> list[str]:
+    """Characters for a task's token ids where the task has a character alphabet, else ids."""
+    chars = getattr(task, "chars", None)
+    if chars is None and task.name == "flipflop":
+        from lengen.tasks.flipflop import CHARS as chars
+    return [chars[t] if chars and 0 <= t < len(chars) else str(t) for t in tokens]
+
+
+@torch.inference_mode()
+def attention_map(run_dir: str, split: str = "sparse", *, layer: int = -1, head: int = 0, index: int = 0,
+                  seed: int | None = None, first_error: bool = False, device="cpu") -> dict:
+    """Weights ``[T, T]`` (numpy) of one layer/head on one evaluation sequence, with its tokens.
+
+    Returns ``{weights, tokens, labels, correct, index, split, layer, head, run, cfg}``."""
+    from lengen.train.loop import load_run
+
+    cfg, task, model = load_run(run_dir, device=device)
+    task.check_split(split)
+    n_layers = len(model.blocks)
+    if not -n_layers <= layer < n_layers:
+        raise ValueError(f"layer {layer} out of range: the model has {n_layers} layers")
+    if index < 0 or index >= cfg.eval.sequences:
+        raise ValueError(f"index {index} out of range: the evaluation set of this run has "
+                         f"{cfg.eval.sequences} sequences per split")
+    chosen, seen = None, 0
+    for batch in _eval_sequences(task, split, cfg, seed):
+        batch = batch.to(device)
+        if first_error:
+            pred = model(batch.inputs).argmax(-1)
+            ok = ((pred == batch.targets) | ~batch.eval_mask).all(dim=1)
+            wrong = (~ok).nonzero()
+            if len(wrong):
+                chosen = (batch, int(wrong[0]))
+                index = seen + int(wrong[0])
+                break
+        elif seen + batch.inputs.shape[0] > index:
+            chosen = (batch, index - seen)
+            break
+        seen += batch.inputs.shape[0]
+    if chosen is None:
+        raise ValueError(f"the model gets every one of the {cfg.eval.sequences} '{split}' evaluation "
+                         f"sequences right; pass an index instead of first_error")
+    batch, i = chosen
+    inputs = batch.inputs[i:i + 1]
+    model.record_attention(True)
+    try:
+        logits = model(inputs)
+        weights = model.blocks[layer].attn.last_weights
+    finally:
+        model.record_attention(False)
+    if weights is None:
+        raise RuntimeError(f"attention kind '{cfg.model.attention}' did not record weights")
+    if not -weights.shape[1] <= head < weights.shape[1]:
+        raise ValueError(f"head {head} out of range: layer {layer} has {weights.shape[1]} "
+                         f"attention maps")
+    mask = batch.eval_mask[i]
+    correct = bool(((logits[0].argmax(-1) == batch.targets[i]) | ~mask).all())
+    tokens = inputs[0].tolist()
+    return {"weights": weights[0, head].float().cpu().numpy(), "tokens": tokens,
+            "labels": token_labels(task, tokens), "correct": correct, "index": index, "split": split,
+            "layer": layer % n_layers, "head": head, "run": cfg.name or os.path.basename(run_dir),
+            "cfg": cfg}
+
+
+def zero_masked(weights: np.ndarray) -> np.ma.MaskedArray:
+    """Weights with exact zeros masked (drawn in the colormap's 'bad' colour, black)."""
+    return np.ma.masked_where(weights == 0, weights)
+
+
+def black_zero_cmap(cmap="magma"):
+    """Colormap whose masked ('bad') cells are pure black."""
+    import matplotlib
+
+    base = matplotlib.colormaps[cmap] if isinstance(cmap, str) else cmap
+    return base.with_extremes(bad="black")
+
+
+def render_attention(weights: np.ndarray, labels: list[str] | None = None, *, title: str | None = None,
+                     cmap="magma", ax=None, colorbar: bool = True, max_tick_labels: int = 64,
+                     figsize=(7.0, 6.0)):
+    """Draw a ``[T_q, T_k]`` weight matrix; zero weights pure black. Returns the Figure."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    w = np.asarray(weights, dtype=np.float64)
+    if w.ndim != 2:
+        raise ValueError(f"expected a [T_q, T_k] matrix, got shape {w.shape}")
+    if ax is None:
+        fig = Figure(figsize=figsize)
+        FigureCanvasAgg(fig)
+        ax = fig.add_subplot(1, 1, 1)
+    else:
+        fig = ax.figure
+    ax.set_facecolor("black")
+    vmin = min(0.0, float(w.min())) if w.size else 0.0
+    vmax = float(w.max()) if w.size and w.max() > vmin else vmin + 1.0
+    im = ax.imshow(zero_masked(w), cmap=black_zero_cmap(cmap), vmin=vmin, vmax=vmax,
+                   interpolation="nearest", aspect="equal")
+    tq, tk = w.shape
+    if labels is not None and max(tq, tk) <= max_tick_labels:
+        ax.set_xticks(range(tk), labels[:tk], fontsize=6, family="monospace")
+        ax.set_yticks(range(tq), labels[:tq], fontsize=6, family="monospace")
+    ax.set_xlabel("key")
+    ax.set_ylabel("query")
+    if title:
+        ax.set_title(title, fontsize=9)
+    if colorbar:
+        fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="attention weight (black = 0)")
+    return fig
+
+
+def _title(m: dict) -> str:
+    cfg = m["cfg"]
+    return (f"{m['run']}: {cfg.model.attention}+{cfg.model.posenc}, layer {m['layer']}, head {m['head']}\n"
+            f"{m['split']} sequence #{m['index']} ({'correct' if m['correct'] else 'wrong'})")
+
+
+def plot_attention(run_dir: str, split: str = "sparse", layer: int = -1, head: int = 0,
+                   out: str | None = None, seed: int | None = None, index: int = 0, *,
+                   first_error: bool = False, cmap="magma", dpi: int = 150, return_fig: bool = False):
+    """Render one layer/head's attention of a trained run on one ``split`` sequence to a PNG.
+
+    ``out`` defaults to ``RUN_DIR/attention-<split>-<index>-L<layer>H<head>.png``. Returns the
+    path (or ``(path, fig)`` with ``return_fig=True``)."""
+    m = attention_map(run_dir, split, layer=layer, head=head, index=index, seed=seed,
+                      first_error=first_error)
+    fig = render_attention(m["weights"], m["labels"], title=_title(m), cmap=cmap)
+    out = out or os.path.join(run_dir, f"attention-{split}-{m['index']}-L{m['layer']}H{head}.png")
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    fig.savefig(out, dpi=dpi)
+    return (out, fig) if return_fig else out
+
+
+def plot_attention_grid(run_dirs: list[str], out: str, *, titles: list[str] | None = None,
+                        split: str = "sparse", layer: int = -1, head: int = 0, index: int = 0,
+                        seed: int | None = None, cmap="magma", dpi: int = 150) -> str:
+    """Several runs' attention on the same evaluation sequence, side by side (e.g. TRA vs FoT,
+    the TRA paper's Figure 3). All runs must share the task config so the sequence is the same."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    maps = [attention_map(r, split, layer=layer, head=head, index=index, seed=seed) for r in run_dirs]
+    if len({tuple(m["tokens"]) for m in maps}) > 1:
+        raise ValueError("the runs do not see the same evaluation sequence (different task or "
+                         "eval config); plot them one by one with plot_attention")
+    fig = Figure(figsize=(6.5 * len(maps), 6.0))
+    FigureCanvasAgg(fig)
+    for i, m in enumerate(maps):
+        ax = fig.add_subplot(1, len(maps), i + 1)
+        render_attention(m["weights"], m["labels"], ax=ax, cmap=cmap,
+                         title=(titles[i] + "\n" if titles else "") + _title(m))
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    fig.savefig(out, dpi=dpi)
+    return out
+
+
+__all__ = ["attention_map", "plot_attention", "plot_attention_grid", "render_attention",
+           "zero_masked", "black_zero_cmap", "token_labels"]

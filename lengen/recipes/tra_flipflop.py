@@ -1,0 +1,288 @@
+"""``lengen reproduce tra-flipflop``: Table 1 of the TRA paper (flip-flop, nine models).
+
+Protocol (every scale): flip-flop language modelling (Liu et al. 2023); train on p_i = 0.8,
+evaluate whole-sequence accuracy (every read bit right) on fresh sequences of the three splits
+IID (p_i = 0.8), OOD dense (0.1) and OOD sparse (0.98), same length as training; Llama-style
+backbone (SwiGLU, RMSNorm pre-norm, MLP 2x d_model for the linear and the gate units), cosine
+decay; mean ± sample std over seeds (each seed sets both the initialisation and the data order).
+The nine columns (CLI keys in brackets):
+
+    NoPE  softmax + nope            APE   softmax + learned        REL   softmax + t5 (or xl)
+    RoPE  softmax + rope            Label softmax + learned, positions 'label' over [0, 4T)
+    FoT   fot + nope                Diff  diff + rope              CoPE  cope + nope
+    TRA   tra + nope (q/k RMS-normalised per head, as in the public notebook)
+
+REL: the paper describes relative encodings "introduced by Transformer-XL and also adopted by
+T5" whose out-of-distribution distances share the learned value of the maximum distance; that is
+T5's bucketed bias (``t5``, default: 32 buckets, max distance 128). ``rel='xl'`` uses the
+Transformer-XL reading (sinusoid relative encoding with learned projections) instead.
+
+Scales (``SCALES`` below; a scale changes sizes and steps, never the protocol):
+
+* ``paper``: 512-token sequences (256 pairs), 4 layers, 4 heads, d_model 256, AdamW lr 1e-4,
+  batch 64, 25k steps (= one pass over the official 1.6M training sequences, as in the public TRA
+  notebook), cosine decay to 0 with no warmup, dropout 0.01, four seeds; 10,000 evaluation
+  sequences per split (the official sets have 16K IID / 4K dense / 160K sparse; we draw fresh
+  ones from the same distributions). Assumed where the paper is silent: weight decay 0.01 on all
+  parameters and betas (0.9, 0.999) (``torch.optim.AdamW`` defaults), gradient clipping at 1.0.
+* ``cpu``: 128-token sequences (64 pairs), 2 layers, 4 heads, d_model 64, lr 3e-3 (50 warmup
+  steps), batch 32, 1,000 steps, three seeds, 2,000 evaluation sequences per split; sized so the
+  9 x 3 runs fit in under two hours on a 2-core CPU with ``--workers 2`` (CoPE and TRA are the
+  slowest columns; check on your machine with
+  ``lengen reproduce tra-flipflop --scale cpu --workers 2 --estimate``).
+* ``smoke``: seconds; a tiny model for tests (numbers are meaningless).
+
+Outputs in ``--out`` (default ``runs/tra-flipflop-<scale>``): one run directory per model x seed,
+``results.csv`` (all rows), ``table.md`` / ``table.csv`` (Table 1 layout, ours beside the
+published numbers), ``table.png`` (bar chart) and, with ``heatmaps=True``, the Appendix A pair
+(2-layer, 1-head TRA and FoT) with their final-layer attention on one OOD-sparse sequence under
+``heatmaps/``. A model whose mean IID accuracy is below ``IID_SOLVED`` % gets its OOD cells marked:
+its OOD numbers say nothing about generalisation.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+# --- sizes: one dict per scale ----------------------------------------------------------------
+SCALES = {
+    "smoke": dict(n_pairs=8, d_model=16, n_layers=1, n_heads=4, steps=4, batch_size=8, lr=3e-3,
+                  warmup_steps=0, min_lr_frac=0.1, weight_decay=0.1, betas=(0.9, 0.95),
+                  decay_all=False, dropout=0.0, seeds=(0,), eval_sequences=24, eval_batch_size=24,
+                  ckpt_every=0),
+    "cpu": dict(n_pairs=64, d_model=64, n_layers=2, n_heads=4, steps=1000, batch_size=32, lr=3e-3,
+                warmup_steps=50, min_lr_frac=0.1, weight_decay=0.1, betas=(0.9, 0.95),
+                decay_all=False, dropout=0.0, seeds=(0, 1, 2), eval_sequences=2000,
+                eval_batch_size=250, ckpt_every=100),
+    "paper": dict(n_pairs=256, d_model=256, n_layers=4, n_heads=4, steps=25_000, batch_size=64,
+                  lr=1e-4, warmup_steps=0, min_lr_frac=0.0, weight_decay=0.01, betas=(0.9, 0.999),
+                  decay_all=True, dropout=0.01, seeds=(0, 1, 2, 3), eval_sequences=10_000,
+                  eval_batch_size=500, ckpt_every=1000),
+}
+LABEL_RANGE = 4          # Label: positions drawn from [0, LABEL_RANGE * T) (2048 at T = 512)
+IID_SOLVED = 99.0        # % mean IID whole-sequence accuracy below which OOD cells are marked
+HEATMAP_PAIR = ("TRA", "FoT")   # Appendix A: 2 layers, 1 head each
+
+# Table 1 columns, in the paper's order: (attention, posenc, position sampler)
+MODELS = {
+    "NoPE": ("softmax", "nope", "identity"),
+    "APE": ("softmax", "learned", "identity"),
+    "REL": ("softmax", "t5", "identity"),
+    "RoPE": ("softmax", "rope", "identity"),
+    "Label": ("softmax", "learned", "label"),
+    "FoT": ("fot", "nope", "identity"),
+    "Diff": ("diff", "rope", "identity"),
+    "CoPE": ("cope", "nope", "identity"),
+    "TRA": ("tra", "nope", "identity"),
+}
+SPLITS = {"iid": "IID", "dense": "OOD dense", "sparse": "OOD sparse"}   # the paper's row order
+
+# Published Table 1 (whole-sequence accuracy %, mean ± std over four initialisations)
+PAPER_TABLE1 = {
+    "iid": {m: (100.0, 0.0) for m in MODELS},
+    "dense": {"NoPE": (0.15, 0.0), "APE": (27.38, 13.1), "REL": (41.2, 47.29), "RoPE": (100.0, 0.0),
+              "Label": (12.58, 15.87), "FoT": (100.0, 0.0), "Diff": (100.0, 0.0),
+              "CoPE": (100.0, 0.0), "TRA": (100.0, 0.0)},
+    "sparse": {"NoPE": (99.97, 0.1), "APE": (90.61, 5.64), "REL": (70.48, 10.92),
+               "RoPE": (72.82, 1.27), "Label": (86.93, 9.93), "FoT": (93.4, 4.21),
+               "Diff": (77.8, 6.73), "CoPE": (95.1, 4.4), "TRA": (100.0, 0.0)},
+}
+RELS = {"t5": "t5", "xl": "xl"}
+
+
+def model_parts(model: str, rel: str = "t5") -> tuple[str, str, str]:
+    from lengen.registry import lookup
+
+    attention, posenc, positions = lookup(MODELS, model, "Table 1 model")
+    if model == "REL":
+        posenc = lookup(RELS, rel, "REL reading")
+    return attention, posenc, positions
+
+
+def check_available(models, rel: str = "t5") -> None:
+    """Raise ValueError naming every selected model whose parts are not registered."""
+    from lengen.attention import ATTENTIONS
+    from lengen.positions import SAMPLERS
+    from lengen.posenc import POSENCS
+
+    missing = []
+    for m in models:
+        attention, posenc, positions = model_parts(m, rel)
+        lacks = [f"{kind} '{name}'" for kind, name, reg in (
+            ("attention", attention, ATTENTIONS), ("posenc", posenc, POSENCS),
+            ("positions", positions, SAMPLERS)) if name not in reg]
+        if lacks:
+            missing.append(f"{m} (needs {', '.join(lacks)})")
+    if missing:
+        have = [m for m in models if not any(s.startswith(m + " ") for s in missing)]
+        raise ValueError("Table 1 models not available in this install: " + "; ".join(missing)
+                         + f". Registered: attention {sorted(ATTENTIONS)}, posenc {sorted(POSENCS)},"
+                         f" positions {sorted(SAMPLERS)}. Run the others with --models "
+                         + " ".join(have))
+
+
+def model_config(model: str, scale: str = "cpu", seed: int = 0, *, rel: str = "t5",
+                 n_layers: int | None = None, n_heads: int | None = None, device: str = "cpu",
+                 name: str | None = None) -> dict:
+    """Config dict of one Table 1 model at a scale (``n_layers``/``n_heads`` override the scale's,
+    for the Appendix A pair)."""
+    from lengen.registry import lookup
+
+    s = lookup(SCALES, scale, "scale")
+    attention, posenc, positions = model_parts(model, rel)
+    T = 2 * s["n_pairs"] - 1                                 # model input length
+    mc = {"attention": attention, "posenc": posenc, "positions": positions,
+          "d_model": s["d_model"], "n_layers": n_layers or s["n_layers"],
+          "n_heads": n_heads or s["n_heads"], "mlp": "swiglu", "norm": "rms",
+          "norm_position": "pre", "dropout": s["dropout"]}
+    if positions == "label":
+        L = LABEL_RANGE * (T + 1)
+        mc["positions_kwargs"] = {"max_length": L}
+        mc["posenc_kwargs"] = {"max_positions": L}
+    elif posenc == "learned":
+        mc["posenc_kwargs"] = {"max_positions": T + 1}
+    return {
+        "name": name or f"{model}-s{seed}",
+        "model": mc,
+        "task": {"name": "flipflop", "kwargs": {"n_pairs": s["n_pairs"]}},
+        "train": {"steps": s["steps"], "batch_size": s["batch_size"], "lr": s["lr"],
+                  "warmup_steps": s["warmup_steps"], "min_lr_frac": s["min_lr_frac"],
+                  "weight_decay": s["weight_decay"], "betas": list(s["betas"]),
+                  "decay_all": s["decay_all"], "schedule": "cosine", "seed": seed,
+                  "data_seed": seed, "ckpt_every": s["ckpt_every"], "log_every": 10,
+                  "device": device},
+        "eval": {"sequences": s["eval_sequences"], "batch_size": s["eval_batch_size"],
+                 "splits": list(SPLITS)},
+    }
+
+
+def run_name(model: str, seed: int, rel: str = "t5") -> str:
+    return f"{model}{'-xl' if model == 'REL' and rel == 'xl' else ''}-s{seed}"
+
+
+def build_specs(scale: str = "cpu", *, seeds=None, models=None, rel: str = "t5",
+                heatmaps: bool = False, device: str = "cpu"):
+    """RunSpecs of the Table 1 grid (models x seeds), plus the Appendix A pair if asked."""
+    from lengen.sweep import Grid, RunSpec
+
+    models = list(models or MODELS)
+    unknown = [m for m in models if m not in MODELS]
+    if unknown:
+        raise ValueError(f"unknown Table 1 model(s) {unknown}. Valid: {', '.join(MODELS)}")
+    check_available(models + (list(HEATMAP_PAIR) if heatmaps else []), rel)
+    seeds = list(SCALES[scale]["seeds"] if seeds is None else seeds)
+    grid = Grid(axes={"model": {m: {} for m in models}, "seed": {s: {} for s in seeds}},
+                name=lambda t: run_name(t["model"], t["seed"], rel))
+    specs = []
+    for spec in grid:
+        cfg = model_config(spec.tags["model"], scale, spec.tags["seed"], rel=rel, device=device,
+                           name=spec.name)
+        specs.append(RunSpec(spec.name, cfg, dict(spec.tags, group="table")))
+    if heatmaps:
+        for m in HEATMAP_PAIR:
+            name = f"appA-{m}-2L1H"
+            specs.append(RunSpec(name, model_config(m, scale, 0, n_layers=2, n_heads=1,
+                                                    device=device, name=name),
+                                 {"model": m, "seed": 0, "group": "heatmap"}))
+    return specs
+
+
+def default_device(scale: str) -> str:
+    import torch
+
+    return "cuda" if scale == "paper" and torch.cuda.is_available() else "cpu"
+
+
+def run_tra_flipflop(scale: str = "cpu", out: str | None = None, *, workers: int = 1, seeds=None,
+                     models=None, rel: str = "t5", heatmaps: bool = False, backend: str = "local",
+                     threads: int | None = None, device: str | None = None, quiet: bool | None = None,
+                     log=print) -> dict:
+    """Train (or resume / reuse) every run, then write the table, chart and heatmaps.
+    Returns ``{"rows", "summary", "paths", "sweep"}``."""
+    from lengen.recipes.tra_flipflop_report import write_heatmaps, write_report
+    from lengen.sweep import run_sweep
+
+    out = out or os.path.join("runs", f"tra-flipflop-{scale}")
+    device = device or default_device(scale)
+    specs = build_specs(scale, seeds=seeds, models=models, rel=rel, heatmaps=heatmaps, device=device)
+    t0 = time.time()
+    res = run_sweep(specs, out, workers=workers, backend=backend, threads=threads,
+                    quiet=(workers > 1) if quiet is None else quiet, log=log)
+    wall = time.time() - t0
+    rows = [r for r in res.rows if r.get("group") == "table"]
+    models = list(models or MODELS)
+    summary, paths = write_report(rows, out, scale=scale, models=models, rel=rel, wall_seconds=wall,
+                                  seeds=sorted({s.tags["seed"] for s in specs}), log=log)
+    if heatmaps:
+        paths.update(write_heatmaps(out, specs, res, log=log))
+    if res.failures:
+        log(f"{len(res.failures)} run(s) failed; see {os.path.join(out, 'failures.json')}. "
+            f"Rerun the same command to retry them (finished runs are reused).")
+    return {"rows": res.rows, "summary": summary, "paths": paths, "sweep": res}
+
+
+def estimate_time(scale: str = "cpu", *, steps: int = 10, models=None, seeds: int | None = None,
+                  workers: int = 1, threads: int | None = None, device: str | None = None,
+                  log=print) -> dict:
+    """Time ``steps`` training steps and one evaluation batch per model on this machine and
+    extrapolate the whole reproduction (models x seeds), divided across ``workers`` processes
+    (pass the ``threads`` each worker will use, e.g. 1 for two workers on two cores).
+    Nothing is written. Measure on an otherwise idle machine."""
+    import torch
+
+    device = device or default_device(scale)
+
+    def sync():
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    from lengen.config import resolve
+    from lengen.train.loop import loss_fn, prepare
+    from lengen.train.optim import build_optimizer
+
+    s = SCALES[scale]
+    models = list(models or MODELS)
+    check_available(models)
+    n_seeds = seeds or len(s["seeds"])
+    if threads:
+        torch.set_num_threads(threads)
+    per_run = {}
+    for m in models:
+        cfg = resolve(model_config(m, scale, 0, device=device))
+        task, model = prepare(cfg)
+        model.to(device)
+        opt = build_optimizer(model, cfg.train)
+        gen = torch.Generator().manual_seed(0)
+        model.train()
+        for i in range(steps + 2):                  # 2 warm-up steps are not timed
+            if i == 2:
+                sync()
+                t0 = time.perf_counter()
+            batch = task.train_batch(cfg.train.batch_size, gen).to(device)
+            loss = loss_fn(model(batch.inputs), batch)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        sync()
+        t_step = (time.perf_counter() - t0) / steps
+        model.eval()
+        with torch.inference_mode():
+            batch = task.eval_batch("iid", cfg.eval.batch_size, gen).to(device)
+            model(batch.inputs)                     # warm-up
+            sync()
+            t0 = time.perf_counter()
+            model(batch.inputs)
+            sync()
+            t_eval = time.perf_counter() - t0
+        n_eval_batches = len(SPLITS) * -(-cfg.eval.sequences // cfg.eval.batch_size)
+        per_run[m] = t_step * cfg.train.steps + t_eval * n_eval_batches
+        log(f"{m:>6}: {1000 * t_step:7.1f} ms/step, {t_eval:6.2f} s/eval batch -> "
+            f"{per_run[m] / 60:6.1f} min per run")
+    total = sum(per_run.values()) * n_seeds / max(1, workers)
+    log(f"estimated total for {len(models)} models x {n_seeds} seeds with {workers} worker(s): "
+        f"{total / 3600:.2f} h (torch threads {torch.get_num_threads()})")
+    return {"seconds_per_run": per_run, "total_seconds": total}
+
+
+__all__ = ["SCALES", "MODELS", "PAPER_TABLE1", "SPLITS", "build_specs", "model_config",
+           "run_tra_flipflop", "estimate_time", "check_available"]

@@ -1,0 +1,151 @@
+"""Report of the TRA Table 1 reproduction: Markdown + CSV table, bar chart, Appendix A heatmaps.
+
+Reads rows (from :mod:`lengen.sweep`), never trains. Split out of :mod:`lengen.recipes.tra_flipflop`
+so the recipe file stays about configs and running.
+"""
+from __future__ import annotations
+
+import math
+import os
+
+from lengen.analysis.tables import fmt_mean_std, markdown_table, summarize
+from lengen.recipes.tra_flipflop import IID_SOLVED, PAPER_TABLE1, SCALES, SPLITS
+
+NOT_SOLVED = "†"
+
+
+def table1_records(rows: list[dict], models: list[str]) -> list[dict]:
+    """One record per (model, split): ours (mean/std/max/min/n over seeds) beside the paper's."""
+    summ = summarize(rows, by=("model", "split"), metric="seq_acc", scale=100.0)
+    recs = {(r["model"], r["split"]): r for r in summ.to_dict("records")}
+    out = []
+    for m in models:
+        iid = recs.get((m, "iid"))
+        solved = bool(iid is not None and iid["mean"] >= IID_SOLVED)
+        for split, label in SPLITS.items():
+            r = recs.get((m, split), {})
+            p_mean, p_std = PAPER_TABLE1[split][m]
+            out.append({"model": m, "split": split, "row": label,
+                        "ours_mean": r.get("mean", math.nan), "ours_std": r.get("std", math.nan),
+                        "ours_max": r.get("max", math.nan), "ours_min": r.get("min", math.nan),
+                        "n_seeds": int(r.get("n", 0)), "paper_mean": p_mean, "paper_std": p_std,
+                        "iid_solved": solved})
+    return out
+
+
+def table1_markdown(records: list[dict], models: list[str], caption: str) -> str:
+    by = {(r["model"], r["split"]): r for r in records}
+    grid = [["Model"] + models]
+    any_mark = False
+    for split, label in SPLITS.items():
+        cells = []
+        for m in models:
+            r = by[(m, split)]
+            ours = fmt_mean_std(r["ours_mean"], r["ours_std"]) if r["n_seeds"] else "failed"
+            mark = NOT_SOLVED if split != "iid" and r["n_seeds"] and not r["iid_solved"] else ""
+            any_mark |= bool(mark)
+            cells.append(f"{ours}{mark} (paper {fmt_mean_std(r['paper_mean'], r['paper_std'])})")
+        grid.append([f"Flip Flop {label}"] + cells)
+    text = caption + "\n\n" + markdown_table(grid)
+    if any_mark:
+        text += (f"\n\n{NOT_SOLVED} IID not solved (mean IID whole-sequence accuracy < {IID_SOLVED:g}%): "
+                 f"this model's OOD numbers are not meaningful.")
+    return text + "\n"
+
+
+def caption_for(scale: str, seeds: list, rel: str, wall_seconds: float | None = None) -> str:
+    s = SCALES[scale]
+    T = 2 * s["n_pairs"]
+    cap = (f"Table 1 reproduction ({scale} scale). Whole-sequence accuracy (%), mean ± sample std "
+           f"over {len(seeds)} seed(s) {list(seeds)} (ours), published TRA-paper Table 1 in "
+           f"parentheses (mean ± std over four initialisations, 512 tokens). Ours: {T}-token "
+           f"sequences ({s['n_pairs']} pairs), {s['n_layers']} layers, {s['n_heads']} heads, "
+           f"d_model {s['d_model']}, SwiGLU MLP {2 * s['d_model']}, RMSNorm pre-norm; AdamW lr "
+           f"{s['lr']:g}, batch {s['batch_size']}, {s['steps']} steps, cosine decay; evaluation "
+           f"on {s['eval_sequences']:,} fresh sequences per split (IID p_i=0.8, OOD dense p_i=0.1, "
+           f"OOD sparse p_i=0.98). REL = {'T5 bucketed bias' if rel == 't5' else 'Transformer-XL relative'}.")
+    if wall_seconds is not None:
+        cap += f" Wall time of this invocation: {wall_seconds / 60:.1f} min."
+    return cap
+
+
+def bar_chart(records: list[dict], models: list[str], out: str, title: str = "") -> str:
+    """Grouped bars, one panel per split: ours (mean, std error bar) beside the paper's."""
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    by = {(r["model"], r["split"]): r for r in records}
+    fig = Figure(figsize=(4.2 * len(SPLITS), 3.8))
+    FigureCanvasAgg(fig)
+    x = np.arange(len(models))
+    for i, (split, label) in enumerate(SPLITS.items()):
+        ax = fig.add_subplot(1, len(SPLITS), i + 1)
+        ours = [by[(m, split)]["ours_mean"] for m in models]
+        err = [0.0 if math.isnan(by[(m, split)]["ours_std"]) else by[(m, split)]["ours_std"]
+               for m in models]
+        paper = [by[(m, split)]["paper_mean"] for m in models]
+        ax.bar(x - 0.2, ours, 0.4, yerr=err, capsize=2, label="ours", color="tab:blue")
+        ax.bar(x + 0.2, paper, 0.4, label="paper", color="lightgray", edgecolor="gray", hatch="//")
+        for j, m in enumerate(models):
+            if split != "iid" and by[(m, split)]["n_seeds"] and not by[(m, split)]["iid_solved"]:
+                ax.text(x[j] - 0.2, 2, NOT_SOLVED, ha="center", fontsize=9, color="darkred")
+        ax.set_xticks(x, models, rotation=45, fontsize=8)
+        ax.set_ylim(0, 105)
+        ax.set_title(label, fontsize=10)
+        if i == 0:
+            ax.set_ylabel("whole-sequence accuracy (%)")
+            ax.legend(fontsize=8, loc="lower left")
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    return out
+
+
+def write_report(rows: list[dict], out_dir: str, *, scale: str, models: list[str], rel: str = "t5",
+                 seeds=None, wall_seconds: float | None = None, log=print):
+    """Write table.md, table.csv, table.png to ``out_dir``; returns (records, paths)."""
+    from lengen.eval.evaluate import rows_to_csv, write_text_atomic
+
+    seeds = seeds if seeds is not None else sorted({r.get("seed") for r in rows if "seed" in r})
+    records = table1_records(rows, models)
+    caption = caption_for(scale, seeds, rel, wall_seconds)
+    md = table1_markdown(records, models, caption)
+    paths = {"table_md": os.path.join(out_dir, "table.md"), "table_csv": os.path.join(out_dir, "table.csv"),
+             "table_png": os.path.join(out_dir, "table.png")}
+    write_text_atomic(md, paths["table_md"])
+    write_text_atomic(rows_to_csv(records), paths["table_csv"])
+    tmp = paths["table_png"] + ".tmp.png"
+    bar_chart(records, models, tmp, title=f"TRA Table 1, {scale} scale: ours vs paper")
+    os.replace(tmp, paths["table_png"])
+    log("\n" + md)
+    log(f"wrote {paths['table_md']}, {paths['table_csv']}, {paths['table_png']}")
+    return records, paths
+
+
+def write_heatmaps(out_dir: str, specs, sweep, *, split: str = "sparse", index: int = 0,
+                   log=print) -> dict:
+    """Final-layer attention of the Appendix A pair on one OOD-sparse sequence: one PNG per
+    model and a side-by-side figure. Runs that failed are reported and skipped."""
+    from lengen.analysis.heatmap import plot_attention, plot_attention_grid
+
+    runs = [s for s in specs if s.tags.get("group") == "heatmap"]
+    done = [s for s in runs if sweep.status.get(s.name, {}).get("status") in ("done", "cached")]
+    hdir = os.path.join(out_dir, "heatmaps")
+    os.makedirs(hdir, exist_ok=True)
+    paths = {}
+    for s in done:
+        paths[f"heatmap_{s.tags['model']}"] = plot_attention(
+            os.path.join(out_dir, s.name), split=split, layer=-1, head=0, index=index,
+            out=os.path.join(hdir, f"{s.tags['model']}.png"))
+    if len(done) == len(runs) and len(done) > 1:
+        paths["heatmap_pair"] = plot_attention_grid(
+            [os.path.join(out_dir, s.name) for s in done], os.path.join(hdir, "pair.png"),
+            titles=[f"{s.tags['model']} (2 layers, 1 head)" for s in done], split=split, index=index)
+    for s in runs:
+        if s not in done:
+            log(f"heatmap run {s.name} did not finish; no heatmap for it")
+    if paths:
+        log("wrote " + ", ".join(paths.values()))
+    return paths

@@ -1,0 +1,174 @@
+"""Grids of named run configurations.
+
+A :class:`Grid` is a base config plus *axes*; its runs are the Cartesian product of the axes'
+values, each a :class:`RunSpec` (a unique name, the full config dict, and the axis labels as
+tags that end up as columns of the result table)::
+
+    grid = Grid({"task": {"kwargs": {"n_pairs": 64}}, "train": {"steps": 600}},
+                axes={
+                    "scheme": {"nope": {"model.posenc": "nope"},            # label -> patch
+                               "tra": {"model.attention": "tra"}},
+                    "train.seed": [0, 1, 2],                                 # dotted key -> values
+                    "train.lr": [1e-3, 3e-3],
+                },
+                name="{scheme}-s{seed}-lr{lr}")
+    len(grid)            # 12
+    [s.name for s in grid][:2]   # ['nope-s0-lr0.001', 'nope-s0-lr0.003']
+
+An axis given as a list sets the dotted config key it is named after; its tag is the key's last
+component (``train.seed`` -> ``seed``). An axis given as a mapping is ``label -> patch``, where a
+patch is a dict of dotted keys (``{"model.posenc": "rope"}``) and/or nested sections
+(``{"model": {"posenc": "rope"}}``); its tag is the axis name. The run's ``name`` (also its
+run-directory name and the ``run`` column of its rows) comes from the ``name`` template, formatted
+with the tags, or by default ``tag=label`` pairs joined with ``-``. ``exclude`` drops
+combinations (a function of the tags dict).
+
+Explicit lists of named configs work too: :func:`as_specs` accepts a Grid, a ``{name: config}``
+mapping or an iterable of RunSpec.
+"""
+from __future__ import annotations
+
+import copy
+import itertools
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator
+
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9._=+,@-]+$")
+
+
+@dataclass
+class RunSpec:
+    """One run of a sweep: ``name`` is unique within the sweep and names its run directory."""
+    name: str
+    config: dict
+    tags: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "config": self.config, "tags": self.tags}
+
+
+def set_dotted(d: dict, dotted: str, value) -> None:
+    """``set_dotted(d, "model.attention_kwargs.qk_norm", False)`` (creates missing sections)."""
+    keys = dotted.split(".")
+    node = d
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise ValueError(f"cannot set '{dotted}': '{key}' is not a section")
+    node[keys[-1]] = copy.deepcopy(value)
+
+
+def apply_patch(config: dict, patch: dict) -> dict:
+    """Deep copy of ``config`` with ``patch`` applied (dotted keys or nested sections; ``*kwargs``
+    dicts are replaced wholesale, as in :func:`lengen.config.resolve`)."""
+    out = copy.deepcopy(config)
+    for k, v in patch.items():
+        if "." in k:
+            set_dotted(out, k, v)
+        elif isinstance(v, dict) and isinstance(out.get(k), dict) and not k.endswith("kwargs"):
+            out[k] = apply_patch(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def _label(value) -> str:
+    return value if isinstance(value, str) else repr(value) if isinstance(value, float) else str(value)
+
+
+class Grid:
+    """Cartesian product of named axes over a base config (see the module docstring)."""
+
+    def __init__(self, base: dict | None = None, axes: dict | None = None, *,
+                 name: str | Callable[[dict], str] | None = None,
+                 exclude: Callable[[dict], bool] | None = None):
+        self.base = copy.deepcopy(base or {})
+        self.axes: list[tuple[str, list[tuple[object, dict]]]] = []
+        for axis, values in (axes or {}).items():
+            self.axes.append(self._normalise_axis(axis, values))
+        tags = [t for t, _ in self.axes]
+        if len(set(tags)) != len(tags):
+            raise ValueError(f"grid axes have duplicate tag names: {tags}")
+        self.name, self.exclude = name, exclude
+
+    @staticmethod
+    def _normalise_axis(axis: str, values) -> tuple[str, list]:
+        if isinstance(values, dict):
+            if not values:
+                raise ValueError(f"grid axis '{axis}' is empty")
+            for label, patch in values.items():
+                if not isinstance(patch, dict):
+                    raise ValueError(f"grid axis '{axis}': the patch for '{label}' must be a dict "
+                                     f"of config keys, got {patch!r}")
+            return axis, [(label, dict(patch)) for label, patch in values.items()]
+        if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+            raise ValueError(f"grid axis '{axis}' must be a list of values or a mapping "
+                             f"label -> patch, got {values!r}")
+        values = list(values)
+        if not values:
+            raise ValueError(f"grid axis '{axis}' is empty")
+        return axis.split(".")[-1], [(v, {axis: v}) for v in values]
+
+    def _name(self, tags: dict) -> str:
+        if callable(self.name):
+            name = self.name(tags)
+        elif self.name:
+            name = self.name.format(**{k: _label(v) for k, v in tags.items()})
+        else:
+            name = "-".join(f"{k}={_label(v)}" for k, v in tags.items()) or "run"
+        if not _SAFE_NAME.match(name):
+            raise ValueError(f"run name '{name}' has characters unsafe for a directory name; "
+                             f"pass Grid(name=...) with a simpler template")
+        return name
+
+    def __iter__(self) -> Iterator[RunSpec]:
+        tag_names = [t for t, _ in self.axes]
+        seen = {}
+        for combo in itertools.product(*(vals for _, vals in self.axes)):
+            tags = {t: label for t, (label, _) in zip(tag_names, combo)}
+            if self.exclude and self.exclude(tags):
+                continue
+            config = self.base
+            for _, patch in combo:
+                config = apply_patch(config, patch)
+            name = self._name(tags)
+            if name in seen:
+                raise ValueError(f"two grid points share the run name '{name}' ({seen[name]} and "
+                                 f"{tags}); make the name template include every axis")
+            seen[name] = tags
+            yield RunSpec(name, apply_patch(config, {"name": name}), tags)
+
+    def specs(self) -> list[RunSpec]:
+        return [s for s in self.__iter__()]
+
+    def __len__(self) -> int:
+        return len(self.specs())
+
+    def __repr__(self) -> str:
+        axes = ", ".join(f"{t}[{len(v)}]" for t, v in self.axes)
+        return f"Grid({axes}; {len(self)} runs)"
+
+
+def as_specs(runs) -> list[RunSpec]:
+    """A Grid, ``{name: config}`` mapping, or iterable of RunSpec -> list of RunSpec (names unique)."""
+    if isinstance(runs, Grid):
+        specs = runs.specs()
+    elif isinstance(runs, dict):
+        specs = [RunSpec(n, apply_patch(c, {"name": n})) for n, c in runs.items()]
+    else:
+        specs = list(runs)
+        for s in specs:
+            if not isinstance(s, RunSpec):
+                raise TypeError(f"expected RunSpec items, got {type(s).__name__}")
+    names = [s.name for s in specs]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ValueError(f"duplicate run names in sweep: {', '.join(dup)}")
+    for s in specs:
+        if not _SAFE_NAME.match(s.name):
+            raise ValueError(f"run name '{s.name}' is not safe as a directory name")
+    return specs
+
+
+__all__ = ["Grid", "RunSpec", "apply_patch", "as_specs", "set_dotted"]

@@ -1,0 +1,320 @@
+"""Run a sweep: in this process, in N spawned worker processes, or (``backend='ray'``) on Ray.
+
+Every run goes through one function, :func:`run_one` (picklable, so workers and Ray tasks call
+the very same code), which never raises for a run's own failure: it returns a result record.
+
+Layout of ``out_dir``::
+
+    out_dir/<run name>/        one run directory per grid point (config.json, metrics.jsonl,
+                               checkpoints/, model.safetensors, eval.json, eval.csv)
+    out_dir/<run name>/failure.json   error + traceback of the last failed attempt (removed on success)
+    out_dir/results.json|.csv  every run's evaluation rows, tagged with the grid's axis labels and a
+                               ``status`` column; failed runs contribute one row with status
+                               ``failed`` and the error (pandas: ``pd.read_csv(out_dir/results.csv)``)
+    out_dir/failures.json      [{name, error, traceback}] of this invocation's failed runs
+    out_dir/sweep.json         per-run status (done | cached | failed), seconds, worker
+
+All of these are rewritten atomically after every finished run, so a killed sweep leaves complete
+files behind. Rerunning the same sweep skips finished runs (``eval.json`` present: rows are read
+back, nothing is recomputed), resumes unfinished ones from their last checkpoint (``train`` does
+that) and retries failed ones. A finished run whose stored config differs from the sweep's is
+reported as failed instead of being silently reused.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+import traceback
+
+from lengen.sweep.grid import RunSpec, as_specs
+
+# train.* fields that do not change what a run computes (ignored when matching a finished run)
+_HARMLESS = {"threads", "progress", "device", "tensorboard", "log_every"}
+
+
+def _normalise(cfg_dict: dict) -> dict:
+    d = json.loads(json.dumps(cfg_dict, default=str))
+    for k in _HARMLESS:
+        d.get("train", {}).pop(k, None)
+    return d
+
+
+def _read_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def run_one(spec: RunSpec | dict, out_dir: str, *, quiet: bool = True, threads: int = 0) -> dict:
+    """Train + evaluate one run in ``out_dir/<spec.name>``, or read back its finished rows.
+
+    Returns ``{name, status, rows, seconds, error, traceback, pid}`` with status ``done`` (trained
+    now), ``cached`` (already finished) or ``failed`` (exception; also written to
+    ``failure.json`` in the run directory). Never raises for a failing run, except on
+    KeyboardInterrupt (train() checkpoints first, then the sweep stops)."""
+    from lengen.config import resolve, save_json_atomic
+
+    if isinstance(spec, dict):
+        spec = RunSpec(**spec)
+    run_dir = os.path.join(out_dir, spec.name)
+    fail_path = os.path.join(run_dir, "failure.json")
+    t0 = time.time()
+    result = {"name": spec.name, "tags": spec.tags, "rows": [], "seconds": 0.0, "pid": os.getpid(),
+              "error": None, "traceback": None}
+    try:
+        if threads:
+            import torch
+
+            torch.set_num_threads(threads)
+        cfg = resolve(spec.config)
+        done = os.path.join(run_dir, "eval.json")
+        if os.path.exists(done):
+            stored = _read_json(os.path.join(run_dir, "config.json"))
+            if _normalise(stored) != _normalise(cfg.to_dict()):
+                raise ValueError(f"{run_dir} holds a finished run with a different config; "
+                                 f"delete that directory or sweep into another output folder")
+            result.update(status="cached", rows=_read_json(done))
+        else:
+            from lengen.train import train
+
+            _, _, rows = train(cfg, run_dir, quiet=quiet)
+            if rows is None:
+                raise RuntimeError("training stopped before the last step")
+            result.update(status="done", rows=rows)
+        if os.path.exists(fail_path):
+            os.remove(fail_path)
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:  # noqa: BLE001 - a failing run is recorded, the sweep goes on
+        result.update(status="failed", error=f"{type(e).__name__}: {e}",
+                      traceback=traceback.format_exc())
+        os.makedirs(run_dir, exist_ok=True)
+        save_json_atomic({k: result[k] for k in ("name", "error", "traceback", "pid")}
+                         | {"time": time.time()}, fail_path)
+    result["seconds"] = time.time() - t0
+    return result
+
+
+def failure_result(spec: RunSpec, error: str, tb: str | None = None) -> dict:
+    """A result record for a run whose worker died or whose remote task raised."""
+    return {"name": spec.name, "tags": spec.tags, "rows": [], "seconds": 0.0, "pid": None,
+            "status": "failed", "error": error, "traceback": tb}
+
+
+def result_rows(result: dict) -> list[dict]:
+    """Rows of one result, tagged with the axis labels (never overriding a row's own columns)."""
+    if result["status"] == "failed":
+        return [dict(result["tags"], run=result["name"], status="failed", error=result["error"],
+                     metric=None, value=None)]
+    out = []
+    for r in result["rows"]:
+        row = dict(r)
+        for k, v in result["tags"].items():
+            row.setdefault(k, v)
+        row["status"] = "ok"
+        out.append(row)
+    return out
+
+
+class SweepResult:
+    """What a sweep produced: ``rows`` (every run's rows, in grid order), ``status`` (per run),
+    ``failures``; ``frame()`` gives a pandas DataFrame of the rows."""
+
+    def __init__(self, specs: list[RunSpec], results: dict[str, dict], out_dir: str):
+        self.specs, self.results, self.out_dir = specs, results, out_dir
+        self.rows = [r for s in specs if s.name in results for r in result_rows(results[s.name])]
+        self.status = {s.name: {k: results[s.name][k] for k in ("status", "seconds", "pid", "error")}
+                       for s in specs if s.name in results}
+        self.failures = [{k: results[s.name][k] for k in ("name", "error", "traceback")}
+                         for s in specs if s.name in results and results[s.name]["status"] == "failed"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures and len(self.results) == len(self.specs)
+
+    def frame(self):
+        import pandas as pd
+
+        return pd.DataFrame(self.rows)
+
+    def write(self) -> None:
+        from lengen.config import save_json_atomic
+        from lengen.eval.evaluate import rows_to_csv, write_text_atomic
+
+        save_json_atomic(self.rows, os.path.join(self.out_dir, "results.json"))
+        write_text_atomic(rows_to_csv(self.rows), os.path.join(self.out_dir, "results.csv"))
+        save_json_atomic(self.failures, os.path.join(self.out_dir, "failures.json"))
+        pending = [s.name for s in self.specs if s.name not in self.results]
+        save_json_atomic({"runs": self.status, "pending": pending},
+                         os.path.join(self.out_dir, "sweep.json"))
+
+    def __repr__(self) -> str:
+        counts = {}
+        for st in self.status.values():
+            counts[st["status"]] = counts.get(st["status"], 0) + 1
+        return f"SweepResult({len(self.specs)} runs: {counts})"
+
+
+def run_sweep(runs, out_dir: str, *, workers: int = 1, backend: str = "local", threads: int | None = None,
+              quiet: bool = True, run_fn=run_one, log=print, ray_options: dict | None = None) -> SweepResult:
+    """Run every run of ``runs`` (Grid, ``{name: config}`` or RunSpecs) into ``out_dir``.
+
+    ``workers <= 1``: one after another in this process. ``workers = N``: N spawned worker
+    processes, each with ``threads`` torch threads (default: CPU cores // N, at least 1); a worker
+    that dies (killed, out of memory) has its run recorded as failed and is replaced.
+    ``backend='ray'``: each run is a Ray task (``ray_options``: ``address``, ``num_cpus``,
+    ``num_gpus`` per run); ``out_dir`` must then be on a file system every node sees.
+    All configs are resolved before anything runs, so a typo fails at once. ``run_fn`` is the
+    per-run function (default :func:`run_one`; must be importable by name for workers/Ray)."""
+    from lengen.config import resolve
+
+    if backend not in ("local", "ray"):
+        raise ValueError(f"unknown sweep backend '{backend}'. Valid: local, ray")
+    if backend == "ray":
+        from lengen.sweep.ray_backend import import_ray
+
+        import_ray()               # a missing Ray fails before anything runs
+    specs = as_specs(runs)
+    for s in specs:
+        resolve(s.config)          # unknown keys / names fail before any training
+    os.makedirs(out_dir, exist_ok=True)
+    results: dict[str, dict] = {}
+    summary = SweepResult(specs, results, out_dir)
+    log = log or (lambda *a, **k: None)
+
+    def on_result(res: dict) -> None:
+        nonlocal summary
+        results[res["name"]] = res
+        summary = SweepResult(specs, results, out_dir)
+        summary.write()
+        msg = f"[{len(results)}/{len(specs)}] {res['name']}: {res['status']} ({res['seconds']:.1f}s)"
+        log(msg + (f" - {res['error']}" if res["error"] else ""))
+
+    if threads is None:
+        if backend == "ray":      # as many torch threads as CPUs reserved per task
+            threads = max(1, int((ray_options or {}).get("num_cpus", 1)))
+        else:
+            threads = max(1, (os.cpu_count() or 1) // workers) if workers > 1 else 0
+    opts = {"quiet": quiet, "threads": threads}
+    if backend == "ray" or workers > 1:
+        # finished runs are only read back: do that here instead of starting workers for them
+        todo = []
+        for spec in specs:
+            if os.path.exists(os.path.join(out_dir, spec.name, "eval.json")):
+                on_result(run_fn(spec, out_dir, **dict(opts, threads=0)))
+            else:
+                todo.append(spec)
+    else:
+        todo = specs
+    if not todo:
+        pass
+    elif backend == "ray":
+        from lengen.sweep.ray_backend import run_ray
+
+        run_ray(todo, out_dir, run_fn, opts, on_result, **(ray_options or {}))
+    elif workers <= 1:
+        for spec in todo:
+            on_result(run_fn(spec, out_dir, **opts))
+    else:
+        run_in_workers(todo, out_dir, run_fn, opts, on_result, workers)
+    summary = SweepResult(specs, results, out_dir)
+    summary.write()
+    return summary
+
+
+def _worker_main(conn, run_fn, threads: int) -> None:
+    """Worker process loop: receive (spec, out_dir, opts), send back the result; None stops."""
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    try:
+        while True:
+            msg = conn.recv()
+            if msg is None:
+                return
+            spec, out_dir, opts = msg
+            conn.send(run_fn(spec, out_dir, **opts))
+    except (KeyboardInterrupt, EOFError, BrokenPipeError):
+        # Ctrl-C reaches every process of the foreground group: train() has saved a checkpoint
+        # before re-raising, so just leave. EOF / broken pipe: the parent is gone.
+        return
+
+
+def run_in_workers(specs: list[RunSpec], out_dir: str, run_fn, opts: dict, on_result,
+                   workers: int) -> None:
+    """Hand runs one at a time to ``workers`` spawned processes (the parent always knows which
+    run each worker holds, so a worker that dies is charged to exactly that run)."""
+    import multiprocessing as mp
+    from multiprocessing.connection import wait
+
+    ctx = mp.get_context("spawn")
+    pending = list(specs)
+    slots: list[dict] = []       # {proc, conn, spec or None}
+
+    def start():
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_worker_main, args=(child, run_fn, opts.get("threads", 0)),
+                           daemon=True)
+        proc.start()
+        child.close()
+        return {"proc": proc, "conn": parent, "spec": None}
+
+    try:
+        for _ in range(min(workers, len(pending))):
+            slots.append(start())
+        while True:
+            for slot in slots:
+                if slot["spec"] is None and pending:
+                    slot["spec"] = pending.pop(0)
+                    slot["conn"].send((slot["spec"], out_dir, opts))
+            busy = [s for s in slots if s["spec"] is not None]
+            if not busy:
+                break
+            ready = wait([s["conn"] for s in busy] + [s["proc"].sentinel for s in busy])
+            for slot in busy:
+                res = None
+                if slot["conn"] in ready or slot["proc"].sentinel in ready:
+                    try:
+                        if slot["conn"].poll():
+                            res = slot["conn"].recv()
+                    except (EOFError, OSError):
+                        res = None
+                        slot["proc"].join(timeout=2)    # pipe closed: the process is exiting
+                    if res is None and slot["proc"].is_alive():
+                        continue
+                    if res is None:      # the worker died holding this run
+                        code = slot["proc"].exitcode
+                        res = failure_result(slot["spec"], f"worker process died (exit code {code}; "
+                                             f"killed or out of memory) while running this run")
+                        slot["conn"].close()
+                        slots.remove(slot)
+                        if pending:
+                            slots.append(start())
+                    slot["spec"] = None
+                    on_result(res)
+    finally:
+        for slot in slots:
+            try:
+                slot["conn"].send(None)
+            except (OSError, BrokenPipeError):
+                pass
+        for slot in slots:
+            slot["proc"].join(timeout=5)
+            if slot["proc"].is_alive():
+                slot["proc"].terminate()
+                slot["proc"].join(timeout=5)
+
+
+def collect(out_dir: str) -> list[dict]:
+    """Rows of every finished run directory directly under ``out_dir`` (no training), for
+    looking at a sweep that is still running or was run elsewhere."""
+    rows = []
+    for name in sorted(os.listdir(out_dir)):
+        path = os.path.join(out_dir, name, "eval.json")
+        if os.path.exists(path):
+            rows += [dict(r, status="ok") for r in _read_json(path)]
+    return rows
+
+
+__all__ = ["run_sweep", "run_one", "collect", "SweepResult", "result_rows", "failure_result"]
