@@ -187,7 +187,11 @@ def test_two_workers_match_sequential_and_survive_a_dead_worker(tmp_path):
     assert {par.status[n]["pid"] for n in ("nope-s0", "nope-s1", "tra-s0")} - {os.getpid(), None}
     par = run_sweep(tiny_grid(), par_out, workers=2, threads=1, log=None)
     assert par.ok and par.status["tra-s1"]["status"] == "done"
-    assert par.rows == seq.rows               # same rows, same order, same values
+    # same rows in the same order; values equal up to float rounding (a kernel may reduce in a
+    # different order in another process)
+    strip = [[{k: v for k, v in r.items() if k != "value"} for r in res.rows] for res in (par, seq)]
+    assert strip[0] == strip[1]
+    assert [r["value"] for r in par.rows] == pytest.approx([r["value"] for r in seq.rows], rel=1e-6)
 
 
 def test_ray_backend_missing_is_a_clear_error(tmp_path, monkeypatch):
