@@ -3,14 +3,21 @@
 A forget gate per head and token, ``log f_t = logsigmoid(w_f x_t + b_f)``, adds the data-dependent
 decay ``c_i - c_j`` (``c = cumsum(log f)``) to the logits. Following the public FoX code the gate
 bias starts at 0 (gates ~0.5) and no other positional scheme is needed (``posenc: nope``).
+
+Paths (``impl``, see :mod:`lengen.attention.base`): training with ``auto`` uses the fast CPU op
+(:mod:`lengen.ops.fot.fast_cpu`: one fused SDPA call with the decay folded into two extra head
+dims) for CPU tensors; ``naive`` always uses the dense reference; evaluation with ``auto`` and
+``lean`` use the query-blocked op, whose memory grows linearly in T.
 """
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import nn
 
 from lengen.attention.base import Attention
 from lengen.ops.fot import fot_attention_chunked, fot_attention_naive
+from lengen.ops.fot.fast_cpu import fot_attention_fast_cpu
 
 
 class ForgettingAttention(Attention):
@@ -31,4 +38,15 @@ class ForgettingAttention(Attention):
             return self._keep(fot_attention_naive(q, k, v, log_f, bias_fn=bias_fn, return_weights=True))
         if self.use_lean():
             return fot_attention_chunked(q, k, v, log_f, bias_fn=bias_fn, block_size=self.block_size)
+        if self.impl == "auto":
+            return training_op(q)(q, k, v, log_f, bias_fn=bias_fn)
         return fot_attention_naive(q, k, v, log_f, bias_fn=bias_fn)
+
+
+def training_op(q: torch.Tensor):
+    """The op ``impl='auto'`` trains with, by device."""
+    if q.device.type == "cpu":
+        return fot_attention_fast_cpu
+    # CUDA / other accelerators: the fused Triton kernels (lengen.ops.fot.triton, issue 5 item 4)
+    # are selected here once they are wired in; until then the dense reference.
+    return fot_attention_naive

@@ -1,12 +1,16 @@
 """Standard softmax attention (Vaswani et al. 2017).
 
 Uses ``F.scaled_dot_product_attention`` whenever the positional scheme adds no bias (NoPE,
-learned, sin/cos, RoPE), which is both the fast and the memory-lean path.
+learned, sin/cos, RoPE), which is both the fast and the memory-lean path. With a bias (ALiBi,
+T5, ...) training with ``impl='auto'`` on CPU uses the tiled op of
+:mod:`lengen.ops.softmax.fast_cpu` (SDPA would take its unfused math path to give the bias a
+gradient); evaluation uses the query-blocked SDPA op.
 """
 from __future__ import annotations
 
 from lengen.attention.base import Attention
 from lengen.ops.softmax import softmax_attention_chunked, softmax_attention_naive
+from lengen.ops.softmax.fast_cpu import softmax_attention_fast_cpu
 
 
 class SoftmaxAttention(Attention):
@@ -19,6 +23,9 @@ class SoftmaxAttention(Attention):
         if bias_fn is None or self.use_lean():
             return softmax_attention_chunked(q, k, v, causal=self.causal, bias_fn=bias_fn,
                                              block_size=self.block_size)
-        # training with a bias: one SDPA call over the full [H, T, T] bias
+        if self.impl == "auto" and q.device.type == "cpu":
+            return softmax_attention_fast_cpu(q, k, v, causal=self.causal, bias_fn=bias_fn)
+        # CUDA training with a bias (a Triton kernel would be selected here): one SDPA call over
+        # the full [H, T, T] bias
         return softmax_attention_chunked(q, k, v, causal=self.causal, bias_fn=bias_fn,
                                          block_size=q.shape[-2])

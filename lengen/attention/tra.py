@@ -8,6 +8,11 @@ that contextual distance into the bias ``Dbar_ij * log(delta_i)``.
 ``qk_norm`` (default True) RMS-normalises q and k per head without a learned scale, as the only
 public runnable TRA code (the workshop notebook) does; the paper's equations do not mention it.
 Set ``attention_kwargs.qk_norm=false`` for the equations as printed.
+
+Paths (``impl``, see :mod:`lengen.attention.base`): training with ``auto`` uses the fast CPU op
+(:mod:`lengen.ops.tra.fast_cpu`, tiled, hand-written backward) for CPU tensors; ``naive`` always
+uses the dense reference; evaluation with ``auto`` and ``lean`` use the query-blocked op, whose
+memory grows linearly in T.
 """
 from __future__ import annotations
 
@@ -17,10 +22,12 @@ from torch import nn
 
 from lengen.attention.base import Attention
 from lengen.ops.tra import tra_attention_chunked, tra_attention_naive
+from lengen.ops.tra.fast_cpu import tra_attention_fast_cpu
 
 
 def rms_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    """x * rsqrt(mean(x^2) + eps) over the last dim, no learned scale (one fused kernel)."""
+    return F.rms_norm(x, (x.shape[-1],), eps=eps)
 
 
 class ThresholdRelativeAttention(Attention):
@@ -45,4 +52,15 @@ class ThresholdRelativeAttention(Attention):
             return self._keep(tra_attention_naive(q, k, v, log_gate, bias_fn=bias_fn, return_weights=True))
         if self.use_lean():
             return tra_attention_chunked(q, k, v, log_gate, bias_fn=bias_fn, block_size=self.block_size)
+        if self.impl == "auto":
+            return training_op(q)(q, k, v, log_gate, bias_fn=bias_fn)
         return tra_attention_naive(q, k, v, log_gate, bias_fn=bias_fn)
+
+
+def training_op(q: torch.Tensor):
+    """The op ``impl='auto'`` trains with, by device."""
+    if q.device.type == "cpu":
+        return tra_attention_fast_cpu
+    # CUDA / other accelerators: the fused Triton kernels (lengen.ops.tra.triton, issue 5 item 4)
+    # are selected here once they are wired in; until then the dense reference.
+    return tra_attention_naive

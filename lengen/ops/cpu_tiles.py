@@ -1,0 +1,169 @@
+"""Shared machinery of the CPU training paths (``ops/*/fast_cpu.py``): cache-sized tiles and
+buffer reuse.
+
+Why tiles: an attention step on a CPU is bound by memory traffic over [B, H, T, T] tensors, not
+by arithmetic. Splitting the work into tiles of ``G`` heads x ``qb`` query rows x the ``e`` keys
+those rows can see (about 1 MB each) keeps every elementwise pass in L2, and causal tiles skip the
+keys right of their last row (62% of the square at ``qb = T/4``).
+
+Why buffer reuse: allocating fresh memory costs page faults on every first touch, which on small
+or virtualised machines costs as much as several passes over the data. Scratch tiles therefore
+live in a per-thread workspace, and the one big tensor a fast path keeps for its backward
+(softmax numerators) is taken from and given back to a small pool, so steady-state training
+allocates nothing large.
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+import torch
+
+#: elements per tile (fp32: 1 MB), sized for a 1-2 MB per-core L2 cache
+DEFAULT_BUDGET = 1 << 18
+#: query rows per tile for long sequences (long enough for the matmuls, short enough to skip
+#: most of the causally invisible keys)
+DEFAULT_QBLOCK = 128
+#: additive "minus infinity": keeps arithmetic finite (no inf - inf), exp() underflows to 0
+BIG = 1e30
+
+
+def exp_floor(dtype) -> float:
+    """Floor for shifted logits before ``exp``: weights below e^floor of their row's largest are
+    raised to it (fp32: e^-60 ~ 1e-26, far under rounding). Without the floor, exp of very
+    negative arguments and every later product with its result run through denormal numbers,
+    which CPUs handle tens of times slower (a TRA tile got 50x slower)."""
+    return -60.0 if dtype == torch.float32 else -600.0
+
+
+def plan_tiles(B: int, H: int, T: int, *, causal: bool = True, budget: int = DEFAULT_BUDGET,
+               qblock: int = DEFAULT_QBLOCK, Tk: int | None = None):
+    """Tiles as ``[((b0, b1, h0, h1), [(s, e, ke), ...]), ...]``: groups of (batch, head) pairs,
+    each with its query blocks ``s..e-1`` and the keys ``0..ke-1`` they see (``ke = e`` when
+    causal, ``Tk`` (default ``T``) otherwise).
+
+    A group holds either one batch index and a head range, or a batch range and all heads, so
+    ``x[b0:b1, h0:h1]`` of a contiguous [B, H, T, d] tensor flattens to 3-D without a copy.
+    """
+    Tk = T if Tk is None else Tk
+    width = max(T, Tk)
+    qb = T if T <= qblock else max(16, min(qblock, budget // width))
+    g = max(1, budget // (qb * width))                          # (batch, head) pairs per tile
+    if g >= H:
+        gb = min(B, g // H)
+        groups = [(b, min(B, b + gb), 0, H) for b in range(0, B, gb)]
+    else:
+        groups = [(b, b + 1, h, min(H, h + g)) for b in range(B) for h in range(0, H, g)]
+    blocks = [(s, min(T, s + qb), min(T, s + qb) if causal else Tk) for s in range(0, T, qb)]
+    return [(grp, blocks) for grp in groups]
+
+
+def tile_numel(tiles) -> int:
+    return sum((b1 - b0) * (h1 - h0) * (e - s) * ke
+               for (b0, b1, h0, h1), blocks in tiles for s, e, ke in blocks)
+
+
+class _Local(threading.local):
+    def __init__(self):
+        self.scratch: dict = {}
+        self.pool: OrderedDict = OrderedDict()     # (size class, dtype, device) -> [tensors]
+        self.pool_bytes = 0
+
+
+_local = _Local()
+#: most bytes the pool keeps for later reuse (per thread); beyond it the oldest are dropped
+POOL_LIMIT_BYTES = 2 << 30
+
+
+def scratch(name: str, shape, dtype, device) -> torch.Tensor:
+    """A reusable uninitialised tensor of ``shape`` (a view of a per-thread buffer that only grows).
+
+    Valid until the next ``scratch`` call with the same name; never hand one to autograd.
+    """
+    n = 1
+    for d in shape:
+        n *= d
+    key = (name, dtype, torch.device(device))
+    buf = _local.scratch.get(key)
+    if buf is None or buf.numel() < n:
+        buf = torch.empty(max(n, 1), dtype=dtype, device=device)
+        _local.scratch[key] = buf
+    return buf[:n].view(shape)
+
+
+def _size_class(n: int) -> int:
+    """Round up to 1/8 steps of the next lower power of two (at most 12.5% waste)."""
+    if n <= 4096:
+        return 4096
+    step = 1 << max(0, n.bit_length() - 4)
+    return -(-n // step) * step
+
+
+def pool_take(numel: int, dtype, device) -> torch.Tensor:
+    """A flat uninitialised tensor of ``numel`` elements, reused from the pool when possible."""
+    c = _size_class(numel)
+    key = (c, dtype, torch.device(device))
+    free = _local.pool.get(key)
+    if free:
+        t = free.pop()
+        _local.pool_bytes -= t.numel() * t.element_size()
+        if not free:
+            del _local.pool[key]
+        return t[:numel]
+    return torch.empty(c, dtype=dtype, device=device)[:numel]
+
+
+def pool_give(t: torch.Tensor) -> None:
+    """Return a tensor from :func:`pool_take` (no other reference to it may be used afterwards)."""
+    base = t._base if t._base is not None else t
+    key = (base.numel(), base.dtype, base.device)
+    _local.pool.setdefault(key, []).append(base)
+    _local.pool.move_to_end(key)
+    _local.pool_bytes += base.numel() * base.element_size()
+    while _local.pool_bytes > POOL_LIMIT_BYTES and _local.pool:
+        k, lst = next(iter(_local.pool.items()))
+        old = lst.pop(0)
+        _local.pool_bytes -= old.numel() * old.element_size()
+        if not lst:
+            del _local.pool[k]
+
+
+def empty_cache() -> None:
+    """Release this thread's workspace and pooled buffers."""
+    _local.scratch.clear()
+    _local.pool.clear()
+    _local.pool_bytes = 0
+
+
+def flat(x: torch.Tensor, b0, b1, h0, h1) -> torch.Tensor:
+    """x[b0:b1, h0:h1] of a contiguous [B, H, ...] tensor as [(b1-b0)*(h1-h0), ...] (a view)."""
+    return x[b0:b1, h0:h1].flatten(0, 1)
+
+
+def as_4d(bias: torch.Tensor, H: int, T: int, Tk: int | None = None) -> torch.Tensor:
+    """A bias broadcastable to [B, H, T, Tk] as a [Bb, H, T, Tk] view (Bb = 1 or B), no copy."""
+    while bias.dim() < 4:
+        bias = bias.unsqueeze(0)
+    return bias.expand(bias.shape[0], H, T, T if Tk is None else Tk)
+
+
+def reduce_to(grad4: torch.Tensor, shape) -> torch.Tensor:
+    """Sum a [Bb, H, T, T] gradient down to the broadcast shape the bias came in."""
+    lead = grad4.dim() - len(shape)
+    g = grad4.sum(dim=tuple(range(lead))) if lead else grad4
+    dims = tuple(i for i, n in enumerate(shape) if n == 1 and g.shape[i] != 1)
+    return (g.sum(dim=dims, keepdim=True) if dims else g).reshape(shape)
+
+
+def add_bias_tile(S, bias4, b0, b1, h0, h1, s, e, ke):
+    """S[G, tq, ke] += bias4[b0:b1 (or 0), h0:h1, s:e, :ke]."""
+    bb = bias4[b0:b1] if bias4.shape[0] > 1 else bias4
+    S.view(-1, h1 - h0, e - s, ke).add_(bb[:, h0:h1, s:e, :ke])
+
+
+def accumulate_bias_grad(dbias, dL, b0, b1, h0, h1, s, e, ke):
+    dL4 = dL.view(b1 - b0, h1 - h0, e - s, ke)
+    if dbias.shape[0] == 1:
+        dbias[0, h0:h1, s:e, :ke] += dL4.sum(0) if dL4.shape[0] > 1 else dL4[0]
+    else:
+        dbias[b0:b1, h0:h1, s:e, :ke] += dL4

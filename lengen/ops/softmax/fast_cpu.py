@@ -1,0 +1,161 @@
+"""Softmax attention with an additive bias for CPU training: a tiled autograd Function.
+
+Without a bias, ``F.scaled_dot_product_attention`` already runs a fused O(T)-memory kernel on CPU.
+With a bias that needs a gradient (T5's table, FIRE's MLP, Transformer-XL's terms), SDPA on CPU
+falls back to its unfused math path, which streams several [B, H, T, T] tensors through memory.
+This op does the same maths in cache-sized tiles (:mod:`lengen.ops.cpu_tiles`) and returns the
+bias gradient:
+
+    out = softmax(q k^T * scale + bias + col[None, :], causal) v
+
+``col`` (optional, [B, H, T]) is a per-key bias, used by forgetting attention with a positional
+bias (``col_j = -c_j``; the per-query ``c_i`` is constant along a softmax row and drops out). Its
+gradient is the column sum of the logit gradient.
+
+The causal mask touches only the diagonal square of each tile (additive ``-1e30`` before the row
+max, then a 0/1 factor after ``exp`` so masked weights are exactly zero). The tile keeps
+``E = exp(L - rowmax)`` and the row sums ``l``; backward recomputes nothing:
+``dL = E o (dO' V^T - delta')`` with ``dO' = dO / l``, ``delta' = (dO . O) / l``.
+"""
+from __future__ import annotations
+
+import torch
+
+from lengen.ops.cpu_tiles import (BIG, DEFAULT_BUDGET, DEFAULT_QBLOCK, accumulate_bias_grad,
+                                  add_bias_tile, as_4d, exp_floor, flat, plan_tiles, pool_give,
+                                  pool_take, reduce_to, scratch, tile_numel)
+from lengen.ops.softmax.naive import softmax_attention_naive
+
+
+def _triangles(n: int, dtype, device):
+    """[n, n] additive mask (-BIG above the diagonal) and 0/1 factor (1 on and below it)."""
+    keep = torch.ones(n, n, dtype=torch.bool, device=device).tril()
+    add = torch.zeros(n, n, dtype=dtype, device=device).masked_fill_(~keep, -BIG)
+    return add, keep.to(dtype)
+
+
+class _SoftmaxFastCPU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, bias, col, scale, causal, budget, qblock):
+        B, H, T, _ = q.shape
+        Tk = k.shape[-2]
+        dt, dev, dv_ = q.dtype, q.device, v.shape[-1]
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+        bias4 = None if bias is None else as_4d(bias.to(dt), H, T, Tk)
+        col_c = None if col is None else col.to(dt).contiguous()          # [B, H, Tk]
+        tiles = plan_tiles(B, H, T, causal=causal, budget=budget, qblock=qblock, Tk=Tk)
+        need_grad = any(ctx.needs_input_grad[:5])
+        E_all = pool_take(tile_numel(tiles), dt, dev) if need_grad else None
+        out = torch.empty(B, H, T, dv_, dtype=dt, device=dev)
+        l_all = torch.empty(B, H, T, 1, dtype=dt, device=dev)
+        tri = {}
+        floor = exp_floor(dt)
+        off = 0
+        for (b0, b1, h0, h1), blocks in tiles:
+            qg, kg, vg = (flat(x, b0, b1, h0, h1) for x in (q, k, v))
+            og, lg = flat(out, b0, b1, h0, h1), flat(l_all, b0, b1, h0, h1)
+            cg = None if col_c is None else flat(col_c, b0, b1, h0, h1).unsqueeze(1)  # [G, 1, Tk]
+            for s, e, ke in blocks:
+                shp = (qg.shape[0], e - s, ke)
+                S = scratch("sm.S", shp, dt, dev)
+                torch.baddbmm(S, qg[:, s:e], kg[:, :ke].transpose(1, 2), beta=0, alpha=scale, out=S)
+                if cg is not None:
+                    # minus col[s]: a row constant (drops out of the softmax) that keeps the added
+                    # values small near the diagonal, where the weights are
+                    S.add_(cg[:, :, :ke] - cg[:, :, s:s + 1])
+                if bias4 is not None:
+                    add_bias_tile(S, bias4, b0, b1, h0, h1, s, e, ke)
+                if causal:
+                    if e - s not in tri:
+                        tri[e - s] = _triangles(e - s, dt, dev)
+                    S[:, :, s:].add_(tri[e - s][0])
+                m = S.amax(-1, keepdim=True)
+                if need_grad:
+                    n = shp[0] * shp[1] * ke
+                    E = E_all[off:off + n].view(shp)
+                    off += n
+                else:
+                    E = scratch("sm.E", shp, dt, dev)
+                torch.sub(S, m, out=E).clamp_(floor, 0.0).exp_()  # floor: cpu_tiles.exp_floor
+                if causal:
+                    E[:, :, s:].mul_(tri[e - s][1])               # future keys: exactly 0
+                torch.sum(E, -1, keepdim=True, out=lg[:, s:e])    # >= 1 (the max term is 1)
+                torch.bmm(E, vg[:, :ke], out=og[:, s:e])
+        out.div_(l_all)
+        if need_grad:
+            ctx.save_for_backward(q, k, v, out, l_all)
+            ctx.E_all, ctx.tiles, ctx.scale = E_all, tiles, scale
+            ctx.bias_shape = None if bias is None else bias.shape
+            ctx.bias_batch = None if bias4 is None else bias4.shape[0]
+            ctx.col_dtype = None if col is None else col.dtype
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        if ctx.E_all is None:
+            raise RuntimeError("softmax fast_cpu path: backward called twice (retain_graph / "
+                               "double backward); use attention impl='naive' for that")
+        q, k, v, out, l_all = ctx.saved_tensors
+        E_all, ctx.E_all = ctx.E_all, None
+        B, H, T, _ = q.shape
+        Tk = k.shape[-2]
+        dt, dev, scale = q.dtype, q.device, ctx.scale
+        dout = dout.contiguous()
+        tmp = scratch("sm.rows", dout.shape, dt, dev)
+        deltap = torch.mul(dout, out, out=tmp).sum(-1, keepdim=True).div_(l_all)  # (dO . O) / l
+        dOp = torch.div(dout, l_all, out=tmp)                                      # dO / l
+        dq = torch.empty_like(q)                                 # every row written once below
+        dk, dv = torch.zeros_like(k), torch.zeros_like(v)
+        need_bias = ctx.bias_shape is not None and ctx.needs_input_grad[3]
+        need_col = ctx.col_dtype is not None and ctx.needs_input_grad[4]
+        dbias = torch.zeros(ctx.bias_batch, H, T, Tk, dtype=dt, device=dev) if need_bias else None
+        dcol = torch.zeros(B, H, Tk, dtype=dt, device=dev) if need_col else None
+        off = 0
+        for (b0, b1, h0, h1), blocks in ctx.tiles:
+            qg, kg, vg, dog, dlg = (flat(x, b0, b1, h0, h1) for x in (q, k, v, dOp, deltap))
+            dqg, dkg, dvg = (flat(x, b0, b1, h0, h1) for x in (dq, dk, dv))
+            dcg = None if dcol is None else flat(dcol, b0, b1, h0, h1)
+            for s, e, ke in blocks:
+                shp = (qg.shape[0], e - s, ke)
+                n = shp[0] * shp[1] * ke
+                E = E_all[off:off + n].view(shp)
+                off += n
+                doc = dog[:, s:e]
+                dL = scratch("sm.dP", shp, dt, dev)
+                torch.bmm(doc, vg[:, :ke].transpose(1, 2), out=dL)
+                dL.sub_(dlg[:, s:e]).mul_(E)
+                torch.baddbmm(dqg[:, s:e], dL, kg[:, :ke], beta=0, alpha=scale, out=dqg[:, s:e])
+                dkg[:, :ke].baddbmm_(dL.transpose(1, 2), qg[:, s:e], alpha=scale)
+                dvg[:, :ke].baddbmm_(E.transpose(1, 2), doc)
+                if need_bias:
+                    accumulate_bias_grad(dbias, dL, b0, b1, h0, h1, s, e, ke)
+                if dcg is not None:
+                    # the row-constant shift by col[s] gets sum_j dL_ij = 0 per row: no term
+                    dcg[:, :ke] += dL.sum(1)
+        pool_give(E_all)
+        if need_bias:
+            dbias = reduce_to(dbias, ctx.bias_shape)
+        if need_col:
+            dcol = dcol.to(ctx.col_dtype)
+        return dq, dk, dv, dbias, dcol, None, None, None, None
+
+
+def softmax_attention_fast_cpu(q, k, v, *, causal=True, bias_fn=None, scale=None,
+                               return_weights=False, col_bias=None, budget: int = DEFAULT_BUDGET,
+                               qblock: int = DEFAULT_QBLOCK):
+    """Drop-in for ``softmax_attention_naive`` (q, k, v: [B, H, T, hd]) plus an optional per-key
+    bias ``col_bias`` [B, H, Tk]. ``bias_fn(0, T)`` is called once; its gradient flows back.
+    ``return_weights`` and bf16/fp16 inputs use the dense reference (without ``col_bias``)."""
+    if return_weights or q.dtype not in (torch.float32, torch.float64):
+        if col_bias is not None:
+            raise NotImplementedError("col_bias needs float32/float64 and no return_weights")
+        return softmax_attention_naive(q, k, v, causal=causal, bias_fn=bias_fn, scale=scale,
+                                       return_weights=return_weights)
+    T, Tk = q.shape[-2], k.shape[-2]
+    if causal and T != Tk:
+        raise ValueError("causal fast_cpu softmax attention needs as many keys as queries")
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    bias = bias_fn(0, T) if bias_fn is not None else None
+    if bias is not None:
+        bias = bias[..., :Tk]
+    return _SoftmaxFastCPU.apply(q, k, v, bias, col_bias, scale, causal, budget, qblock)

@@ -1,0 +1,171 @@
+"""TRA for CPU training: a hand-written autograd Function over cache-sized tiles.
+
+Same maths and signature as :func:`lengen.ops.tra.naive.tra_attention_naive` (tested equal to it,
+values and all gradients). The dense reference is slow on a CPU because it streams a dozen
+[B, H, T, T] tensors (masks, counts, logits, softmax, autograd's saved copies) through main
+memory; this path does the same arithmetic in cache-sized tiles (:mod:`lengen.ops.cpu_tiles`) and
+with fewer passes:
+
+* **Float masks, finite "-inf".** The threshold mask is a float tile (``gt`` into a float buffer;
+  bool tensors take slow scalar paths on CPU); non-surviving keys get ``-1e30`` by one fused add,
+  so no ``masked_fill`` and no ``inf - inf``. ``exp`` sends them to exactly 0.
+* **One forward cumsum.** With ``C_ij`` the inclusive running count of survivors from the left and
+  ``total_i = C_i,last``, a surviving key has ``Dbar_ij = total_i + 1 - C_ij``; so
+  ``relu(S) + Dbar * g = S - g (C - total) + g`` and the row constant ``g`` drops out of the
+  softmax. ``C - total`` (``= 1 - Dbar``) is small near the query, so fp32 stays accurate.
+* **Unnormalised softmax.** The tile keeps ``E = exp(L - rowmax)`` and the row sums ``l``; the
+  output is ``(E V) / l``. Backward folds ``1/l`` into ``dO`` (a [T, d] tensor) instead of
+  rescaling a [T, T] one.
+* **No counts in backward.** ``d log_gate_i = sum_j dL_ij Dbar_ij`` equals
+  ``delta_i w_i - dO_i . Z_i`` with ``delta_i = dO_i . O_i``, ``w_i = sum_j P_ij (C - total)_ij``
+  and ``Z = (P o (C - total)) V``, both made in the forward pass from a tile already in cache
+  (derivation: ``sum_j dL_ij = 0`` and ``dL = P o (dO V^T - delta)``). Backward keeps only ``E``.
+* **Backward by matmuls:** ``dL = E o (dO' V^T - delta')`` (``dO' = dO / l``), which is exactly
+  0 off the surviving keys, where ``relu`` would block the gradient anyway; ``dq = dL k``,
+  ``dk = dL^T q``, ``dv = E^T dO'``.
+
+Rows without a surviving key output exactly zero and get zero gradient. bf16/fp16 inputs use the
+dense reference (which computes in fp32). Double backward is not supported (the saved numerators
+go back to a buffer pool after the first backward; a second one raises).
+"""
+from __future__ import annotations
+
+import torch
+
+from lengen.ops.cpu_tiles import (BIG, DEFAULT_BUDGET, DEFAULT_QBLOCK, accumulate_bias_grad,
+                                  add_bias_tile, as_4d, exp_floor, flat, plan_tiles, pool_give,
+                                  pool_take, reduce_to, scratch, tile_numel)
+from lengen.ops.tra.naive import tra_attention_naive
+
+
+class _TRAFastCPU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, log_gate, bias, scale, budget, qblock):
+        B, H, T, _ = q.shape
+        dt, dev, dv_ = q.dtype, q.device, v.shape[-1]
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+        ng = (-log_gate).to(dt).unsqueeze(-1).contiguous()      # [B, H, T, 1], >= 0
+        bias4 = None if bias is None else as_4d(bias.to(dt), H, T)
+        tiles = plan_tiles(B, H, T, causal=True, budget=budget, qblock=qblock)
+        need_grad = any(ctx.needs_input_grad[:5])
+        E_all = pool_take(tile_numel(tiles), dt, dev) if need_grad else None
+        out = torch.empty(B, H, T, dv_, dtype=dt, device=dev)
+        l_all = torch.empty(B, H, T, 1, dtype=dt, device=dev)
+        if need_grad:
+            Z = torch.empty(B, H, T, dv_, dtype=dt, device=dev)    # (E o (C - total)) V
+            w = torch.empty(B, H, T, 1, dtype=dt, device=dev)      # rowsum(E o (C - total))
+        floor = exp_floor(dt)
+        off = 0
+        for (b0, b1, h0, h1), blocks in tiles:
+            qg, kg, vg, ngg = (flat(x, b0, b1, h0, h1) for x in (q, k, v, ng))
+            og, lg = flat(out, b0, b1, h0, h1), flat(l_all, b0, b1, h0, h1)
+            if need_grad:
+                zg, wg = flat(Z, b0, b1, h0, h1), flat(w, b0, b1, h0, h1)
+            for s, e, ke in blocks:
+                shp = (qg.shape[0], e - s, ke)
+                S = scratch("tra.S", shp, dt, dev)
+                torch.baddbmm(S, qg[:, s:e], kg[:, :ke].transpose(1, 2), beta=0, alpha=scale, out=S)
+                S[:, :, s:].tril_()                              # future keys -> 0, i.e. not > 0
+                K = scratch("tra.K", shp, dt, dev)
+                torch.gt(S, 0, out=K)                            # 1.0 survives, 0.0 not
+                C = scratch("tra.C", shp, dt, dev)
+                torch.cumsum(K, -1, out=C)                       # survivors at 0..j
+                C.sub_(C[:, :, -1:].clone())                     # C - total = 1 - Dbar on survivors
+                S.addcmul_(C, ngg[:, s:e])                       # S + g (Dbar - 1)
+                if bias4 is None:
+                    # the row max of S + g (Dbar - 1) over all keys is reached at a surviving key
+                    # (a non-survivor has S <= 0 and the count of the survivor left of it), so no
+                    # masking is needed before the max; empty rows give some finite m.
+                    m = S.amax(-1, keepdim=True)
+                else:
+                    add_bias_tile(S, bias4, b0, b1, h0, h1, s, e, ke)
+                    M = scratch("tra.M", shp, dt, dev)
+                    torch.sub(K, 1, out=M)
+                    m = torch.add(S, M, alpha=BIG, out=M).amax(-1, keepdim=True)  # over survivors
+                if need_grad:
+                    n = shp[0] * shp[1] * ke
+                    E = E_all[off:off + n].view(shp)
+                    off += n
+                else:
+                    E = scratch("tra.E", shp, dt, dev)
+                # clamp: no denormals (cpu_tiles.exp_floor), no overflow off the survivors;
+                # then the mask: non-surviving keys get exactly 0
+                torch.sub(S, m, out=E).clamp_(floor, 0.0).exp_().mul_(K)
+                # row sums; >= 1 unless the row is empty (0 -> 1 so that 0 / 1 = 0)
+                torch.sum(E, -1, keepdim=True, out=lg[:, s:e]).clamp_min_(1.0)
+                torch.bmm(E, vg[:, :ke], out=og[:, s:e])
+                if need_grad:
+                    C.mul_(E)
+                    torch.sum(C, -1, keepdim=True, out=wg[:, s:e])
+                    torch.bmm(C, vg[:, :ke], out=zg[:, s:e])
+        out.div_(l_all)
+        if need_grad:
+            Z.div_(l_all)
+            w.div_(l_all)
+            ctx.save_for_backward(q, k, v, out, l_all, Z, w)
+            ctx.E_all, ctx.tiles, ctx.scale = E_all, tiles, scale
+            ctx.bias_shape = None if bias is None else bias.shape
+            ctx.bias_batch = None if bias4 is None else bias4.shape[0]
+            ctx.gate_dtype = log_gate.dtype
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        if ctx.E_all is None:
+            raise RuntimeError("tra fast_cpu path: backward called twice (retain_graph / double "
+                               "backward); use attention impl='naive' for that")
+        q, k, v, out, l_all, Z, w = ctx.saved_tensors
+        E_all, ctx.E_all = ctx.E_all, None
+        B, H, T, _ = q.shape
+        dt, dev, scale = q.dtype, q.device, ctx.scale
+        dout = dout.contiguous()
+        tmp = scratch("tra.rows", dout.shape, dt, dev)
+        delta = torch.mul(dout, out, out=tmp).sum(-1, keepdim=True)      # dO . O  [B, H, T, 1]
+        dg = (delta * w).squeeze(-1) - torch.mul(dout, Z, out=tmp).sum(-1)  # d log_gate
+        dOp = torch.div(dout, l_all, out=tmp)                    # dO' = dO / l
+        deltap = delta.div_(l_all)
+        dq = torch.empty_like(q)                                 # every row written once below
+        dk, dv = torch.zeros_like(k), torch.zeros_like(v)
+        need_bias = ctx.bias_shape is not None and ctx.needs_input_grad[4]
+        dbias = torch.zeros(ctx.bias_batch, H, T, T, dtype=dt, device=dev) if need_bias else None
+        off = 0
+        for (b0, b1, h0, h1), blocks in ctx.tiles:
+            qg, kg, vg, dog, dlg = (flat(x, b0, b1, h0, h1) for x in (q, k, v, dOp, deltap))
+            dqg, dkg, dvg = (flat(x, b0, b1, h0, h1) for x in (dq, dk, dv))
+            for s, e, ke in blocks:
+                shp = (qg.shape[0], e - s, ke)
+                n = shp[0] * shp[1] * ke
+                E = E_all[off:off + n].view(shp)
+                off += n
+                doc = dog[:, s:e]                                # [G, tq, dv]
+                dL = scratch("tra.dP", shp, dt, dev)
+                torch.bmm(doc, vg[:, :ke].transpose(1, 2), out=dL)
+                dL.sub_(dlg[:, s:e]).mul_(E)                     # dlogits (0 off the survivors)
+                torch.baddbmm(dqg[:, s:e], dL, kg[:, :ke], beta=0, alpha=scale, out=dqg[:, s:e])
+                dkg[:, :ke].baddbmm_(dL.transpose(1, 2), qg[:, s:e], alpha=scale)
+                dvg[:, :ke].baddbmm_(E.transpose(1, 2), doc)
+                if need_bias:
+                    accumulate_bias_grad(dbias, dL, b0, b1, h0, h1, s, e, ke)
+        pool_give(E_all)
+        if need_bias:
+            dbias = reduce_to(dbias, ctx.bias_shape)
+        return dq, dk, dv, dg.to(ctx.gate_dtype), dbias, None, None, None
+
+
+def tra_attention_fast_cpu(q, k, v, log_gate, *, bias_fn=None, scale=None, return_weights=False,
+                           budget: int = DEFAULT_BUDGET, qblock: int = DEFAULT_QBLOCK):
+    """Drop-in for ``tra_attention_naive`` (q, k, v: [B, H, T, hd]; log_gate: [B, H, T]).
+
+    ``bias_fn(0, T)`` is called once (the full [.., T, T] bias exists in training anyway); its
+    gradient flows back through whatever made it. ``return_weights`` and bf16/fp16 inputs use the
+    dense reference.
+    """
+    if return_weights or q.dtype not in (torch.float32, torch.float64):
+        return tra_attention_naive(q, k, v, log_gate, bias_fn=bias_fn, scale=scale,
+                                   return_weights=return_weights)
+    T = q.shape[-2]
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    bias = bias_fn(0, T) if bias_fn is not None else None
+    if bias is not None:
+        bias = bias[..., :T]
+    return _TRAFastCPU.apply(q, k, v, log_gate, bias, scale, budget, qblock)
