@@ -4,6 +4,8 @@
     lengen eval RUN_DIR [--splits iid sparse dense] [--sequences N]
     lengen demo [--out DIR] [--steps N]
     lengen reproduce tra-flipflop [--scale smoke|cpu|paper] [--out DIR] [--workers N] [--seeds ...]
+    lengen reproduce randomized-pe [--scale smoke|cpu|paper] [--tasks ...] [--schemes ...]
+                                   [--ablation-L [L ...]] [--ablation-unsorted] [--estimate]
     lengen plot attention RUN_DIR [--split sparse] [--layer -1] [--head 0] [--out FILE] [--index N]
     lengen list
 """
@@ -73,6 +75,23 @@ def cmd_reproduce_tra(args) -> int:
     res = run_tra_flipflop(args.scale, args.out, workers=args.workers, seeds=args.seeds,
                            models=args.models, rel=args.rel, heatmaps=args.heatmaps,
                            backend=args.backend, threads=args.threads, device=args.device)
+    return 1 if res["sweep"].failures else 0
+
+
+def cmd_reproduce_rpe(args) -> int:
+    from lengen.recipes.randomized_pe import estimate_time, run_randomized_pe
+
+    if args.estimate:
+        estimate_time(args.scale, tasks=args.tasks, schemes=args.schemes, workers=args.workers,
+                      threads=args.threads, device=args.device,
+                      seeds=len(args.seeds) if args.seeds else None,
+                      lrs=len(args.lrs) if args.lrs else None)
+        return 0
+    res = run_randomized_pe(args.scale, args.out, workers=args.workers, tasks=args.tasks,
+                            schemes=args.schemes, seeds=args.seeds, lrs=args.lrs,
+                            eval_randomized=args.eval_randomized, ablation_L=args.ablation_L,
+                            ablation_unsorted=args.ablation_unsorted, backend=args.backend,
+                            threads=args.threads, device=args.device)
     return 1 if res["sweep"].failures else 0
 
 
@@ -154,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Paper reproductions: sweeps of runs plus the paper's table "
                                    "layout with the published numbers beside ours.")
     rsub = p.add_subparsers(dest="experiment", required=True, metavar="EXPERIMENT",
-                            help="which reproduction (tra-flipflop)")
+                            help="which reproduction (tra-flipflop, randomized-pe)")
     q = rsub.add_parser("tra-flipflop", help="TRA paper Table 1: nine models on flip-flop "
                         "(IID / OOD dense / OOD sparse)",
                         description="Train NoPE, APE, REL, RoPE, Label, FoT, Diff, CoPE and TRA "
@@ -188,6 +207,59 @@ def build_parser() -> argparse.ArgumentParser:
                    help="time a few steps per model on this machine and print the estimated "
                         "total instead of running")
     q.set_defaults(fn=cmd_reproduce_tra)
+
+    q = rsub.add_parser("randomized-pe", help="Ruoss et al. 2023 Tables 1/4 and Fig. 4: "
+                        "standard vs randomized positional encodings on the Chomsky tasks",
+                        description="Train the paper's encoder on tasks x encodings x seeds x "
+                                    "learning rates, evaluate over test lengths N+1..M, and write "
+                                    "table1.md/.csv, table4.md, curves/<task>.png (plus the L and "
+                                    "sorting ablations if asked) beside the published numbers. "
+                                    "Finished runs are reused.")
+    q.add_argument("--scale", choices=("smoke", "cpu", "paper"), default="cpu",
+                   help="sizes and steps (protocol unchanged): smoke = seconds (tests), cpu = "
+                        "5 tasks x 4 encodings x 2 seeds, 1.5k steps, strided test lengths, meant "
+                        "for <= 3 h on 2 cores with --workers 2 (check with --estimate), paper = "
+                        "15 tasks x 11 encodings x 10 seeds x 3 lrs, 2M steps (GPU)")
+    q.add_argument("--out", metavar="DIR", default=None,
+                   help="output folder (default runs/randomized-pe-<scale>, with -evalid "
+                        "appended under --eval-identity)")
+    q.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="parallel worker processes (default 1: one run after another)")
+    q.add_argument("--tasks", nargs="+", default=None, metavar="TASK",
+                   help="subset of tasks (default: the scale's; e.g. even_pairs reverse_string)")
+    q.add_argument("--schemes", nargs="+", default=None, metavar="ENC",
+                   help="subset of encodings: none sincos relative alibi rope learned "
+                        "rand_sincos rand_relative rand_alibi rand_rope rand_learned "
+                        "(default: the scale's)")
+    q.add_argument("--seeds", type=int, nargs="+", default=None, metavar="S",
+                   help="seeds (init and data order; default: the scale's, e.g. 0 1 for cpu)")
+    q.add_argument("--lrs", type=float, nargs="+", default=None, metavar="LR",
+                   help="learning rates (default: the scale's; paper 1e-4 3e-4 5e-4)")
+    ev = q.add_mutually_exclusive_group()
+    ev.add_argument("--eval-randomized", dest="eval_randomized", action="store_true",
+                    default=True, help="randomized encodings keep drawing fresh sorted "
+                                       "positions at evaluation, as the paper (default)")
+    ev.add_argument("--eval-identity", dest="eval_randomized", action="store_false",
+                    help="randomized encodings use positions 0..T-1 at evaluation instead")
+    q.add_argument("--ablation-L", dest="ablation_L", type=int, nargs="*", default=None,
+                   metavar="L", help="also train randomized relative at these maximum positions "
+                                     "L on reverse_string and missing_duplicate_string (Fig. 3); "
+                                     "no values = the scale's (paper: 1024 2048 4096 8192); L "
+                                     "must hold the longest test input")
+    q.add_argument("--ablation-unsorted", action="store_true",
+                   help="also train randomized sin/cos without sorting the positions (Table 3)")
+    q.add_argument("--backend", choices=("local", "ray"), default="local",
+                   help="local processes (default) or Ray tasks (needs: pip install ray)")
+    q.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="torch threads per worker (default: cores // workers when workers > 1)")
+    q.add_argument("--device", default=None,
+                   help="torch device for training (default: cuda at paper scale if present, "
+                        "else cpu)")
+    q.add_argument("--estimate", action="store_true",
+                   help="time a few training steps and one longest-length evaluation batch per "
+                        "task x encoding on this machine and print the estimated total wall "
+                        "time of the grid instead of running")
+    q.set_defaults(fn=cmd_reproduce_rpe)
 
     p = sub.add_parser("plot", help="plots of finished runs (attention heatmaps)",
                        description="Plots made from run directories; nothing is trained.")

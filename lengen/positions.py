@@ -47,13 +47,15 @@ class IdentitySampler(PositionSampler):
         return "identity: positions 0..T-1 at train and eval"
 
 
-def sorted_subset(length: int, max_length: int, *, device=None, generator=None) -> torch.Tensor:
+def sorted_subset(length: int, max_length: int, *, device=None, generator=None,
+                  sort: bool = True) -> torch.Tensor:
     """``length`` distinct integers drawn uniformly from [0, max_length) without replacement,
-    sorted ascending, as float32 [T]. Draws from ``generator`` if given, else torch's global RNG
-    (so a resumed run that restores the RNG state redraws the same positions)."""
+    sorted ascending (``sort=False``: in random order), as float32 [T]. Draws from ``generator``
+    if given, else torch's global RNG (so a resumed run that restores the RNG state redraws the
+    same positions)."""
     gen_device = generator.device if generator is not None else "cpu"
-    perm = torch.randperm(max_length, generator=generator, device=gen_device)
-    return perm[:length].sort().values.to(device=device, dtype=torch.float32)
+    perm = torch.randperm(max_length, generator=generator, device=gen_device)[:length]
+    return (perm.sort().values if sort else perm).to(device=device, dtype=torch.float32)
 
 
 class RandomizedSampler(PositionSampler):
@@ -64,17 +66,19 @@ class RandomizedSampler(PositionSampler):
     Evaluation: ``eval_mode='randomized'`` (default, the paper and its code: a fresh draw, so test
     positions are in distribution) or ``'identity'`` (positions 0..T-1).
     ``T > max_length`` is an error (the paper needs L >= the longest test length; it uses 2048).
+    ``sort=False`` leaves the drawn positions in random order (the paper's Table 3 ablation; the
+    method itself always sorts).
     """
 
     EVAL_MODES = ("randomized", "identity")
 
-    def __init__(self, max_length: int = 2048, eval_mode: str = "randomized"):
+    def __init__(self, max_length: int = 2048, eval_mode: str = "randomized", sort: bool = True):
         if max_length < 1:
             raise ValueError(f"max_length must be >= 1, got {max_length}")
         if eval_mode not in self.EVAL_MODES:
             raise ValueError(f"unknown eval_mode '{eval_mode}' for {type(self).__name__}. "
                              f"Valid: {', '.join(self.EVAL_MODES)}")
-        self.max_length, self.eval_mode = int(max_length), eval_mode
+        self.max_length, self.eval_mode, self.sort = int(max_length), eval_mode, bool(sort)
 
     def check(self, length: int) -> None:
         if length > self.max_length:
@@ -86,7 +90,8 @@ class RandomizedSampler(PositionSampler):
         if not training and self.eval_mode == "identity":
             return torch.arange(length, device=device, dtype=torch.float32)
         self.check(length)
-        return sorted_subset(length, self.max_length, device=device, generator=generator)
+        return sorted_subset(length, self.max_length, device=device, generator=generator,
+                             sort=self.sort)
 
     def max_position(self, length):
         if self.eval_mode == "identity":     # a long eval input may exceed L with identity
@@ -95,8 +100,9 @@ class RandomizedSampler(PositionSampler):
         return float(self.max_length - 1)
 
     def describe(self):
-        ev = ("a fresh sorted draw" if self.eval_mode == "randomized" else "positions 0..T-1")
-        return (f"{type(self).__name__.removesuffix('Sampler').lower()}: train: sorted draw of T "
+        order = "sorted" if self.sort else "unsorted"
+        ev = (f"a fresh {order} draw" if self.eval_mode == "randomized" else "positions 0..T-1")
+        return (f"{type(self).__name__.removesuffix('Sampler').lower()}: train: {order} draw of T "
                 f"distinct positions from [0, {self.max_length}), one per batch; eval: {ev}")
 
 

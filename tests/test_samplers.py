@@ -146,3 +146,20 @@ def test_registry_and_describe():
         assert d.startswith(name) and "train" in d and "eval" in d and "512" in d
     assert "0..T-1" in build_sampler("randomized", eval_mode="identity").describe()
     assert "evenly spaced" in build_sampler("label", eval_mode="spread").describe()
+
+
+def test_unsorted_option_draws_the_same_subset_in_random_order():
+    # Ruoss et al. Table 3 ablation: sort=False keeps the draw's random order; sort=True (default)
+    # must stay the very same draw, sorted (so existing runs are unchanged)
+    for seed in range(3):
+        s = RandomizedSampler(2048).sample(50, training=True,
+                                           generator=torch.Generator().manual_seed(seed))
+        u = RandomizedSampler(2048, sort=False).sample(50, training=True,
+                                                      generator=torch.Generator().manual_seed(seed))
+        assert torch.equal(u.sort().values, s)
+        assert not (u[1:] > u[:-1]).all()          # 1/50! chance of a sorted draw
+        assert u.unique().numel() == 50 and u.min() >= 0 and u.max() <= 2047
+    ev = RandomizedSampler(2048, sort=False).sample(50, training=False)
+    assert not (ev[1:] > ev[:-1]).all()            # eval draws are unsorted too
+    assert "unsorted" in RandomizedSampler(sort=False).describe()
+    assert "unsorted" not in RandomizedSampler().describe()

@@ -3,7 +3,8 @@
 Each row: ``{run, task, split, length, metric, value, pe, attention, positions, seed, data_seed,
 step}`` for metrics ``seq_acc`` (whole-sequence accuracy), ``token_acc`` (per-read accuracy for
 flip-flop), ``glitch_rate`` (1 - token_acc) and ``nll``. Runs under ``torch.inference_mode`` with
-the model in eval mode, so dropout is off and attention takes its memory-lean path.
+the model in eval mode, so dropout is off and attention takes its memory-lean path. Tasks with an
+``output_slice`` are scored over their output classes only (see :mod:`lengen.eval.metrics`).
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import os
 
 import torch
 
-from lengen.eval.metrics import batch_stats, finalize
+from lengen.eval.metrics import batch_stats, finalize, restrict_to_outputs
 
 
 @torch.inference_mode()
@@ -28,8 +29,10 @@ def evaluate_split(model, task, split: str, n_sequences: int, batch_size: int, s
         for batch in task.eval_batches(split, n_sequences, batch_size, gen):
             batch = batch.to(device)
             length = max(length, batch.inputs.shape[1])
-            logits = model(batch.inputs)
-            s = batch_stats(logits, batch.targets, batch.eval_mask)
+            logits, targets = restrict_to_outputs(model(batch.inputs), batch.targets,
+                                                  getattr(task, "output_slice", None),
+                                                  batch.eval_mask)
+            s = batch_stats(logits, targets, batch.eval_mask)
             total = s if total is None else {k: total[k] + s[k] for k in total}
     finally:
         model.train(was_training)

@@ -5,11 +5,34 @@
 * per-token accuracy over scored positions (for flip-flop: per-read accuracy; 1 - it is the
   "glitch rate" of Liu et al.);
 * mean cross-entropy over scored positions (-> perplexity).
+
+Tasks whose answers live in a known id range (``task.output_slice``, the Chomsky tasks' output
+classes) are scored as in the reference code, whose output layer has one unit per output class:
+:func:`restrict_to_outputs` keeps only those logits, so argmax and cross-entropy range over the
+output classes alone, and shifts the targets to match.
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+
+IGNORE = -100    # F.cross_entropy's default ignore_index: targets never scored
+
+
+def restrict_to_outputs(logits: torch.Tensor, targets: torch.Tensor, output_slice: slice | None,
+                        mask: torch.Tensor | None = None):
+    """``(logits[..., output_slice], targets - output_slice.start)``; ``output_slice=None`` returns
+    the inputs unchanged. Targets outside the slice (input and placeholder positions, never
+    scored) become ``IGNORE``; one of them under ``mask`` is an error rather than a silent miss."""
+    if output_slice is None:
+        return logits, targets
+    start, stop = output_slice.start, output_slice.stop
+    inside = (targets >= start) & (targets < stop)
+    if mask is not None and bool((mask & ~inside).any()):
+        raise ValueError(f"a scored target lies outside the task's output classes "
+                         f"[{start}, {stop})")
+    return logits[..., start:stop], torch.where(inside, targets - start, IGNORE)
 
 
 def batch_stats(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> dict:

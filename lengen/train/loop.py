@@ -8,6 +8,7 @@ data RNG). A NaN/inf loss stops the run with a clear error and leaves the last g
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -17,6 +18,7 @@ import torch.nn.functional as F
 
 from lengen.config import ExperimentConfig, save_json_atomic
 from lengen.eval.evaluate import evaluate
+from lengen.eval.metrics import restrict_to_outputs
 from lengen.model import ModelConfig, Transformer
 from lengen.tasks import build_task
 from lengen.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, save_weights
@@ -34,6 +36,8 @@ def build_model(mc: ModelConfig, task=None) -> Transformer:
 
 
 def loss_fn(logits, batch):
+    """Mean cross-entropy over ``batch.loss_mask``; ``train`` hands it logits and targets already
+    restricted to the task's output classes when the task has an ``output_slice``."""
     mask = batch.loss_mask
     nll = F.cross_entropy(logits.float().flatten(0, 1), batch.targets.flatten(), reduction="none")
     return (nll * mask.flatten().float()).sum() / mask.sum().clamp_min(1)
@@ -111,6 +115,7 @@ def train(cfg: ExperimentConfig, run_dir: str, *, resume: bool = True, stop_at: 
     meta = run_meta(cfg, run_dir)
     splits = cfg.eval.splits or task.splits()
     end = tc.steps if stop_at is None else min(stop_at, tc.steps)
+    out_slice = getattr(task, "output_slice", None)    # loss over the output classes only
 
     bar = None
     if tc.progress and not quiet:
@@ -123,7 +128,9 @@ def train(cfg: ExperimentConfig, run_dir: str, *, resume: bool = True, stop_at: 
     try:
         while step < end:
             batch = task.train_batch(tc.batch_size, data_gen).to(device)
-            loss = loss_fn(model(batch.inputs), batch)
+            logits, targets = restrict_to_outputs(model(batch.inputs), batch.targets, out_slice,
+                                                  batch.loss_mask)
+            loss = loss_fn(logits, dataclasses.replace(batch, targets=targets))
             if not torch.isfinite(loss):
                 raise TrainingDiverged(
                     f"loss is {loss.item()} at step {step}; stopping. The last good checkpoint "

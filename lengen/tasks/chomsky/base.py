@@ -20,9 +20,9 @@ Token layout (one token space shared by the embedding and the output head)::
     vocab_size = input_size + output_size + 1
 
 Input and output ids are kept disjoint, as the reference keeps separate one-hot input and output
-spaces. Accuracy is an argmax over the whole vocabulary here; a model quickly learns never to put
-mass on the input-only ids, and ``output_slice`` tells an evaluator where the output classes live
-if it wants the reference's argmax over the output classes only.
+spaces. ``output_slice`` says where the output classes live; training loss and evaluation use it
+(``lengen.eval.metrics.restrict_to_outputs``) so that, as in the reference, cross-entropy and
+argmax range over the output classes only.
 
 Protocol (as in both papers): one length per batch, training length uniform in ``1..N``
 (``max_train_length``, default 40); evaluation splits ``len=N+1`` ... ``len=M`` (``M`` =

@@ -1,0 +1,446 @@
+"""``lengen reproduce randomized-pe``: Ruoss et al. (2023), Tables 1 and 4, Fig. 4, and the
+ablations of Appendix B.1 (Fig. 3: the maximum position L; Table 3: sorted vs unsorted).
+
+Protocol (every scale; ``SCALES`` changes sizes and steps, never the protocol):
+
+* the 15 Chomsky-hierarchy tasks as encoder tasks (input + output placeholders, answer read at the
+  placeholders); train on input lengths uniform in 1..N, one length per batch;
+* the paper's encoder (``lengen.model.presets``: 5 blocks, 8 heads, d_model 64, ReLU FFN 256,
+  post-LayerNorm, no final norm, embeddings x sqrt(d), dropout 0.1, bidirectional), Adam without
+  weight decay or schedule, gradient clipping at 1.0; loss and argmax over the output classes;
+* eleven encodings (``SCHEMES``): none, sin/cos, relative (Transformer-XL), ALiBi (bidirectional,
+  ``m(-|i-j| + 0.5[j<i])``), RoPE, learned; and the same five with randomized positions (a sorted
+  random subset of [0, L), one draw per batch; randomized learned = label encodings). Randomized
+  relative uses the signed differences of the drawn positions over [-(L-1), L-1] (the public
+  code's right-of-query bug is not reproduced);
+* score of a run = mean over the test lengths N+1..M of the per-length accuracy
+  (:mod:`lengen.eval.length_sweep`); Table 1 = max over seeds x learning rates, Table 4 = mean ±
+  std over seeds at the learning rate with the best mean;
+* evaluation: dropout off (the reference leaves it on); randomized positions keep drawing fresh
+  sorted positions at test time as in the paper (``eval_randomized=False``: positions 0..T-1).
+
+Scales (numbers in ``SCALES``; the captions of the written tables restate them):
+
+* ``paper``: all 15 tasks x 11 encodings x 10 seeds x lrs {1e-4, 3e-4, 5e-4}, 2,000,000 steps
+  (the RPE paper, Appendix A; Deletang et al. used 1M), batch 128, N = 40, every test length
+  41..500 with 500 sequences each, curves also at every length 1..40, L = 2048. GPU.
+* ``cpu``: a 2-core CPU in <= 3 hours with ``--workers 2`` (not measured here: check with
+  ``lengen reproduce randomized-pe --scale cpu --workers 2 --estimate``): 5 tasks (even pairs,
+  reverse / duplicate string, missing duplicate, bucket sort) x 4 encodings (sin/cos, relative,
+  and their randomized versions) x 2 seeds x lr 5e-4, 1,500 steps at batch 64, the paper's
+  model, test lengths 41, 81, ..., 481, 500 (stride 40, 13 lengths) with 32 sequences each,
+  curves also at lengths 1, 14, 27, 40. A first, noisy timing on a loaded 2-core machine (load
+  ~4.5) extrapolated to ~3.5 h, i.e. roughly 2 h on an idle one; not verified: if ``--estimate``
+  says more than 3 h on yours, lower ``steps`` here. To time one real run instead, e.g. the
+  slowest cell: ``lengen reproduce randomized-pe --scale cpu --tasks duplicate_string --schemes
+  relative --seeds 0 --out /tmp/one-run``; the log line and ``sweep.json`` give its seconds.
+* ``smoke``: seconds, for tests (tiny model, N = 5, M = 12; numbers are meaningless).
+
+Outputs in ``--out`` (default ``runs/randomized-pe-<scale>``): one run directory per task x
+encoding x seed x lr (``lengen.sweep``), ``results.csv`` (every row), ``scores.csv`` (one score per
+run), ``table1.md/.csv`` (max; the CSV also holds the Table 4 numbers), ``table4.md`` (mean ± std),
+``curves/<task>.png`` (Fig. 4), and with the ablations ``ablation_L.md/.csv/.png`` (Fig. 3) and
+``table3.md/.csv`` (sorted vs unsorted). Published numbers sit beside ours in every table.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from lengen.model.presets import RUOSS2023_ENCODER, RUOSS2023_LRS, RUOSS2023_TRAIN
+
+PAPER_TASKS = ("even_pairs", "modular_arithmetic", "parity_check", "cycle_navigation",
+               "stack_manipulation", "reverse_string", "modular_arithmetic_brackets",
+               "solve_equation", "duplicate_string", "missing_duplicate_string", "odds_first",
+               "binary_addition", "binary_multiplication", "compute_sqrt", "bucket_sort")
+
+# --- sizes: one dict per scale (a scale changes sizes and steps, never the protocol) -----------
+SCALES = {
+    "smoke": dict(tasks=("even_pairs", "reverse_string"),
+                  schemes=("none", "sincos", "rand_sincos", "rand_relative"),
+                  seeds=(0,), lrs=(1e-3,), steps=3, batch_size=8, N=5, M=12, L=64,
+                  test_stride=3, curve_stride=2, eval_sequences=4, eval_batch_size=4,
+                  model=dict(d_model=16, n_layers=1, n_heads=2, d_ff=32), ckpt_every=0,
+                  ablation_L=(32, 64, 128)),
+    "cpu": dict(tasks=("even_pairs", "reverse_string", "duplicate_string",
+                       "missing_duplicate_string", "bucket_sort"),
+                schemes=("sincos", "relative", "rand_sincos", "rand_relative"),
+                seeds=(0, 1), lrs=(5e-4,), steps=1500, batch_size=64, N=40, M=500, L=2048,
+                test_stride=40, curve_stride=13, eval_sequences=32, eval_batch_size=32,
+                model={}, ckpt_every=500, ablation_L=(1024, 2048, 4096, 8192)),
+    "paper": dict(tasks=PAPER_TASKS,
+                  schemes=("none", "sincos", "relative", "alibi", "rope", "learned", "rand_sincos",
+                           "rand_relative", "rand_alibi", "rand_rope", "rand_learned"),
+                  seeds=tuple(range(10)), lrs=RUOSS2023_LRS, steps=2_000_000, batch_size=128,
+                  N=40, M=500, L=2048, test_stride=1, curve_stride=1, eval_sequences=500,
+                  eval_batch_size=125, model={}, ckpt_every=10_000,
+                  ablation_L=(1024, 2048, 4096, 8192)),
+}
+ABLATION_L_TASKS = ("reverse_string", "missing_duplicate_string")   # the paper's Fig. 3 tasks
+
+# Table columns in the paper's order: key -> (label, posenc, position sampler, sorted)
+SCHEMES = {
+    "none": ("None", "nope", "identity", True),
+    "sincos": ("sin/cos", "sincos", "identity", True),
+    "relative": ("Relative", "xl", "identity", True),
+    "alibi": ("ALiBi", "alibi", "identity", True),
+    "rope": ("RoPE", "rope", "identity", True),
+    "learned": ("Learned", "learned", "identity", True),
+    "rand_sincos": ("Rand. sin/cos", "sincos", "randomized", True),
+    "rand_relative": ("Rand. Relative", "xl", "randomized", True),
+    "rand_alibi": ("Rand. ALiBi", "alibi", "randomized", True),
+    "rand_rope": ("Rand. RoPE", "rope", "randomized", True),
+    "rand_learned": ("Rand. Learned★", "learned", "randomized", True),
+}
+UNSORTED = "rand_sincos_unsorted"          # Table 3 ablation column (not a Table 1 column)
+EXTRA_SCHEMES = {UNSORTED: ("Rand. sin/cos w/o sorting", "sincos", "randomized", False)}
+
+TASK_LABELS = {
+    "even_pairs": ("R", "Even Pairs"), "modular_arithmetic": ("R", "Modular Arithmetic (Simple)"),
+    "parity_check": ("R", "Parity Check†"), "cycle_navigation": ("R", "Cycle Navigation†"),
+    "stack_manipulation": ("DCF", "Stack Manipulation"),
+    "reverse_string": ("DCF", "Reverse String"),
+    "modular_arithmetic_brackets": ("DCF", "Modular Arithmetic"),
+    "solve_equation": ("DCF", "Solve Equation"), "duplicate_string": ("CS", "Duplicate String"),
+    "missing_duplicate_string": ("CS", "Missing Duplicate"), "odds_first": ("CS", "Odds First"),
+    "binary_addition": ("CS", "Binary Addition"),
+    "binary_multiplication": ("CS", "Binary Multiplication"),
+    "compute_sqrt": ("CS", "Compute Sqrt"), "bucket_sort": ("CS", "Bucket Sort†"),
+}
+
+# --- published numbers (Ruoss et al. 2023), accuracy in %, columns in SCHEMES order ------------
+# Table 1: averaged over test lengths 41..500, maximised over 10 seeds and 3 learning rates.
+_TABLE1 = """
+even_pairs                   50.4  50.9  96.4  67.3  51.0  50.7 100.0 100.0  81.5 100.0  97.5
+modular_arithmetic           20.1  20.5  21.8  24.2  21.6  20.2  25.7  28.1  21.2  25.5  21.1
+parity_check                 51.9  50.5  51.8  51.7  51.3  50.3  52.6  52.2  50.3  52.3  52.6
+cycle_navigation             61.9  26.3  23.0  37.6  23.6  24.2  59.0  58.8  29.8  73.6  49.7
+stack_manipulation           50.3  50.1  53.6  57.5  51.2  49.2  72.8  77.9  70.6  68.2  69.1
+reverse_string               52.8  50.6  58.3  62.3  51.9  50.7  75.6  95.1  77.1  69.9  52.9
+modular_arithmetic_brackets  31.0  28.3  30.3  32.5  25.1  25.1  33.8  34.9  31.3  32.7  31.9
+solve_equation               20.1  21.0  23.0  25.7  23.1  20.4  24.5  28.1  22.0  24.5  22.1
+duplicate_string             52.8  50.7  51.7  51.3  50.9  50.8  72.4  75.1  68.9  68.9  53.0
+missing_duplicate_string     52.5  51.3  54.0  54.3  56.5  51.0  52.5 100.0  79.7  88.7  52.7
+odds_first                   52.8  51.6  52.7  51.4  51.3  50.6  65.9  69.3  64.7  65.6  52.7
+binary_addition              50.1  49.8  54.3  51.4  50.4  49.8  64.4  64.5  56.2  60.2  61.7
+binary_multiplication        49.9  50.1  52.2  51.0  50.2  49.6  52.1  50.1  50.5  51.7  51.9
+compute_sqrt                 50.2  50.1  52.4  50.9  50.5  50.2  52.5  53.3  51.2  52.3  52.0
+bucket_sort                  23.7  30.1  91.9  38.8  30.6  25.9 100.0 100.0  99.6  99.6  99.5
+"""
+# Table 4: mean and std over the 10 seeds at the best learning rate (pairs "mean std").
+_TABLE4 = """
+even_pairs                   50.1 0.1  50.4 0.2  67.6 15.3 59.8 3.2  50.4 0.3  50.4 0.2  99.7 0.3  99.6 0.6  71.4 5.6  100.0 0.0 96.2 0.7
+modular_arithmetic           20.0 0.0  20.2 0.2  20.7 0.5  23.2 0.9  20.8 0.5  20.1 0.1  24.2 1.4  24.9 1.7  20.8 0.3  23.5 1.6  20.2 0.4
+parity_check                 50.4 0.8  50.3 0.2  50.4 0.6  50.5 0.6  50.4 0.4  50.0 0.1  51.1 1.3  51.4 0.5  50.0 0.2  50.4 1.0  50.6 0.9
+cycle_navigation             33.9 10.5 23.8 1.4  21.7 0.8  31.1 3.8  22.3 0.9  21.0 1.2  30.3 10.7 45.9 9.9  26.3 2.4  52.9 15.3 31.9 8.2
+stack_manipulation           50.2 0.1  47.3 1.9  50.1 3.3  51.0 8.0  49.6 3.0  44.9 3.7  69.2 3.2  71.7 4.7  69.5 1.1  66.0 2.0  66.1 2.5
+reverse_string               52.7 0.1  50.4 0.1  54.2 1.5  56.3 2.6  51.2 0.3  50.4 0.2  72.9 1.6  77.1 6.6  75.1 1.3  67.7 1.1  52.7 0.2
+modular_arithmetic_brackets  31.0 0.1  24.3 2.2  26.1 2.0  28.1 3.4  24.0 2.4  22.3 1.5  29.6 4.6  28.8 5.5  29.3 1.6  28.6 3.9  30.3 2.6
+solve_equation               20.1 0.0  20.9 0.2  21.9 0.7  23.6 1.9  21.9 0.6  20.2 0.2  23.6 0.5  25.4 1.8  21.1 0.7  22.3 1.6  21.1 0.7
+duplicate_string             52.7 0.1  50.4 0.2  51.0 0.4  51.0 0.2  50.4 0.2  50.4 0.2  69.0 2.9  73.1 1.5  67.9 1.4  67.1 2.0  52.8 0.1
+missing_duplicate_string     51.4 1.0  50.1 0.6  51.1 1.1  53.5 0.4  53.9 1.6  50.1 0.4  50.4 1.5  91.4 9.8  75.2 3.4  73.2 1.2  51.2 1.4
+odds_first                   52.7 0.1  51.3 0.2  51.5 0.5  51.1 0.2  50.8 0.2  50.5 0.1  62.5 2.0  65.9 1.6  62.2 1.4  62.9 1.3  52.7 0.1
+binary_addition              49.4 0.3  47.3 3.8  51.7 1.3  48.5 3.6  47.8 5.4  48.9 0.8  61.2 1.7  62.0 1.1  54.3 1.5  57.4 1.2  59.9 1.3
+binary_multiplication        49.8 0.0  48.8 1.0  50.2 3.5  49.9 2.3  49.6 0.6  48.7 1.7  51.8 0.2  39.1 7.1  49.2 1.2  45.7 6.6  51.6 0.2
+compute_sqrt                 50.2 0.0  50.1 0.0  51.5 0.4  50.5 0.2  50.3 0.1  50.1 0.1  51.9 0.5  52.4 0.6  51.1 0.1  51.8 0.3  51.0 0.8
+bucket_sort                  23.7 0.0  25.6 2.6  83.4 6.6  29.3 6.7  23.6 3.8  20.7 2.9  99.3 0.4  99.4 0.3  98.8 0.7  99.3 0.3  98.9 0.4
+"""
+# Table 3: randomized sin/cos, max over seeds x lrs, (w/o sorting, w/ sorting).
+_TABLE3 = """
+even_pairs 50.4 100.0
+modular_arithmetic 20.0 25.7
+parity_check 52.2 52.6
+cycle_navigation 59.3 59.0
+stack_manipulation 50.4 72.8
+reverse_string 52.8 75.6
+modular_arithmetic_brackets 31.0 33.8
+solve_equation 20.2 24.5
+duplicate_string 52.8 72.4
+missing_duplicate_string 53.1 52.5
+odds_first 52.8 65.9
+binary_addition 50.0 64.4
+binary_multiplication 49.9 52.1
+compute_sqrt 50.2 52.5
+bucket_sort 23.7 100.0
+"""
+
+
+def _parse(block: str, width: int) -> dict[str, list[float]]:
+    out = {}
+    for line in block.strip().splitlines():
+        name, *vals = line.split()
+        assert len(vals) == width, (name, len(vals))
+        out[name] = [float(v) for v in vals]
+    return out
+
+
+_KEYS = list(SCHEMES)
+PAPER_TABLE1 = {t: dict(zip(_KEYS, v)) for t, v in _parse(_TABLE1, 11).items()}
+PAPER_TABLE4 = {t: {k: (v[2 * i], v[2 * i + 1]) for i, k in enumerate(_KEYS)}
+                for t, v in _parse(_TABLE4, 22).items()}
+PAPER_TABLE3 = {t: {UNSORTED: v[0], "rand_sincos": v[1]} for t, v in _parse(_TABLE3, 2).items()}
+
+
+# --- configs ------------------------------------------------------------------------------------
+def scheme_parts(scheme: str) -> tuple[str, str, str, bool]:
+    from lengen.registry import lookup
+
+    return lookup(SCHEMES | EXTRA_SCHEMES, scheme, "encoding")
+
+
+def eval_lengths(scale: str) -> tuple[list[int], list[int]]:
+    """(test lengths N+1..M, strided; in-distribution lengths 1..N for the curves, strided)."""
+    from lengen.eval.length_sweep import sweep_lengths
+
+    s = SCALES[scale]
+    return (sweep_lengths(s["N"] + 1, s["M"], s["test_stride"]),
+            sweep_lengths(1, s["N"], s["curve_stride"]))
+
+
+def run_config(task: str, scheme: str, scale: str = "cpu", seed: int = 0, lr: float | None = None,
+               *, L: int | None = None, eval_randomized: bool = True, device: str = "cpu",
+               name: str | None = None) -> dict:
+    """Config dict of one run: ``task`` with encoding ``scheme`` at ``scale``."""
+    from lengen.eval.length_sweep import length_splits
+    from lengen.registry import lookup
+    from lengen.tasks import build_task
+
+    s = lookup(SCALES, scale, "scale")
+    _, posenc, positions, sort = scheme_parts(scheme)
+    L = s["L"] if L is None else int(L)
+    lr = s["lrs"][0] if lr is None else lr
+    task_kwargs = {"max_train_length": s["N"], "max_eval_length": s["M"]}
+    t = build_task(task, **task_kwargs)
+    test, curve = eval_lengths(scale)
+    splits = length_splits(curve + test)
+    mc = dict(RUOSS2023_ENCODER, **s["model"], vocab_size=t.vocab_size, posenc=posenc,
+              positions=positions)
+    if positions == "randomized":
+        need = t.max_input_length(splits)
+        if L < need:
+            raise ValueError(f"L={L} is too small for {task} at scale {scale}: its longest model "
+                             f"input (length {s['M']} plus output placeholders) has {need} "
+                             f"tokens, and randomized positions are distinct integers in [0, L)")
+        mc["positions_kwargs"] = {"max_length": L, "sort": sort,
+                                  "eval_mode": "randomized" if eval_randomized else "identity"}
+    if posenc == "alibi":
+        mc["posenc_kwargs"] = {"encoder_asymmetric": True}
+    elif posenc == "learned":
+        rows = L if positions == "randomized" else t.max_input_length(splits)
+        if positions == "randomized" and not eval_randomized:
+            rows = max(L, t.max_input_length(splits))
+        mc["posenc_kwargs"] = {"max_positions": rows}
+    train = dict(RUOSS2023_TRAIN, steps=s["steps"], batch_size=s["batch_size"], lr=lr, seed=seed,
+                 data_seed=seed, ckpt_every=s["ckpt_every"], log_every=50, device=device)
+    return {"name": name or run_name(task, scheme, seed, lr),
+            "model": mc, "task": {"name": task, "kwargs": task_kwargs}, "train": train,
+            "eval": {"splits": splits, "sequences": s["eval_sequences"],
+                     "batch_size": s["eval_batch_size"], "seed": 1234}}
+
+
+def run_name(task: str, scheme: str, seed: int, lr: float, L: int | None = None) -> str:
+    return f"{task}-{scheme}{'' if L is None else f'-L{L}'}-s{seed}-lr{lr:g}"
+
+
+def build_specs(scale: str = "cpu", *, tasks=None, schemes=None, seeds=None, lrs=None,
+                ablation_L=None, ablation_unsorted: bool = False, eval_randomized: bool = True,
+                device: str = "cpu"):
+    """RunSpecs: tasks x schemes x seeds x lrs, plus the ablation runs if asked.
+
+    Tags: ``task scheme seed lr L group`` (L is None for identity positions). ``ablation_L`` (a
+    list of L values) adds randomized relative at each L on the Fig. 3 tasks among ``tasks`` (all
+    of ``tasks`` if neither is selected); the main runs at the scale's L are shared, not repeated.
+    ``ablation_unsorted`` adds randomized sin/cos without sorting on every task, and the sorted
+    runs it is compared with."""
+    from lengen.sweep import Grid, RunSpec
+
+    s = SCALES[scale]
+    tasks = list(tasks or s["tasks"])
+    schemes = list(schemes or s["schemes"])
+    for label, given, valid in (("task", tasks, PAPER_TASKS), ("encoding", schemes, SCHEMES)):
+        bad = [x for x in given if x not in valid]
+        if bad:
+            raise ValueError(f"unknown {label}(s) {bad}. Valid: {', '.join(valid)}")
+    seeds = list(s["seeds"] if seeds is None else seeds)
+    lrs = list(s["lrs"] if lrs is None else lrs)
+    specs, seen = [], set()
+
+    def add(task, scheme, seed, lr, L, group):
+        randomized = scheme_parts(scheme)[2] == "randomized"
+        L_tag = (L or s["L"]) if randomized else None
+        name = run_name(task, scheme, seed, lr, None if L in (None, s["L"]) else L)
+        if name in seen:
+            return
+        seen.add(name)
+        cfg = run_config(task, scheme, scale, seed, lr, L=L, eval_randomized=eval_randomized,
+                         device=device, name=name)
+        specs.append(RunSpec(name, cfg, {"task": task, "scheme": scheme, "seed": seed, "lr": lr,
+                                         "L": L_tag, "group": group}))
+
+    grid = Grid(axes={"task": {t: {} for t in tasks}, "scheme": {k: {} for k in schemes},
+                      "seed": {x: {} for x in seeds}, "lr": {x: {} for x in lrs}},
+                name=lambda g: run_name(g["task"], g["scheme"], g["seed"], g["lr"]))
+    for g in grid:
+        add(g.tags["task"], g.tags["scheme"], g.tags["seed"], g.tags["lr"], None, "main")
+    if ablation_L is not None:
+        ab_tasks = [t for t in ABLATION_L_TASKS if t in tasks] or tasks
+        for t in ab_tasks:
+            for L in list(ablation_L) or list(s["ablation_L"]):
+                for seed in seeds:
+                    for lr in lrs:
+                        add(t, "rand_relative", seed, lr, int(L), "ablation_L")
+    if ablation_unsorted:
+        for t in tasks:
+            for scheme in ("rand_sincos", UNSORTED):
+                for seed in seeds:
+                    for lr in lrs:
+                        add(t, scheme, seed, lr, None, "unsorted")
+    return specs
+
+
+def default_device(scale: str) -> str:
+    import torch
+
+    return "cuda" if scale == "paper" and torch.cuda.is_available() else "cpu"
+
+
+def caption(scale: str, *, tasks, schemes, seeds, lrs, eval_randomized: bool = True) -> str:
+    """What was run, in words (the tables' caption)."""
+    s = SCALES[scale]
+    test, curve = eval_lengths(scale)
+    if s["test_stride"] == 1:
+        lens = "every length"
+    else:
+        shown = (f"{test[0]}, {test[1]}, ..., {test[-2]}, {test[-1]}" if len(test) > 4
+                 else ", ".join(map(str, test)))
+        lens = f"lengths {shown} (stride {s['test_stride']}, {len(test)} lengths)"
+    sizes = ", ".join(f"{k} {v}" for k, v in s["model"].items())
+    model = (f"a reduced encoder ({sizes})" if sizes
+             else "the paper's encoder (5 blocks, 8 heads, d_model 64, FFN 256)")
+    text = (f"Scale `{scale}`: {len(tasks)} task(s) x {len(schemes)} encoding(s) x {len(seeds)} "
+            f"seed(s) x lr {{{', '.join(f'{x:g}' for x in lrs)}}}; {s['steps']:,} steps at batch "
+            f"{s['batch_size']}; {model}; train lengths U(1..{s['N']}); score = mean accuracy over "
+            f"test {lens} in {s['N'] + 1}..{s['M']}, {s['eval_sequences']} sequences per length; "
+            f"L = {s['L']}; randomized positions at evaluation: "
+            f"{'fresh sorted draws (as the paper)' if eval_randomized else 'identity 0..T-1'}; "
+            f"dropout off at evaluation.")
+    if scale != "paper":
+        p = SCALES["paper"]
+        text += (f" The paper: 15 tasks x 11 encodings x {len(p['seeds'])} seeds x 3 lrs, "
+                 f"{p['steps']:,} steps at batch {p['batch_size']}, every test length "
+                 f"{p['N'] + 1}..{p['M']} with {p['eval_sequences']} sequences; numbers at this "
+                 f"scale are not comparable in absolute terms.")
+    return text
+
+
+def run_randomized_pe(scale: str = "cpu", out: str | None = None, *, workers: int = 1, tasks=None,
+                      schemes=None, seeds=None, lrs=None, eval_randomized: bool = True,
+                      ablation_L=None, ablation_unsorted: bool = False, backend: str = "local",
+                      threads: int | None = None, device: str | None = None,
+                      quiet: bool | None = None, log=print) -> dict:
+    """Train (or reuse) every run, then write tables, curves and ablations.
+    Returns ``{"rows", "scores", "paths", "sweep"}``."""
+    from lengen.recipes.randomized_pe_report import write_report
+    from lengen.sweep import run_sweep
+
+    s = SCALES[scale]
+    out = out or os.path.join("runs", f"randomized-pe-{scale}"
+                              + ("" if eval_randomized else "-evalid"))
+    device = device or default_device(scale)
+    specs = build_specs(scale, tasks=tasks, schemes=schemes, seeds=seeds, lrs=lrs,
+                        ablation_L=ablation_L, ablation_unsorted=ablation_unsorted,
+                        eval_randomized=eval_randomized, device=device)
+    t0 = time.time()
+    res = run_sweep(specs, out, workers=workers, backend=backend, threads=threads,
+                    quiet=(workers > 1) if quiet is None else quiet, log=log)
+    tasks = list(tasks or s["tasks"])
+    schemes = list(schemes or s["schemes"])
+    seeds = list(s["seeds"] if seeds is None else seeds)
+    lrs = list(s["lrs"] if lrs is None else lrs)
+    cap = caption(scale, tasks=tasks, schemes=schemes, seeds=seeds, lrs=lrs,
+                  eval_randomized=eval_randomized)
+    scores, paths = write_report(res.rows, out, scale=scale, tasks=tasks, schemes=schemes,
+                                 caption=cap, ablation_L=ablation_L is not None,
+                                 ablation_unsorted=ablation_unsorted,
+                                 wall_seconds=time.time() - t0, log=log)
+    if res.failures:
+        log(f"{len(res.failures)} run(s) failed; see {os.path.join(out, 'failures.json')}. "
+            f"Rerun the same command to retry them (finished runs are reused).")
+    return {"rows": res.rows, "scores": scores, "paths": paths, "sweep": res}
+
+
+def estimate_time(scale: str = "cpu", *, steps: int = 10, tasks=None, schemes=None,
+                  seeds: int | None = None, lrs: int | None = None, workers: int = 1,
+                  threads: int | None = None, device: str | None = None, log=print) -> dict:
+    """Time ``steps`` training steps per task x encoding (lengths drawn as in training) and one
+    evaluation batch at the longest test length, and extrapolate the whole grid (no ablations)
+    over ``workers`` processes (pass the ``threads`` each will use: 1 for two workers on two
+    cores). The evaluation cost of a length is scaled from the longest one as (T / T_max)^2,
+    which over-estimates the shorter lengths (conservative). Nothing is written; measure on an
+    otherwise idle machine."""
+    import torch
+
+    from lengen.config import resolve
+    from lengen.eval.metrics import restrict_to_outputs
+    from lengen.train.loop import loss_fn, prepare
+    from lengen.train.optim import build_optimizer
+
+    device = device or default_device(scale)
+    s = SCALES[scale]
+    tasks, schemes = list(tasks or s["tasks"]), list(schemes or s["schemes"])
+    n_seeds, n_lrs = seeds or len(s["seeds"]), lrs or len(s["lrs"])
+    if threads:
+        torch.set_num_threads(threads)
+
+    def sync():
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    per_run = {}
+    for task in tasks:
+        for scheme in schemes:
+            cfg = resolve(run_config(task, scheme, scale, device=device))
+            tsk, model = prepare(cfg)
+            model.to(device).train()
+            opt = build_optimizer(model, cfg.train)
+            gen = torch.Generator().manual_seed(0)
+            sl = tsk.output_slice
+            elapsed = 0.0
+            for i in range(steps + 1):                 # the first step is a warm-up
+                batch = tsk.train_batch(cfg.train.batch_size, gen).to(device)
+                sync()
+                t0 = time.perf_counter()
+                logits, targets = restrict_to_outputs(model(batch.inputs), batch.targets, sl)
+                batch.targets = targets
+                loss = loss_fn(logits, batch)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                sync()
+                elapsed += (time.perf_counter() - t0) if i else 0.0
+            t_step = elapsed / steps
+            model.eval()
+            lengths = [int(x.split("=")[1]) for x in cfg.eval.splits]
+            with torch.inference_mode():
+                b = tsk.eval_batch(f"len={max(lengths)}", cfg.eval.batch_size, gen).to(device)
+                sync()
+                t0 = time.perf_counter()
+                model(b.inputs)
+                sync()
+                t_max = time.perf_counter() - t0
+            T_max = tsk.model_length(max(lengths))
+            n_batches = -(-cfg.eval.sequences // cfg.eval.batch_size)
+            t_eval = t_max * n_batches * sum((tsk.model_length(n) / T_max) ** 2 for n in lengths)
+            per_run[(task, scheme)] = t_step * cfg.train.steps + t_eval
+            log(f"{task:>26} {scheme:>14}: {1000 * t_step:7.1f} ms/step, eval ~{t_eval:6.1f} s "
+                f"-> {per_run[(task, scheme)] / 60:6.1f} min per run")
+    total = sum(per_run.values()) * n_seeds * n_lrs / max(1, workers)
+    log(f"estimated total: {len(tasks)} tasks x {len(schemes)} encodings x {n_seeds} seeds x "
+        f"{n_lrs} lrs with {workers} worker(s): {total / 3600:.2f} h "
+        f"(torch threads {torch.get_num_threads()})")
+    return {"seconds_per_run": per_run, "total_seconds": total}
+
+
+__all__ = ["SCALES", "SCHEMES", "PAPER_TASKS", "PAPER_TABLE1", "PAPER_TABLE3", "PAPER_TABLE4",
+           "TASK_LABELS", "build_specs", "run_config", "run_randomized_pe", "estimate_time",
+           "caption", "eval_lengths"]

@@ -1,0 +1,297 @@
+"""Tables and plots of ``lengen reproduce randomized-pe`` (reads rows, never trains).
+
+From the sweep's rows (one per run x length x metric, tagged ``task scheme seed lr L``):
+
+* ``scores.csv``: one score per run = mean ``token_acc`` (%) over the test lengths N+1..M;
+* ``table1.md`` / ``table1.csv``: the paper's Table 1 layout (tasks grouped by level R / DCF / CS,
+  one column per encoding), cell = ours (published), ours = max over seeds x learning rates; the
+  CSV also carries the Table 4 statistics (mean ± std over seeds at the learning rate with the
+  best mean) and the published ones;
+* ``table4.md``: mean ± std, ours (published);
+* ``curves/<task>.png``: accuracy vs input length per encoding (mean over seeds at the best
+  learning rate, band = min..max over those seeds), dashed red line at N (Fig. 4);
+* ``ablation_L.md/.csv/.png`` (Fig. 3) and ``table3.md/.csv`` (Table 3) when asked.
+"""
+from __future__ import annotations
+
+import csv
+import math
+import os
+
+from lengen.recipes.randomized_pe import (EXTRA_SCHEMES, PAPER_TABLE1, PAPER_TABLE3,
+                                          PAPER_TABLE4, SCALES, SCHEMES, TASK_LABELS, UNSORTED)
+
+LEVELS = ("R", "DCF", "CS")
+
+
+def _label(scheme: str) -> str:
+    return (SCHEMES | EXTRA_SCHEMES)[scheme][0]
+
+
+def run_scores(rows, *, N: int, M: int) -> list[dict]:
+    """One record per finished run: ``run task scheme seed lr L score n_lengths`` (score in %)."""
+    from lengen.eval.length_sweep import length_scores
+
+    by = ("run", "task", "scheme", "seed", "lr", "L")
+    out = length_scores(rows, min_length=N + 1, max_length=M, by=by)
+    for r in out:
+        r["score"] *= 100.0
+    return out
+
+
+def _std(vals: list[float]) -> float:
+    if len(vals) < 2:
+        return math.nan
+    m = sum(vals) / len(vals)
+    return math.sqrt(sum((v - m) ** 2 for v in vals) / (len(vals) - 1))
+
+
+def aggregate(scores: list[dict], key=lambda r: (r["task"], r["scheme"])) -> dict:
+    """``key -> {max, mean, std, best_lr, n_seeds, n_runs}``: max over every run of the group;
+    mean / sample std over the seeds of the learning rate with the best mean (Table 4)."""
+    groups: dict = {}
+    for r in scores:
+        groups.setdefault(key(r), {}).setdefault(r["lr"], []).append(r["score"])
+    out = {}
+    for k, by_lr in groups.items():
+        best_lr = max(by_lr, key=lambda lr: sum(by_lr[lr]) / len(by_lr[lr]))
+        vals = by_lr[best_lr]
+        out[k] = dict(max=max(v for vs in by_lr.values() for v in vs), mean=sum(vals) / len(vals),
+                      std=_std(vals), best_lr=best_lr, n_seeds=len(vals),
+                      n_runs=sum(len(v) for v in by_lr.values()))
+    return out
+
+
+def _f(x, digits=1) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def _pm(mean, std) -> str:
+    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
+        return "-"
+    return _f(mean) if std is None or math.isnan(std) else f"{_f(mean)} ± {_f(std)}"
+
+
+def ordered_tasks(tasks) -> list[str]:
+    """Tasks in the paper's order (grouped R, DCF, CS)."""
+    return [t for t in TASK_LABELS if t in set(tasks)]
+
+
+def table_grid(agg: dict, tasks, schemes, cell) -> list[list[str]]:
+    """Rows ``[level, task, cells...]`` (level only on a group's first row) + a header row."""
+    grid = [["Level", "Task"] + [_label(s) for s in schemes]]
+    last = None
+    for t in ordered_tasks(tasks):
+        level, name = TASK_LABELS[t]
+        grid.append([level if level != last else "", name] + [cell(t, s, agg.get((t, s)))
+                                                              for s in schemes])
+        last = level
+    return grid
+
+
+def write_csv(path: str, records: list[dict]) -> None:
+    keys = []
+    for r in records:
+        keys += [k for k in r if k not in keys]
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        w.writerows(records)
+    os.replace(tmp, path)
+
+
+def _write_md(path: str, title: str, caption: str, grid, note: str = "") -> None:
+    from lengen.analysis.tables import markdown_table
+    from lengen.eval.evaluate import write_text_atomic
+
+    table = markdown_table(grid, align="ll" + "r" * (len(grid[0]) - 2))
+    text = f"**{title}**\n\n{caption}\n\n{table}\n"
+    write_text_atomic(text + (f"\n{note}\n" if note else ""), path)
+
+
+def write_tables(scores, out: str, *, tasks, schemes, caption: str, L: int) -> tuple[dict, dict]:
+    main = [r for r in scores if r["scheme"] in SCHEMES and r["L"] in (None, L)]
+    agg = aggregate(main)
+    paths = {}
+    note = ("Cells: ours (published). Published numbers: Ruoss et al. (2023). † permutation-"
+            "invariant task; ★ randomized learned = label encodings. Random accuracy 50% (20% "
+            "for Modular Arithmetic (Simple), Cycle Navigation, Bucket Sort, Modular "
+            "Arithmetic).")
+
+    def cell1(t, s, a):
+        return f"{_f(a['max']) if a else '-'} ({_f(PAPER_TABLE1[t][s])})"
+
+    def cell4(t, s, a):
+        return f"{_pm(a['mean'], a['std']) if a else '-'} ({_pm(*PAPER_TABLE4[t][s])})"
+
+    paths["table1_md"] = os.path.join(out, "table1.md")
+    _write_md(paths["table1_md"], "Table 1: accuracy (%) averaged over test lengths, max over "
+              "seeds x learning rates", caption, table_grid(agg, tasks, schemes, cell1), note)
+    paths["table4_md"] = os.path.join(out, "table4.md")
+    _write_md(paths["table4_md"], "Table 4: accuracy (%) averaged over test lengths, mean ± std "
+              "over seeds at the best learning rate", caption,
+              table_grid(agg, tasks, schemes, cell4), note)
+    records = []
+    for t in ordered_tasks(tasks):
+        for s in schemes:
+            a = agg.get((t, s), {})
+            records.append(dict(level=TASK_LABELS[t][0], task=t, scheme=s, label=_label(s),
+                                ours_max=a.get("max"), ours_mean=a.get("mean"),
+                                ours_std=a.get("std"), ours_best_lr=a.get("best_lr"),
+                                n_seeds=a.get("n_seeds", 0), n_runs=a.get("n_runs", 0),
+                                paper_max=PAPER_TABLE1[t][s], paper_mean=PAPER_TABLE4[t][s][0],
+                                paper_std=PAPER_TABLE4[t][s][1]))
+    paths["table1_csv"] = os.path.join(out, "table1.csv")
+    write_csv(paths["table1_csv"], records)
+    return agg, paths
+
+
+def plot_curves(rows, scores, out: str, *, tasks, schemes, N: int, M: int, L: int) -> dict:
+    """Fig. 4: one PNG per task, accuracy vs length per encoding (best lr, mean over seeds)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from lengen.eval.length_sweep import length_curves
+
+    agg = aggregate([r for r in scores if r["scheme"] in SCHEMES and r["L"] in (None, L)])
+    curves = length_curves([r for r in rows if r.get("L") in (None, L)],
+                           by=("task", "scheme", "lr", "seed"))
+    os.makedirs(os.path.join(out, "curves"), exist_ok=True)
+    colors = {"none": "k", "sincos": "C0", "relative": "C1", "alibi": "C2", "rope": "C3",
+              "learned": "C4"}
+    paths = {}
+    for t in ordered_tasks(tasks):
+        fig, ax = plt.subplots(figsize=(6.4, 4.0))
+        for s in schemes:
+            if (t, s) not in agg:
+                continue
+            lr = agg[(t, s)]["best_lr"]
+            runs = [v for (tt, ss, ll, _), v in curves.items() if (tt, ss, ll) == (t, s, lr)]
+            lengths = sorted(set().union(*(set(x) for x, _ in runs)))
+            per = [[dict(zip(x, y)).get(n) for x, y in runs] for n in lengths]
+            mean = [100 * sum(v for v in p if v is not None) / sum(v is not None for v in p)
+                    for p in per]
+            lo = [100 * min(v for v in p if v is not None) for p in per]
+            hi = [100 * max(v for v in p if v is not None) for p in per]
+            base = s.removeprefix("rand_")
+            style = "--" if s.startswith("rand_") else "-"
+            line, = ax.plot(lengths, mean, style, color=colors.get(base), label=_label(s), lw=1.4)
+            ax.fill_between(lengths, lo, hi, color=line.get_color(), alpha=0.12, lw=0)
+        ax.axvline(N, color="red", ls="--", lw=1)
+        ax.set(xlabel="input length", ylabel="accuracy (%)", xlim=(1, M), ylim=(0, 101),
+               title=f"{TASK_LABELS[t][1]} (train 1..{N}, dashed line)")
+        ax.legend(fontsize=7, ncol=2, loc="lower left")
+        fig.tight_layout()
+        paths[f"curve_{t}"] = os.path.join(out, "curves", f"{t}.png")
+        fig.savefig(paths[f"curve_{t}"], dpi=110)
+        plt.close(fig)
+    return paths
+
+
+def write_ablation_L(scores, out: str, *, caption: str) -> dict:
+    """Fig. 3: randomized relative at each L (tasks that have more than one L)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rel = [r for r in scores if r["scheme"] == "rand_relative" and r["L"] is not None]
+    agg = aggregate(rel, key=lambda r: (r["task"], r["L"]))
+    tasks = ordered_tasks({t for t, _ in agg})
+    Ls = sorted({L for _, L in agg})
+    grid = [["Task"] + [f"L = {L}" for L in Ls]]
+    records = []
+    for t in tasks:
+        cells = []
+        for L in Ls:
+            a = agg.get((t, L))
+            cells.append(f"{_f(a['max'])} ({_pm(a['mean'], a['std'])})" if a else "-")
+            if a:
+                records.append(dict(task=t, L=L, ours_max=a["max"], ours_mean=a["mean"],
+                                    ours_std=a["std"], ours_best_lr=a["best_lr"],
+                                    n_seeds=a["n_seeds"], n_runs=a["n_runs"]))
+        grid.append([TASK_LABELS[t][1]] + cells)
+    from lengen.analysis.tables import markdown_table
+    from lengen.eval.evaluate import write_text_atomic
+
+    paths = {"ablation_L_md": os.path.join(out, "ablation_L.md"),
+             "ablation_L_csv": os.path.join(out, "ablation_L.csv"),
+             "ablation_L_png": os.path.join(out, "ablation_L.png")}
+    write_text_atomic(
+        "**Fig. 3 ablation: randomized relative encoding, maximum position L** - cell: max over "
+        "seeds x lrs (mean ± std at the best lr), accuracy (%) averaged over test lengths. The "
+        "paper reports this only as a plot (largely flat in L for 1024..8192).\n\n"
+        f"{caption}\n\n{markdown_table(grid)}\n", paths["ablation_L_md"])
+    write_csv(paths["ablation_L_csv"], records)
+    fig, ax = plt.subplots(figsize=(5.6, 3.6))
+    for t in tasks:
+        xs = [L for L in Ls if (t, L) in agg]
+        ax.plot(xs, [agg[(t, L)]["max"] for L in xs], "o-", label=f"{TASK_LABELS[t][1]} (max)")
+        ax.errorbar(xs, [agg[(t, L)]["mean"] for L in xs],
+                    yerr=[0 if math.isnan(agg[(t, L)]["std"]) else agg[(t, L)]["std"] for L in xs],
+                    fmt="s:", capsize=3, alpha=0.7, label=f"{TASK_LABELS[t][1]} (mean ± std)")
+    ax.set_xscale("log", base=2)
+    ax.set(xlabel="maximum position L", ylabel="accuracy (%)", ylim=(0, 101),
+           title="Randomized relative: sweep over L")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(paths["ablation_L_png"], dpi=110)
+    plt.close(fig)
+    return paths
+
+
+def write_table3(scores, out: str, *, tasks, caption: str, L: int) -> dict:
+    """Table 3: randomized sin/cos with and without sorting, max over seeds x lrs."""
+    agg = aggregate([r for r in scores if r["scheme"] in ("rand_sincos", UNSORTED)
+                     and r["L"] == L])
+    grid = [["Level", "Task", "w/o sorting", "w/ sorting"]]
+    records, last = [], None
+    for t in ordered_tasks(tasks):
+        level, name = TASK_LABELS[t]
+        cells = []
+        for s in (UNSORTED, "rand_sincos"):
+            a = agg.get((t, s))
+            cells.append(f"{_f(a['max']) if a else '-'} ({_f(PAPER_TABLE3[t][s])})")
+            a = a or {}
+            records.append(dict(level=level, task=t, scheme=s, sorted=s == "rand_sincos",
+                                ours_max=a.get("max"), ours_mean=a.get("mean"),
+                                ours_std=a.get("std"), paper_max=PAPER_TABLE3[t][s]))
+        grid.append([level if level != last else "", name] + cells)
+        last = level
+    paths = {"table3_md": os.path.join(out, "table3.md"),
+             "table3_csv": os.path.join(out, "table3.csv")}
+    _write_md(paths["table3_md"], "Table 3: randomized sin/cos with and without sorting, accuracy "
+              "(%) averaged over test lengths, max over seeds x learning rates", caption, grid,
+              "Cells: ours (published, Ruoss et al. 2023 Table 3).")
+    write_csv(paths["table3_csv"], records)
+    return paths
+
+
+def write_report(rows, out: str, *, scale: str, tasks, schemes, caption: str,
+                 ablation_L: bool = False, ablation_unsorted: bool = False,
+                 wall_seconds: float | None = None, log=print) -> tuple[list[dict], dict]:
+    s = SCALES[scale]
+    N, M, L = s["N"], s["M"], s["L"]
+    scores = run_scores(rows, N=N, M=M)
+    paths = {"scores_csv": os.path.join(out, "scores.csv")}
+    write_csv(paths["scores_csv"], scores)
+    cap = caption + (f" Wall time of this invocation: {wall_seconds / 60:.1f} min."
+                     if wall_seconds is not None else "")
+    agg, p = write_tables(scores, out, tasks=tasks, schemes=schemes, caption=cap, L=L)
+    paths.update(p)
+    paths.update(plot_curves(rows, scores, out, tasks=tasks, schemes=schemes, N=N, M=M, L=L))
+    if ablation_L:
+        paths.update(write_ablation_L(scores, out, caption=cap))
+    if ablation_unsorted:
+        paths.update(write_table3(scores, out, tasks=tasks, caption=cap, L=L))
+    with open(paths["table1_md"]) as f:
+        log(f.read())
+    log("wrote " + ", ".join(sorted(os.path.relpath(v, out) for v in paths.values())))
+    return scores, paths
+
+
+__all__ = ["run_scores", "aggregate", "write_report", "write_tables", "plot_curves",
+           "write_ablation_L", "write_table3", "ordered_tasks"]
