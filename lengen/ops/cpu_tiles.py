@@ -36,8 +36,8 @@ def exp_floor(dtype) -> float:
     return -60.0 if dtype == torch.float32 else -600.0
 
 
-def plan_tiles(B: int, H: int, T: int, *, causal: bool = True, budget: int = DEFAULT_BUDGET,
-               qblock: int = DEFAULT_QBLOCK, Tk: int | None = None):
+def plan_tiles(B: int, H: int, T: int, *, causal: bool = True, budget: int | None = None,
+               qblock: int | None = None, Tk: int | None = None):
     """Tiles as ``[((b0, b1, h0, h1), [(s, e, ke), ...]), ...]``: groups of (batch, head) pairs,
     each with its query blocks ``s..e-1`` and the keys ``0..ke-1`` they see (``ke = e`` when
     causal, ``Tk`` (default ``T``) otherwise).
@@ -45,6 +45,8 @@ def plan_tiles(B: int, H: int, T: int, *, causal: bool = True, budget: int = DEF
     A group holds either one batch index and a head range, or a batch range and all heads, so
     ``x[b0:b1, h0:h1]`` of a contiguous [B, H, T, d] tensor flattens to 3-D without a copy.
     """
+    budget = DEFAULT_BUDGET if budget is None else budget     # module defaults read at call time
+    qblock = DEFAULT_QBLOCK if qblock is None else qblock
     Tk = T if Tk is None else Tk
     width = max(T, Tk)
     qb = T if T <= qblock else max(16, min(qblock, budget // width))
@@ -56,6 +58,11 @@ def plan_tiles(B: int, H: int, T: int, *, causal: bool = True, budget: int = DEF
         groups = [(b, b + 1, h, min(H, h + g)) for b in range(B) for h in range(0, H, g)]
     blocks = [(s, min(T, s + qb), min(T, s + qb) if causal else Tk) for s in range(0, T, qb)]
     return [(grp, blocks) for grp in groups]
+
+
+def max_tile_numel(tiles) -> int:
+    return max((b1 - b0) * (h1 - h0) * (e - s) * ke
+               for (b0, b1, h0, h1), blocks in tiles for s, e, ke in blocks)
 
 
 def tile_numel(tiles) -> int:
@@ -167,3 +174,30 @@ def accumulate_bias_grad(dbias, dL, b0, b1, h0, h1, s, e, ke):
         dbias[0, h0:h1, s:e, :ke] += dL4.sum(0) if dL4.shape[0] > 1 else dL4[0]
     else:
         dbias[b0:b1, h0:h1, s:e, :ke] += dL4
+
+
+_masks: dict = {}
+
+
+def future_mask(tq: int, ke: int, dtype, device) -> torch.Tensor:
+    """[tq, ke] additive causal mask of a tile whose query rows are the last ``tq`` of its ``ke``
+    keys: ``-BIG`` where key > query, 0 elsewhere. Cached (a few KB each)."""
+    key = (tq, ke, dtype, torch.device(device))
+    m = _masks.get(key)
+    if m is None:
+        r = torch.arange(tq, device=device)[:, None] + (ke - tq)
+        m = torch.zeros(tq, ke, dtype=dtype, device=device)
+        m.masked_fill_(torch.arange(ke, device=device)[None, :] > r, -BIG)
+        if len(_masks) > 256:
+            _masks.clear()
+        _masks[key] = m
+    return m
+
+
+def with_ones(x: torch.Tensor) -> torch.Tensor:
+    """[..., d] -> [..., d + 1] with a trailing column of ones (contiguous). In backward,
+    ``[dO, -delta] @ [v, 1]^T`` gives ``dO v^T - delta`` in one matmul (no separate pass)."""
+    out = torch.empty(*x.shape[:-1], x.shape[-1] + 1, dtype=x.dtype, device=x.device)
+    out[..., :-1] = x
+    out[..., -1] = 1
+    return out

@@ -8,30 +8,23 @@ bias gradient:
 
     out = softmax(q k^T * scale + bias + col[None, :], causal) v
 
-``col`` (optional, [B, H, T]) is a per-key bias, used by forgetting attention with a positional
-bias (``col_j = -c_j``; the per-query ``c_i`` is constant along a softmax row and drops out). Its
-gradient is the column sum of the logit gradient.
+``col`` (optional, [B, H, T]) is a per-key bias, used by forgetting attention (``col_j = -c_j``;
+the per-query ``c_i`` is constant along a softmax row and drops out). Its gradient is the column
+sum of the logit gradient.
 
-The causal mask touches only the diagonal square of each tile (additive ``-1e30`` before the row
-max, then a 0/1 factor after ``exp`` so masked weights are exactly zero). The tile keeps
-``E = exp(L - rowmax)`` and the row sums ``l``; backward recomputes nothing:
-``dL = E o (dO' V^T - delta')`` with ``dO' = dO / l``, ``delta' = (dO . O) / l``.
+Causal tiles get ``-1e30`` on future keys before the row max and exactly-zero weights there after
+``exp`` (both touch only the tile's diagonal square). The tile keeps ``E = exp(L - rowmax)`` and
+its row sums ``l``. Backward recomputes nothing: ``[dO, -dO . O] / l @ [v, 1]^T`` is
+``(dP - delta) / l``, times ``E`` the logit gradient ``dL``.
 """
 from __future__ import annotations
 
 import torch
 
-from lengen.ops.cpu_tiles import (BIG, DEFAULT_BUDGET, DEFAULT_QBLOCK, accumulate_bias_grad,
-                                  add_bias_tile, as_4d, exp_floor, flat, plan_tiles, pool_give,
-                                  pool_take, reduce_to, scratch, tile_numel)
+from lengen.ops.cpu_tiles import (accumulate_bias_grad, add_bias_tile, as_4d, exp_floor, flat,
+                                  future_mask, max_tile_numel, plan_tiles, pool_give, pool_take,
+                                  reduce_to, scratch, tile_numel, with_ones)
 from lengen.ops.softmax.naive import softmax_attention_naive
-
-
-def _triangles(n: int, dtype, device):
-    """[n, n] additive mask (-BIG above the diagonal) and 0/1 factor (1 on and below it)."""
-    keep = torch.ones(n, n, dtype=torch.bool, device=device).tril()
-    add = torch.zeros(n, n, dtype=dtype, device=device).masked_fill_(~keep, -BIG)
-    return add, keep.to(dtype)
 
 
 class _SoftmaxFastCPU(torch.autograd.Function):
@@ -46,42 +39,43 @@ class _SoftmaxFastCPU(torch.autograd.Function):
         tiles = plan_tiles(B, H, T, causal=causal, budget=budget, qblock=qblock, Tk=Tk)
         need_grad = any(ctx.needs_input_grad[:5])
         E_all = pool_take(tile_numel(tiles), dt, dev) if need_grad else None
-        out = torch.empty(B, H, T, dv_, dtype=dt, device=dev)
-        l_all = torch.empty(B, H, T, 1, dtype=dt, device=dev)
-        tri = {}
+        ol = torch.empty(B, H, T, dv_ + 1, dtype=dt, device=dev)          # [E v, rowsum E]
+        # (separate sum: a matmul with v's width + 1 columns runs ~1.7x slower than with 16)
+        nmax = max_tile_numel(tiles)
+        Sb = scratch("sm.S", (nmax,), dt, dev)
+        Eb = scratch("sm.E", (nmax,), dt, dev) if not need_grad else None
         floor = exp_floor(dt)
         off = 0
         for (b0, b1, h0, h1), blocks in tiles:
-            qg, kg, vg = (flat(x, b0, b1, h0, h1) for x in (q, k, v))
-            og, lg = flat(out, b0, b1, h0, h1), flat(l_all, b0, b1, h0, h1)
+            qg, kg, vg, olg = (flat(x, b0, b1, h0, h1) for x in (q, k, v, ol))
+            kgt = kg.transpose(1, 2)
             cg = None if col_c is None else flat(col_c, b0, b1, h0, h1).unsqueeze(1)  # [G, 1, Tk]
             for s, e, ke in blocks:
                 shp = (qg.shape[0], e - s, ke)
-                S = scratch("sm.S", shp, dt, dev)
-                torch.baddbmm(S, qg[:, s:e], kg[:, :ke].transpose(1, 2), beta=0, alpha=scale, out=S)
+                n = shp[0] * shp[1] * ke
+                S = Sb[:n].view(shp)
+                torch.baddbmm(S, qg[:, s:e], kgt[:, :, :ke], beta=0, alpha=scale, out=S)
                 if cg is not None:
                     # minus col[s]: a row constant (drops out of the softmax) that keeps the added
                     # values small near the diagonal, where the weights are
                     S.add_(cg[:, :, :ke] - cg[:, :, s:s + 1])
                 if bias4 is not None:
                     add_bias_tile(S, bias4, b0, b1, h0, h1, s, e, ke)
-                if causal:
-                    if e - s not in tri:
-                        tri[e - s] = _triangles(e - s, dt, dev)
-                    S[:, :, s:].add_(tri[e - s][0])
+                if causal:                                        # -1e30 on future keys
+                    S[:, :, s:].add_(future_mask(e - s, e - s, dt, dev))
                 m = S.amax(-1, keepdim=True)
                 if need_grad:
-                    n = shp[0] * shp[1] * ke
                     E = E_all[off:off + n].view(shp)
                     off += n
                 else:
-                    E = scratch("sm.E", shp, dt, dev)
+                    E = Eb[:n].view(shp)
                 torch.sub(S, m, out=E).clamp_(floor, 0.0).exp_()  # floor: cpu_tiles.exp_floor
                 if causal:
-                    E[:, :, s:].mul_(tri[e - s][1])               # future keys: exactly 0
-                torch.sum(E, -1, keepdim=True, out=lg[:, s:e])    # >= 1 (the max term is 1)
-                torch.bmm(E, vg[:, :ke], out=og[:, s:e])
-        out.div_(l_all)
+                    E[:, :, s:].tril_()                           # future keys: exactly 0
+                torch.sum(E, -1, keepdim=True, out=olg[:, s:e, dv_:])   # row sums, >= 1
+                torch.bmm(E, vg[:, :ke], out=olg[:, s:e, :dv_])
+        l_all = ol[..., dv_:]
+        out = ol[..., :dv_] / l_all
         if need_grad:
             ctx.save_for_backward(q, k, v, out, l_all)
             ctx.E_all, ctx.tiles, ctx.scale = E_all, tiles, scale
@@ -98,35 +92,35 @@ class _SoftmaxFastCPU(torch.autograd.Function):
         q, k, v, out, l_all = ctx.saved_tensors
         E_all, ctx.E_all = ctx.E_all, None
         B, H, T, _ = q.shape
-        Tk = k.shape[-2]
+        Tk, dv_ = k.shape[-2], out.shape[-1]
         dt, dev, scale = q.dtype, q.device, ctx.scale
         dout = dout.contiguous()
-        tmp = scratch("sm.rows", dout.shape, dt, dev)
-        deltap = torch.mul(dout, out, out=tmp).sum(-1, keepdim=True).div_(l_all)  # (dO . O) / l
-        dOp = torch.div(dout, l_all, out=tmp)                                      # dO / l
+        v1 = with_ones(v)
+        # [dO / l, -(dO . O) / l] @ [v, 1]^T = (dO V^T - dO . O) / l in one matmul
+        do1 = torch.cat([dout, (dout * out).sum(-1, keepdim=True).neg_()], -1).div_(l_all)
         dq = torch.empty_like(q)                                 # every row written once below
-        dk, dv = torch.zeros_like(k), torch.zeros_like(v)
+        dk = torch.zeros_like(k)
+        dv = torch.zeros(B, H, Tk, dv_, dtype=dt, device=dev)
         need_bias = ctx.bias_shape is not None and ctx.needs_input_grad[3]
         need_col = ctx.col_dtype is not None and ctx.needs_input_grad[4]
         dbias = torch.zeros(ctx.bias_batch, H, T, Tk, dtype=dt, device=dev) if need_bias else None
         dcol = torch.zeros(B, H, Tk, dtype=dt, device=dev) if need_col else None
         off = 0
         for (b0, b1, h0, h1), blocks in ctx.tiles:
-            qg, kg, vg, dog, dlg = (flat(x, b0, b1, h0, h1) for x in (q, k, v, dOp, deltap))
-            dqg, dkg, dvg = (flat(x, b0, b1, h0, h1) for x in (dq, dk, dv))
+            qg, kg, vg, dog, dqg, dkg, dvg = (flat(x, b0, b1, h0, h1)
+                                              for x in (q, k, v1, do1, dq, dk, dv))
+            vgt, dog_v = vg.transpose(1, 2), dog[..., :dv_]
             dcg = None if dcol is None else flat(dcol, b0, b1, h0, h1)
             for s, e, ke in blocks:
                 shp = (qg.shape[0], e - s, ke)
                 n = shp[0] * shp[1] * ke
                 E = E_all[off:off + n].view(shp)
                 off += n
-                doc = dog[:, s:e]
                 dL = scratch("sm.dP", shp, dt, dev)
-                torch.bmm(doc, vg[:, :ke].transpose(1, 2), out=dL)
-                dL.sub_(dlg[:, s:e]).mul_(E)
+                torch.bmm(dog[:, s:e], vgt[:, :, :ke], out=dL).mul_(E)     # dlogits
                 torch.baddbmm(dqg[:, s:e], dL, kg[:, :ke], beta=0, alpha=scale, out=dqg[:, s:e])
                 dkg[:, :ke].baddbmm_(dL.transpose(1, 2), qg[:, s:e], alpha=scale)
-                dvg[:, :ke].baddbmm_(E.transpose(1, 2), doc)
+                dvg[:, :ke].baddbmm_(E.transpose(1, 2), dog_v[:, s:e])
                 if need_bias:
                     accumulate_bias_grad(dbias, dL, b0, b1, h0, h1, s, e, ke)
                 if dcg is not None:
@@ -141,8 +135,8 @@ class _SoftmaxFastCPU(torch.autograd.Function):
 
 
 def softmax_attention_fast_cpu(q, k, v, *, causal=True, bias_fn=None, scale=None,
-                               return_weights=False, col_bias=None, budget: int = DEFAULT_BUDGET,
-                               qblock: int = DEFAULT_QBLOCK):
+                               return_weights=False, col_bias=None, budget: int | None = None,
+                               qblock: int | None = None):
     """Drop-in for ``softmax_attention_naive`` (q, k, v: [B, H, T, hd]) plus an optional per-key
     bias ``col_bias`` [B, H, Tk]. ``bias_fn(0, T)`` is called once; its gradient flows back.
     ``return_weights`` and bf16/fp16 inputs use the dense reference (without ``col_bias``)."""

@@ -3,28 +3,32 @@
 Same maths and signature as :func:`lengen.ops.tra.naive.tra_attention_naive` (tested equal to it,
 values and all gradients). The dense reference is slow on a CPU because it streams a dozen
 [B, H, T, T] tensors (masks, counts, logits, softmax, autograd's saved copies) through main
-memory; this path does the same arithmetic in cache-sized tiles (:mod:`lengen.ops.cpu_tiles`) and
-with fewer passes:
+memory; this path does the same arithmetic in cache-sized tiles (:mod:`lengen.ops.cpu_tiles`:
+a few heads x a block of query rows x the keys they can see) with few passes per tile:
 
-* **Float masks, finite "-inf".** The threshold mask is a float tile (``gt`` into a float buffer;
-  bool tensors take slow scalar paths on CPU); non-surviving keys get ``-1e30`` by one fused add,
-  so no ``masked_fill`` and no ``inf - inf``. ``exp`` sends them to exactly 0.
+* **Masks as floats.** Future keys get score 0 (``tril_`` of the tile's diagonal square), so the
+  threshold mask ``S > 0`` also removes them; it is a float tile (``gt`` into a float buffer:
+  bool tensors take slow scalar paths on CPU). After ``exp`` a multiply by the mask makes
+  non-surviving weights exactly 0.
 * **One forward cumsum.** With ``C_ij`` the inclusive running count of survivors from the left and
-  ``total_i = C_i,last``, a surviving key has ``Dbar_ij = total_i + 1 - C_ij``; so
-  ``relu(S) + Dbar * g = S - g (C - total) + g`` and the row constant ``g`` drops out of the
+  ``total_i`` the row's count, a surviving key has ``Dbar_ij = total_i + 1 - C_ij``, so
+  ``relu(S) + Dbar * g = S - g (C - total) + g``; the row constant ``g`` drops out of the
   softmax. ``C - total`` (``= 1 - Dbar``) is small near the query, so fp32 stays accurate.
-* **Unnormalised softmax.** The tile keeps ``E = exp(L - rowmax)`` and the row sums ``l``; the
-  output is ``(E V) / l``. Backward folds ``1/l`` into ``dO`` (a [T, d] tensor) instead of
-  rescaling a [T, T] one.
+* **Unnormalised softmax.** The tile keeps ``E = exp(L - rowmax)`` and its row sums ``l``; the
+  output ``E v`` is divided by ``l`` once at the end, for all tiles. Shifted logits are clamped
+  above the denormal range first (:func:`lengen.ops.cpu_tiles.exp_floor`), which otherwise makes
+  ``exp`` and every later product tens of times slower.
 * **No counts in backward.** ``d log_gate_i = sum_j dL_ij Dbar_ij`` equals
   ``delta_i w_i - dO_i . Z_i`` with ``delta_i = dO_i . O_i``, ``w_i = sum_j P_ij (C - total)_ij``
-  and ``Z = (P o (C - total)) V``, both made in the forward pass from a tile already in cache
-  (derivation: ``sum_j dL_ij = 0`` and ``dL = P o (dO V^T - delta)``). Backward keeps only ``E``.
-* **Backward by matmuls:** ``dL = E o (dO' V^T - delta')`` (``dO' = dO / l``), which is exactly
-  0 off the surviving keys, where ``relu`` would block the gradient anyway; ``dq = dL k``,
-  ``dk = dL^T q``, ``dv = E^T dO'``.
+  and ``Z = (P o (C - total)) V``, made in the forward pass from a tile already in cache
+  (derivation: ``sum_j dL_ij = 0`` and ``dL = P o (dO V^T - delta)``). Backward keeps only ``E``
+  (in a pooled buffer) and recomputes nothing.
+* **Backward by matmuls:** ``[dO, -delta] / l @ [v, 1]^T`` gives ``(dP - delta) / l`` in one
+  matmul, times ``E`` it is ``dL`` (exactly 0 off the surviving keys, where ``relu`` would block
+  the gradient anyway); ``dq = dL k``, ``dk = dL^T q``, ``dv = E^T dO / l``.
 
-Rows without a surviving key output exactly zero and get zero gradient. bf16/fp16 inputs use the
+Rows without a surviving key output exactly zero and get zero gradient. Weights below e^-60 of
+their row's largest (fp32) become e^-60 times it, far below rounding. bf16/fp16 inputs use the
 dense reference (which computes in fp32). Double backward is not supported (the saved numerators
 go back to a buffer pool after the first backward; a second one raises).
 """
@@ -32,9 +36,9 @@ from __future__ import annotations
 
 import torch
 
-from lengen.ops.cpu_tiles import (BIG, DEFAULT_BUDGET, DEFAULT_QBLOCK, accumulate_bias_grad,
-                                  add_bias_tile, as_4d, exp_floor, flat, plan_tiles, pool_give,
-                                  pool_take, reduce_to, scratch, tile_numel)
+from lengen.ops.cpu_tiles import (BIG, accumulate_bias_grad, add_bias_tile, as_4d, exp_floor, flat,
+                                  max_tile_numel, plan_tiles, pool_give, pool_take, reduce_to,
+                                  scratch, tile_numel, with_ones)
 from lengen.ops.tra.naive import tra_attention_naive
 
 
@@ -52,23 +56,26 @@ class _TRAFastCPU(torch.autograd.Function):
         out = torch.empty(B, H, T, dv_, dtype=dt, device=dev)
         l_all = torch.empty(B, H, T, 1, dtype=dt, device=dev)
         if need_grad:
-            Z = torch.empty(B, H, T, dv_, dtype=dt, device=dev)    # (E o (C - total)) V
+            Z = torch.empty(B, H, T, dv_, dtype=dt, device=dev)    # (E o (C - total)) v
             w = torch.empty(B, H, T, 1, dtype=dt, device=dev)      # rowsum(E o (C - total))
+        nmax = max_tile_numel(tiles)
+        Sb, Kb, Cb = (scratch(name, (nmax,), dt, dev) for name in ("tra.S", "tra.K", "tra.C"))
+        Mb = scratch("tra.M", (nmax,), dt, dev) if bias4 is not None else None
+        Eb = scratch("tra.E", (nmax,), dt, dev) if not need_grad else None
         floor = exp_floor(dt)
         off = 0
         for (b0, b1, h0, h1), blocks in tiles:
-            qg, kg, vg, ngg = (flat(x, b0, b1, h0, h1) for x in (q, k, v, ng))
-            og, lg = flat(out, b0, b1, h0, h1), flat(l_all, b0, b1, h0, h1)
+            qg, kg, vg, ngg, og, lg = (flat(x, b0, b1, h0, h1) for x in (q, k, v, ng, out, l_all))
+            kgt = kg.transpose(1, 2)
             if need_grad:
                 zg, wg = flat(Z, b0, b1, h0, h1), flat(w, b0, b1, h0, h1)
             for s, e, ke in blocks:
                 shp = (qg.shape[0], e - s, ke)
-                S = scratch("tra.S", shp, dt, dev)
-                torch.baddbmm(S, qg[:, s:e], kg[:, :ke].transpose(1, 2), beta=0, alpha=scale, out=S)
+                n = shp[0] * shp[1] * ke
+                S, K, C = Sb[:n].view(shp), Kb[:n].view(shp), Cb[:n].view(shp)
+                torch.baddbmm(S, qg[:, s:e], kgt[:, :, :ke], beta=0, alpha=scale, out=S)
                 S[:, :, s:].tril_()                              # future keys -> 0, i.e. not > 0
-                K = scratch("tra.K", shp, dt, dev)
                 torch.gt(S, 0, out=K)                            # 1.0 survives, 0.0 not
-                C = scratch("tra.C", shp, dt, dev)
                 torch.cumsum(K, -1, out=C)                       # survivors at 0..j
                 C.sub_(C[:, :, -1:].clone())                     # C - total = 1 - Dbar on survivors
                 S.addcmul_(C, ngg[:, s:e])                       # S + g (Dbar - 1)
@@ -79,25 +86,24 @@ class _TRAFastCPU(torch.autograd.Function):
                     m = S.amax(-1, keepdim=True)
                 else:
                     add_bias_tile(S, bias4, b0, b1, h0, h1, s, e, ke)
-                    M = scratch("tra.M", shp, dt, dev)
-                    torch.sub(K, 1, out=M)
+                    M = torch.sub(K, 1, out=Mb[:n].view(shp))
                     m = torch.add(S, M, alpha=BIG, out=M).amax(-1, keepdim=True)  # over survivors
                 if need_grad:
-                    n = shp[0] * shp[1] * ke
                     E = E_all[off:off + n].view(shp)
                     off += n
                 else:
-                    E = scratch("tra.E", shp, dt, dev)
+                    E = Eb[:n].view(shp)
                 # clamp: no denormals (cpu_tiles.exp_floor), no overflow off the survivors;
                 # then the mask: non-surviving keys get exactly 0
                 torch.sub(S, m, out=E).clamp_(floor, 0.0).exp_().mul_(K)
-                # row sums; >= 1 unless the row is empty (0 -> 1 so that 0 / 1 = 0)
-                torch.sum(E, -1, keepdim=True, out=lg[:, s:e]).clamp_min_(1.0)
+                torch.sum(E, -1, keepdim=True, out=lg[:, s:e])
                 torch.bmm(E, vg[:, :ke], out=og[:, s:e])
                 if need_grad:
                     C.mul_(E)
                     torch.sum(C, -1, keepdim=True, out=wg[:, s:e])
                     torch.bmm(C, vg[:, :ke], out=zg[:, s:e])
+        # row sums are >= 1 (the max term is exp(0)) unless the row is empty: 0 -> 1, 0 / 1 = 0
+        l_all.clamp_min_(1.0)
         out.div_(l_all)
         if need_grad:
             Z.div_(l_all)
@@ -117,33 +123,34 @@ class _TRAFastCPU(torch.autograd.Function):
         q, k, v, out, l_all, Z, w = ctx.saved_tensors
         E_all, ctx.E_all = ctx.E_all, None
         B, H, T, _ = q.shape
+        dv_ = out.shape[-1]
         dt, dev, scale = q.dtype, q.device, ctx.scale
         dout = dout.contiguous()
-        tmp = scratch("tra.rows", dout.shape, dt, dev)
-        delta = torch.mul(dout, out, out=tmp).sum(-1, keepdim=True)      # dO . O  [B, H, T, 1]
-        dg = (delta * w).squeeze(-1) - torch.mul(dout, Z, out=tmp).sum(-1)  # d log_gate
-        dOp = torch.div(dout, l_all, out=tmp)                    # dO' = dO / l
-        deltap = delta.div_(l_all)
+        delta = (dout * out).sum(-1, keepdim=True)              # dO . O  [B, H, T, 1]
+        dg = (delta * w).squeeze(-1) - (dout * Z).sum(-1)      # d log_gate (module docstring)
+        v1 = with_ones(v)
+        # [dO / l, -delta / l] @ [v, 1]^T = (dO V^T - delta) / l in one matmul
+        do1 = torch.cat([dout, delta.neg_()], -1).div_(l_all)
         dq = torch.empty_like(q)                                 # every row written once below
-        dk, dv = torch.zeros_like(k), torch.zeros_like(v)
+        dk = torch.zeros_like(k)
+        dv = torch.zeros(B, H, T, dv_, dtype=dt, device=dev)
         need_bias = ctx.bias_shape is not None and ctx.needs_input_grad[4]
         dbias = torch.zeros(ctx.bias_batch, H, T, T, dtype=dt, device=dev) if need_bias else None
         off = 0
         for (b0, b1, h0, h1), blocks in ctx.tiles:
-            qg, kg, vg, dog, dlg = (flat(x, b0, b1, h0, h1) for x in (q, k, v, dOp, deltap))
-            dqg, dkg, dvg = (flat(x, b0, b1, h0, h1) for x in (dq, dk, dv))
+            qg, kg, vg, dog, dqg, dkg, dvg = (flat(x, b0, b1, h0, h1)
+                                              for x in (q, k, v1, do1, dq, dk, dv))
+            vgt, dog_v = vg.transpose(1, 2), dog[..., :dv_]
             for s, e, ke in blocks:
                 shp = (qg.shape[0], e - s, ke)
                 n = shp[0] * shp[1] * ke
                 E = E_all[off:off + n].view(shp)
                 off += n
-                doc = dog[:, s:e]                                # [G, tq, dv]
                 dL = scratch("tra.dP", shp, dt, dev)
-                torch.bmm(doc, vg[:, :ke].transpose(1, 2), out=dL)
-                dL.sub_(dlg[:, s:e]).mul_(E)                     # dlogits (0 off the survivors)
+                torch.bmm(dog[:, s:e], vgt[:, :, :ke], out=dL).mul_(E)   # dlogits, 0 off survivors
                 torch.baddbmm(dqg[:, s:e], dL, kg[:, :ke], beta=0, alpha=scale, out=dqg[:, s:e])
                 dkg[:, :ke].baddbmm_(dL.transpose(1, 2), qg[:, s:e], alpha=scale)
-                dvg[:, :ke].baddbmm_(E.transpose(1, 2), doc)
+                dvg[:, :ke].baddbmm_(E.transpose(1, 2), dog_v[:, s:e])
                 if need_bias:
                     accumulate_bias_grad(dbias, dL, b0, b1, h0, h1, s, e, ke)
         pool_give(E_all)
@@ -153,7 +160,7 @@ class _TRAFastCPU(torch.autograd.Function):
 
 
 def tra_attention_fast_cpu(q, k, v, log_gate, *, bias_fn=None, scale=None, return_weights=False,
-                           budget: int = DEFAULT_BUDGET, qblock: int = DEFAULT_QBLOCK):
+                           budget: int | None = None, qblock: int | None = None):
     """Drop-in for ``tra_attention_naive`` (q, k, v: [B, H, T, hd]; log_gate: [B, H, T]).
 
     ``bias_fn(0, T)`` is called once (the full [.., T, T] bias exists in training anyway); its
