@@ -125,6 +125,27 @@ def test_tra_empty_rows(dtype, tiles):
     assert out[1, 0, 5:].abs().sum() > 0                # later rows of that head do attend
 
 
+@pytest.fixture
+def two_threads():
+    """torch with 2 intra-op threads: the ops then share tile groups among 2 worker threads."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("kind", list(OPS))
+@pytest.mark.parametrize("tiles", list(TILES))
+def test_worker_threads_match_reference(kind, tiles, two_threads):
+    """Groups run on worker threads; the bias is shared over the batch, so groups of different
+    batch indices add into the same bias gradient (per-thread accumulators)."""
+    fast, ref = OPS[kind]
+    x, go = make_inputs(111, torch.float64, seed=4)
+    got = run(fast, x, go, True, **TILES[tiles])
+    assert torch.get_num_threads() == 2                 # the workers did not change ours
+    assert_matches(got, run(ref, x, go, True), torch.float64, f"{kind} threads tiles={tiles}")
+
+
 def test_tra_future_keys_get_no_weight():
     """A change to future keys/values must not move any earlier output by even one ulp."""
     x, _ = make_inputs(63, torch.float32, seed=2)
@@ -169,7 +190,7 @@ def test_plan_tiles_covers_every_query_once():
                 seen[b0:b1, h0:h1, s:e] += 1
         assert (seen == 1).all()
     # causal tiles skip the invisible keys: at T=512 and 128-row blocks, 5/8 of the square
-    assert tile_numel(plan_tiles(1, 1, 512)) == 512 * 512 * 5 // 8
+    assert tile_numel(plan_tiles(1, 1, 512, qblock=128)) == 512 * 512 * 5 // 8
 
 
 @pytest.mark.parametrize("cls,kw", [(ThresholdRelativeAttention, {}), (ForgettingAttention, {}),

@@ -4,18 +4,26 @@ buffer reuse.
 Why tiles: an attention step on a CPU is bound by memory traffic over [B, H, T, T] tensors, not
 by arithmetic. Splitting the work into tiles of ``G`` heads x ``qb`` query rows x the ``e`` keys
 those rows can see (about 1 MB each) keeps every elementwise pass in L2, and causal tiles skip the
-keys right of their last row (62% of the square at ``qb = T/4``).
+keys right of their last row (56% of the square at ``qb = T/8``).
 
 Why buffer reuse: allocating fresh memory costs page faults on every first touch, which on small
 or virtualised machines costs as much as several passes over the data. Scratch tiles therefore
 live in a per-thread workspace, and the one big tensor a fast path keeps for its backward
 (softmax numerators) is taken from and given back to a small pool, so steady-state training
 allocates nothing large.
+
+Why worker threads: the tiles are many small ops. Parallelising each op over cores (ATen's
+default) puts a fork/join barrier in every op, and on a busy machine every barrier waits for a
+descheduled core, which made a step ten times slower on a shared 2-core box. With more than one
+torch thread, :func:`run_groups` hands whole tile groups to that many worker threads instead, each
+running its ops single-threaded (ATen releases the GIL inside kernels, so they run in parallel and
+the Python between ops overlaps with the other workers' kernels); groups touch disjoint outputs.
 """
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -23,7 +31,7 @@ import torch
 DEFAULT_BUDGET = 1 << 18
 #: query rows per tile for long sequences (long enough for the matmuls, short enough to skip
 #: most of the causally invisible keys)
-DEFAULT_QBLOCK = 128
+DEFAULT_QBLOCK = 64
 #: additive "minus infinity": keeps arithmetic finite (no inf - inf), exp() underflows to 0
 BIG = 1e30
 
@@ -37,13 +45,15 @@ def exp_floor(dtype) -> float:
 
 
 def plan_tiles(B: int, H: int, T: int, *, causal: bool = True, budget: int | None = None,
-               qblock: int | None = None, Tk: int | None = None):
+               qblock: int | None = None, Tk: int | None = None, min_groups: int = 1):
     """Tiles as ``[((b0, b1, h0, h1), [(s, e, ke), ...]), ...]``: groups of (batch, head) pairs,
     each with its query blocks ``s..e-1`` and the keys ``0..ke-1`` they see (``ke = e`` when
     causal, ``Tk`` (default ``T``) otherwise).
 
     A group holds either one batch index and a head range, or a batch range and all heads, so
     ``x[b0:b1, h0:h1]`` of a contiguous [B, H, T, d] tensor flattens to 3-D without a copy.
+    ``min_groups``: use smaller groups (when possible) so that there are at least this many, for
+    worker threads to share.
     """
     budget = DEFAULT_BUDGET if budget is None else budget     # module defaults read at call time
     qblock = DEFAULT_QBLOCK if qblock is None else qblock
@@ -51,6 +61,7 @@ def plan_tiles(B: int, H: int, T: int, *, causal: bool = True, budget: int | Non
     width = max(T, Tk)
     qb = T if T <= qblock else max(16, min(qblock, budget // width))
     g = max(1, budget // (qb * width))                          # (batch, head) pairs per tile
+    g = max(1, min(g, (B * H) // max(1, min_groups)))
     if g >= H:
         gb = min(B, g // H)
         groups = [(b, min(B, b + gb), 0, H) for b in range(0, B, gb)]
@@ -63,6 +74,14 @@ def plan_tiles(B: int, H: int, T: int, *, causal: bool = True, budget: int | Non
 def max_tile_numel(tiles) -> int:
     return max((b1 - b0) * (h1 - h0) * (e - s) * ke
                for (b0, b1, h0, h1), blocks in tiles for s, e, ke in blocks)
+
+
+def group_offsets(tiles) -> list[int]:
+    """Start of each group's tiles in a flat buffer holding all tiles in order (last: total)."""
+    offs = [0]
+    for (b0, b1, h0, h1), blocks in tiles:
+        offs.append(offs[-1] + sum((b1 - b0) * (h1 - h0) * (e - s) * ke for s, e, ke in blocks))
+    return offs
 
 
 def tile_numel(tiles) -> int:
@@ -176,6 +195,32 @@ def accumulate_bias_grad(dbias, dL, b0, b1, h0, h1, s, e, ke):
         dbias[b0:b1, h0:h1, s:e, :ke] += dL4
 
 
+class BiasGrad:
+    """Bias-gradient accumulator [Bb, H, T, Tk] for :func:`run_groups` workers: a bias shared over
+    the batch (Bb = 1) gets contributions from groups of different batch indices, so each thread
+    accumulates into its own tensor and :meth:`total` sums them."""
+
+    def __init__(self, shape, dtype, device):
+        self.shape, self.dtype, self.device = shape, dtype, device
+        self.parts: dict[int, torch.Tensor] = {}
+
+    def add(self, dL, b0, b1, h0, h1, s, e, ke):
+        part = self.parts.get(threading.get_ident())
+        if part is None:
+            part = torch.zeros(self.shape, dtype=self.dtype, device=self.device)
+            self.parts[threading.get_ident()] = part
+        accumulate_bias_grad(part, dL, b0, b1, h0, h1, s, e, ke)
+
+    def total(self) -> torch.Tensor:
+        parts = list(self.parts.values())
+        if not parts:
+            return torch.zeros(self.shape, dtype=self.dtype, device=self.device)
+        out = parts[0]
+        for p in parts[1:]:
+            out += p
+        return out
+
+
 _masks: dict = {}
 
 
@@ -201,3 +246,47 @@ def with_ones(x: torch.Tensor) -> torch.Tensor:
     out[..., :-1] = x
     out[..., -1] = 1
     return out
+
+
+_executor: ThreadPoolExecutor | None = None
+
+
+def run_groups(fn, n_groups: int) -> None:
+    """Call ``fn(i)`` for ``i in range(n_groups)``, shared among ``torch.get_num_threads()``
+    worker threads (each set to one intra-op thread, autograd off), or in this thread when torch
+    runs single-threaded. ``fn`` calls must write disjoint outputs; the first exception re-raises.
+    """
+    global _executor
+    n = min(torch.get_num_threads(), n_groups)
+    if n <= 1:
+        for i in range(n_groups):
+            fn(i)
+        return
+    if _executor is None or _executor._max_workers < n:
+        _executor = ThreadPoolExecutor(max_workers=n, thread_name_prefix="lengen-tiles")
+    nthreads = torch.get_num_threads()
+    lock, nxt = threading.Lock(), [0]
+
+    def worker():
+        # per-thread OpenMP/MKL setting; it also sets the process default for threads started
+        # later, so the caller's value is put back before returning
+        torch.set_num_threads(1)
+        try:
+            with torch.no_grad():
+                while True:
+                    with lock:
+                        i, nxt[0] = nxt[0], nxt[0] + 1
+                    if i >= n_groups:
+                        return
+                    fn(i)
+        finally:
+            torch.set_num_threads(nthreads)
+
+    futures = [_executor.submit(worker) for _ in range(n)]
+    for f in futures:
+        f.result()
+
+
+def worker_count() -> int:
+    """How many workers :func:`run_groups` will use at most (for ``plan_tiles(min_groups=)``)."""
+    return torch.get_num_threads()

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import torch
 
-from lengen.ops.cpu_tiles import (accumulate_bias_grad, add_bias_tile, as_4d, exp_floor, flat,
-                                  future_mask, max_tile_numel, plan_tiles, pool_give, pool_take,
-                                  reduce_to, scratch, tile_numel, with_ones)
+from lengen.ops.cpu_tiles import (BiasGrad, add_bias_tile, as_4d, exp_floor, flat, future_mask,
+                                  group_offsets, max_tile_numel, plan_tiles, pool_give, pool_take,
+                                  reduce_to, run_groups, scratch, with_ones, worker_count)
 from lengen.ops.softmax.naive import softmax_attention_naive
 
 
@@ -36,24 +36,28 @@ class _SoftmaxFastCPU(torch.autograd.Function):
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         bias4 = None if bias is None else as_4d(bias.to(dt), H, T, Tk)
         col_c = None if col is None else col.to(dt).contiguous()          # [B, H, Tk]
-        tiles = plan_tiles(B, H, T, causal=causal, budget=budget, qblock=qblock, Tk=Tk)
+        tiles = plan_tiles(B, H, T, causal=causal, budget=budget, qblock=qblock, Tk=Tk,
+                           min_groups=4 * worker_count())
+        offsets = group_offsets(tiles)
         need_grad = any(ctx.needs_input_grad[:5])
-        E_all = pool_take(tile_numel(tiles), dt, dev) if need_grad else None
-        ol = torch.empty(B, H, T, dv_ + 1, dtype=dt, device=dev)          # [E v, rowsum E]
-        # (separate sum: a matmul with v's width + 1 columns runs ~1.7x slower than with 16)
+        E_all = pool_take(offsets[-1], dt, dev) if need_grad else None
+        # [E v, rowsum E]; the sum is separate because a matmul with v's width + 1 columns runs
+        # ~1.7x slower than with 16
+        ol = torch.empty(B, H, T, dv_ + 1, dtype=dt, device=dev)
         nmax = max_tile_numel(tiles)
-        Sb = scratch("sm.S", (nmax,), dt, dev)
-        Eb = scratch("sm.E", (nmax,), dt, dev) if not need_grad else None
         floor = exp_floor(dt)
-        off = 0
-        for (b0, b1, h0, h1), blocks in tiles:
+
+        def group(gi):
+            (b0, b1, h0, h1), blocks = tiles[gi]
+            S_ = scratch("sm.S", (nmax,), dt, dev)
             qg, kg, vg, olg = (flat(x, b0, b1, h0, h1) for x in (q, k, v, ol))
             kgt = kg.transpose(1, 2)
             cg = None if col_c is None else flat(col_c, b0, b1, h0, h1).unsqueeze(1)  # [G, 1, Tk]
+            off = offsets[gi]
             for s, e, ke in blocks:
                 shp = (qg.shape[0], e - s, ke)
                 n = shp[0] * shp[1] * ke
-                S = Sb[:n].view(shp)
+                S = S_[:n].view(shp)
                 torch.baddbmm(S, qg[:, s:e], kgt[:, :, :ke], beta=0, alpha=scale, out=S)
                 if cg is not None:
                     # minus col[s]: a row constant (drops out of the softmax) that keeps the added
@@ -68,17 +72,19 @@ class _SoftmaxFastCPU(torch.autograd.Function):
                     E = E_all[off:off + n].view(shp)
                     off += n
                 else:
-                    E = Eb[:n].view(shp)
+                    E = scratch("sm.E", shp, dt, dev)
                 torch.sub(S, m, out=E).clamp_(floor, 0.0).exp_()  # floor: cpu_tiles.exp_floor
                 if causal:
                     E[:, :, s:].tril_()                           # future keys: exactly 0
                 torch.sum(E, -1, keepdim=True, out=olg[:, s:e, dv_:])   # row sums, >= 1
                 torch.bmm(E, vg[:, :ke], out=olg[:, s:e, :dv_])
+
+        run_groups(group, len(tiles))
         l_all = ol[..., dv_:]
         out = ol[..., :dv_] / l_all
         if need_grad:
             ctx.save_for_backward(q, k, v, out, l_all)
-            ctx.E_all, ctx.tiles, ctx.scale = E_all, tiles, scale
+            ctx.E_all, ctx.tiles, ctx.offsets, ctx.scale = E_all, tiles, offsets, scale
             ctx.bias_shape = None if bias is None else bias.shape
             ctx.bias_batch = None if bias4 is None else bias4.shape[0]
             ctx.col_dtype = None if col is None else col.dtype
@@ -91,6 +97,7 @@ class _SoftmaxFastCPU(torch.autograd.Function):
                                "double backward); use attention impl='naive' for that")
         q, k, v, out, l_all = ctx.saved_tensors
         E_all, ctx.E_all = ctx.E_all, None
+        tiles, offsets = ctx.tiles, ctx.offsets
         B, H, T, _ = q.shape
         Tk, dv_ = k.shape[-2], out.shape[-1]
         dt, dev, scale = q.dtype, q.device, ctx.scale
@@ -103,14 +110,16 @@ class _SoftmaxFastCPU(torch.autograd.Function):
         dv = torch.zeros(B, H, Tk, dv_, dtype=dt, device=dev)
         need_bias = ctx.bias_shape is not None and ctx.needs_input_grad[3]
         need_col = ctx.col_dtype is not None and ctx.needs_input_grad[4]
-        dbias = torch.zeros(ctx.bias_batch, H, T, Tk, dtype=dt, device=dev) if need_bias else None
+        dbias = BiasGrad((ctx.bias_batch, H, T, Tk), dt, dev) if need_bias else None
         dcol = torch.zeros(B, H, Tk, dtype=dt, device=dev) if need_col else None
-        off = 0
-        for (b0, b1, h0, h1), blocks in ctx.tiles:
+
+        def group(gi):
+            (b0, b1, h0, h1), blocks = tiles[gi]
             qg, kg, vg, dog, dqg, dkg, dvg = (flat(x, b0, b1, h0, h1)
                                               for x in (q, k, v1, do1, dq, dk, dv))
             vgt, dog_v = vg.transpose(1, 2), dog[..., :dv_]
             dcg = None if dcol is None else flat(dcol, b0, b1, h0, h1)
+            off = offsets[gi]
             for s, e, ke in blocks:
                 shp = (qg.shape[0], e - s, ke)
                 n = shp[0] * shp[1] * ke
@@ -122,13 +131,15 @@ class _SoftmaxFastCPU(torch.autograd.Function):
                 dkg[:, :ke].baddbmm_(dL.transpose(1, 2), qg[:, s:e], alpha=scale)
                 dvg[:, :ke].baddbmm_(E.transpose(1, 2), dog_v[:, s:e])
                 if need_bias:
-                    accumulate_bias_grad(dbias, dL, b0, b1, h0, h1, s, e, ke)
+                    dbias.add(dL, b0, b1, h0, h1, s, e, ke)
                 if dcg is not None:
                     # the row-constant shift by col[s] gets sum_j dL_ij = 0 per row: no term
                     dcg[:, :ke] += dL.sum(1)
+
+        run_groups(group, len(tiles))
         pool_give(E_all)
         if need_bias:
-            dbias = reduce_to(dbias, ctx.bias_shape)
+            dbias = reduce_to(dbias.total(), ctx.bias_shape)
         if need_col:
             dcol = dcol.to(ctx.col_dtype)
         return dq, dk, dv, dbias, dcol, None, None, None, None

@@ -36,9 +36,9 @@ from __future__ import annotations
 
 import torch
 
-from lengen.ops.cpu_tiles import (BIG, accumulate_bias_grad, add_bias_tile, as_4d, exp_floor, flat,
-                                  max_tile_numel, plan_tiles, pool_give, pool_take, reduce_to,
-                                  scratch, tile_numel, with_ones)
+from lengen.ops.cpu_tiles import (BIG, BiasGrad, add_bias_tile, as_4d, exp_floor, flat,
+                                  group_offsets, max_tile_numel, plan_tiles, pool_give, pool_take,
+                                  reduce_to, run_groups, scratch, with_ones, worker_count)
 from lengen.ops.tra.naive import tra_attention_naive
 
 
@@ -50,29 +50,32 @@ class _TRAFastCPU(torch.autograd.Function):
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         ng = (-log_gate).to(dt).unsqueeze(-1).contiguous()      # [B, H, T, 1], >= 0
         bias4 = None if bias is None else as_4d(bias.to(dt), H, T)
-        tiles = plan_tiles(B, H, T, causal=True, budget=budget, qblock=qblock)
+        tiles = plan_tiles(B, H, T, causal=True, budget=budget, qblock=qblock,
+                           min_groups=4 * worker_count())
+        offsets = group_offsets(tiles)
         need_grad = any(ctx.needs_input_grad[:5])
-        E_all = pool_take(tile_numel(tiles), dt, dev) if need_grad else None
+        E_all = pool_take(offsets[-1], dt, dev) if need_grad else None
         out = torch.empty(B, H, T, dv_, dtype=dt, device=dev)
         l_all = torch.empty(B, H, T, 1, dtype=dt, device=dev)
         if need_grad:
             Z = torch.empty(B, H, T, dv_, dtype=dt, device=dev)    # (E o (C - total)) v
             w = torch.empty(B, H, T, 1, dtype=dt, device=dev)      # rowsum(E o (C - total))
         nmax = max_tile_numel(tiles)
-        Sb, Kb, Cb = (scratch(name, (nmax,), dt, dev) for name in ("tra.S", "tra.K", "tra.C"))
-        Mb = scratch("tra.M", (nmax,), dt, dev) if bias4 is not None else None
-        Eb = scratch("tra.E", (nmax,), dt, dev) if not need_grad else None
         floor = exp_floor(dt)
-        off = 0
-        for (b0, b1, h0, h1), blocks in tiles:
+
+        def group(gi):
+            (b0, b1, h0, h1), blocks = tiles[gi]
+            # per-thread scratch tiles
+            S_, K_, C_ = (scratch(name, (nmax,), dt, dev) for name in ("tra.S", "tra.K", "tra.C"))
             qg, kg, vg, ngg, og, lg = (flat(x, b0, b1, h0, h1) for x in (q, k, v, ng, out, l_all))
             kgt = kg.transpose(1, 2)
             if need_grad:
                 zg, wg = flat(Z, b0, b1, h0, h1), flat(w, b0, b1, h0, h1)
+            off = offsets[gi]
             for s, e, ke in blocks:
                 shp = (qg.shape[0], e - s, ke)
                 n = shp[0] * shp[1] * ke
-                S, K, C = Sb[:n].view(shp), Kb[:n].view(shp), Cb[:n].view(shp)
+                S, K, C = S_[:n].view(shp), K_[:n].view(shp), C_[:n].view(shp)
                 torch.baddbmm(S, qg[:, s:e], kgt[:, :, :ke], beta=0, alpha=scale, out=S)
                 S[:, :, s:].tril_()                              # future keys -> 0, i.e. not > 0
                 torch.gt(S, 0, out=K)                            # 1.0 survives, 0.0 not
@@ -86,13 +89,13 @@ class _TRAFastCPU(torch.autograd.Function):
                     m = S.amax(-1, keepdim=True)
                 else:
                     add_bias_tile(S, bias4, b0, b1, h0, h1, s, e, ke)
-                    M = torch.sub(K, 1, out=Mb[:n].view(shp))
+                    M = torch.sub(K, 1, out=scratch("tra.M", shp, dt, dev))
                     m = torch.add(S, M, alpha=BIG, out=M).amax(-1, keepdim=True)  # over survivors
                 if need_grad:
                     E = E_all[off:off + n].view(shp)
                     off += n
                 else:
-                    E = Eb[:n].view(shp)
+                    E = scratch("tra.E", shp, dt, dev)
                 # clamp: no denormals (cpu_tiles.exp_floor), no overflow off the survivors;
                 # then the mask: non-surviving keys get exactly 0
                 torch.sub(S, m, out=E).clamp_(floor, 0.0).exp_().mul_(K)
@@ -102,6 +105,8 @@ class _TRAFastCPU(torch.autograd.Function):
                     C.mul_(E)
                     torch.sum(C, -1, keepdim=True, out=wg[:, s:e])
                     torch.bmm(C, vg[:, :ke], out=zg[:, s:e])
+
+        run_groups(group, len(tiles))
         # row sums are >= 1 (the max term is exp(0)) unless the row is empty: 0 -> 1, 0 / 1 = 0
         l_all.clamp_min_(1.0)
         out.div_(l_all)
@@ -109,7 +114,7 @@ class _TRAFastCPU(torch.autograd.Function):
             Z.div_(l_all)
             w.div_(l_all)
             ctx.save_for_backward(q, k, v, out, l_all, Z, w)
-            ctx.E_all, ctx.tiles, ctx.scale = E_all, tiles, scale
+            ctx.E_all, ctx.tiles, ctx.offsets, ctx.scale = E_all, tiles, offsets, scale
             ctx.bias_shape = None if bias is None else bias.shape
             ctx.bias_batch = None if bias4 is None else bias4.shape[0]
             ctx.gate_dtype = log_gate.dtype
@@ -122,6 +127,7 @@ class _TRAFastCPU(torch.autograd.Function):
                                "backward); use attention impl='naive' for that")
         q, k, v, out, l_all, Z, w = ctx.saved_tensors
         E_all, ctx.E_all = ctx.E_all, None
+        tiles, offsets = ctx.tiles, ctx.offsets
         B, H, T, _ = q.shape
         dv_ = out.shape[-1]
         dt, dev, scale = q.dtype, q.device, ctx.scale
@@ -135,12 +141,14 @@ class _TRAFastCPU(torch.autograd.Function):
         dk = torch.zeros_like(k)
         dv = torch.zeros(B, H, T, dv_, dtype=dt, device=dev)
         need_bias = ctx.bias_shape is not None and ctx.needs_input_grad[4]
-        dbias = torch.zeros(ctx.bias_batch, H, T, T, dtype=dt, device=dev) if need_bias else None
-        off = 0
-        for (b0, b1, h0, h1), blocks in ctx.tiles:
+        dbias = BiasGrad((ctx.bias_batch, H, T, T), dt, dev) if need_bias else None
+
+        def group(gi):
+            (b0, b1, h0, h1), blocks = tiles[gi]
             qg, kg, vg, dog, dqg, dkg, dvg = (flat(x, b0, b1, h0, h1)
                                               for x in (q, k, v1, do1, dq, dk, dv))
             vgt, dog_v = vg.transpose(1, 2), dog[..., :dv_]
+            off = offsets[gi]
             for s, e, ke in blocks:
                 shp = (qg.shape[0], e - s, ke)
                 n = shp[0] * shp[1] * ke
@@ -152,10 +160,12 @@ class _TRAFastCPU(torch.autograd.Function):
                 dkg[:, :ke].baddbmm_(dL.transpose(1, 2), qg[:, s:e], alpha=scale)
                 dvg[:, :ke].baddbmm_(E.transpose(1, 2), dog_v[:, s:e])
                 if need_bias:
-                    accumulate_bias_grad(dbias, dL, b0, b1, h0, h1, s, e, ke)
+                    dbias.add(dL, b0, b1, h0, h1, s, e, ke)
+
+        run_groups(group, len(tiles))
         pool_give(E_all)
         if need_bias:
-            dbias = reduce_to(dbias, ctx.bias_shape)
+            dbias = reduce_to(dbias.total(), ctx.bias_shape)
         return dq, dk, dv, dg.to(ctx.gate_dtype), dbias, None, None, None
 
 
