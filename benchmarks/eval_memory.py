@@ -69,8 +69,10 @@ def main(argv=None):
             for T in args.T:
                 est_gb = 8 * args.heads * T * T * 4 / 1e9
                 if impl == "naive" and est_gb > args.max_gb:
-                    print(f"{kind:<8} {impl:<6} {T:>6} {'skipped':>9}  (dense estimate {est_gb:.0f} GB)")
-                    rows.append(dict(kind=kind, impl=impl, T=T, skipped=f"estimate {est_gb:.1f} GB"))
+                    print(f"{kind:<8} {impl:<6} {T:>6} {'skipped':>9}  "
+                          f"(dense estimate {est_gb:.0f} GB)")
+                    rows.append(dict(kind=kind, impl=impl, T=T,
+                                     skipped=f"estimate {est_gb:.1f} GB"))
                     continue
                 mib, err = measure(kind, impl, T, args)
                 if mib is None:

@@ -46,8 +46,9 @@ def combos(quick: bool):
 
 def build(attention, posenc, args):
     torch.manual_seed(0)
+    impl = "auto" if (attention, posenc) == BASELINE else args.impl   # baseline: always SDPA
     cfg = ModelConfig(vocab_size=8, d_model=args.d_model, n_layers=args.layers, n_heads=args.heads,
-                      attention=attention, posenc=posenc, attn_impl=args.impl)
+                      attention=attention, posenc=posenc, attn_impl=impl)
     model = Transformer(cfg)
     model.check_length(args.T)
     model.train()
@@ -64,7 +65,8 @@ def step(model, opt, tokens, targets):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="each kind with NoPE + each scheme with softmax")
+    ap.add_argument("--quick", action="store_true",
+                    help="each kind with NoPE + each scheme with softmax")
     ap.add_argument("--T", type=int, default=512)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--d-model", type=int, default=64)
@@ -73,7 +75,8 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=None, help="timed rounds (default 5, quick 3)")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
-    ap.add_argument("--impl", default="auto", help="attn_impl for every model (auto|naive|lean)")
+    ap.add_argument("--impl", default="auto",
+                    help="attn_impl of every model but the baseline (auto|naive|lean)")
     ap.add_argument("--attention", nargs="*", help="only these kinds (baseline always included)")
     ap.add_argument("--posenc", nargs="*", help="only these schemes")
     ap.add_argument("--json", help="also write the results here")
@@ -121,8 +124,10 @@ def main(argv=None):
 
     setup = dict(T=args.T, batch=args.batch, d_model=args.d_model, layers=args.layers,
                  heads=args.heads, repeats=repeats, threads=torch.get_num_threads(),
-                 impl=args.impl, torch=torch.__version__, machine=platform.processor() or platform.machine())
-    print("step time, fwd+bwd+AdamW; ratio = median over rounds of (step / softmax+nope step, same round)")
+                 impl=args.impl, torch=torch.__version__,
+                 machine=platform.processor() or platform.machine())
+    print("step time, fwd+bwd+AdamW; ratio = median over rounds of "
+          "(step / softmax+nope step, same round)")
     print(", ".join(f"{k}={v}" for k, v in setup.items()))
     print(f"{'attention':<10} {'posenc':<9} {'ms':>8} {'ratio':>6} {'minratio':>8} {'target':>6}")
     for r in rows:

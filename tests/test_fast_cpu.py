@@ -103,7 +103,8 @@ def test_strong_decay_float32_as_accurate_as_reference(kind):
                 for a, b in zip(run(op, x, go, True), exact)]
     for name, e_fast, e_ref in zip(["out", "dq", "dk", "dv", "dgate", "dbias"], errors(fast),
                                    errors(ref)):
-        assert e_fast <= max(3 * e_ref, 2e-6), f"{kind} {name}: {e_fast:.1e} vs reference {e_ref:.1e}"
+        assert e_fast <= max(3 * e_ref, 2e-6), \
+            f"{kind} {name}: {e_fast:.1e} vs reference {e_ref:.1e}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -180,7 +181,8 @@ def test_interleaved_calls_reuse_buffers_correctly():
 
 
 def test_plan_tiles_covers_every_query_once():
-    for B_, H_, T, budget, qb in [(2, 3, 1, 600, 16), (3, 4, 300, 600, 16), (2, 4, 512, 1 << 18, 128),
+    for B_, H_, T, budget, qb in [(2, 3, 1, 600, 16), (3, 4, 300, 600, 16),
+                                  (2, 4, 512, 1 << 18, 128),
                                   (5, 2, 63, 1 << 18, 128)]:
         seen = torch.zeros(B_, H_, T, dtype=torch.long)
         for (b0, b1, h0, h1), blocks in plan_tiles(B_, H_, T, budget=budget, qblock=qb):
@@ -197,7 +199,7 @@ def test_plan_tiles_covers_every_query_once():
                                     (SoftmaxAttention, {})])
 @pytest.mark.parametrize("posenc", ["nope", "alibi", "t5"])
 def test_modules_auto_equals_naive(cls, kw, posenc):
-    """impl='auto' in training (fast path on CPU) equals impl='naive': output and parameter grads."""
+    """impl='auto' in training (fast path on CPU) equals impl='naive': outputs, parameter grads."""
     torch.manual_seed(0)
     d, T = 32, 45
     pe = build_posenc(posenc, d_model=d, n_heads=4, head_dim=8, causal=True).double()

@@ -287,6 +287,8 @@ def run_groups(fn, n_groups: int) -> None:
         f.result()
 
 
-def worker_count() -> int:
-    """How many workers :func:`run_groups` will use at most (for ``plan_tiles(min_groups=)``)."""
-    return torch.get_num_threads()
+def group_target() -> int:
+    """``plan_tiles(min_groups=)`` for :func:`run_groups`: 4 groups per worker thread (some
+    balance when a worker gets descheduled), 1 when single-threaded."""
+    n = torch.get_num_threads()
+    return 4 * n if n > 1 else 1

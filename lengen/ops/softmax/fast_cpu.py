@@ -22,8 +22,8 @@ from __future__ import annotations
 import torch
 
 from lengen.ops.cpu_tiles import (BiasGrad, add_bias_tile, as_4d, exp_floor, flat, future_mask,
-                                  group_offsets, max_tile_numel, plan_tiles, pool_give, pool_take,
-                                  reduce_to, run_groups, scratch, with_ones, worker_count)
+                                  group_offsets, group_target, max_tile_numel, plan_tiles,
+                                  pool_give, pool_take, reduce_to, run_groups, scratch, with_ones)
 from lengen.ops.softmax.naive import softmax_attention_naive
 
 
@@ -37,7 +37,7 @@ class _SoftmaxFastCPU(torch.autograd.Function):
         bias4 = None if bias is None else as_4d(bias.to(dt), H, T, Tk)
         col_c = None if col is None else col.to(dt).contiguous()          # [B, H, Tk]
         tiles = plan_tiles(B, H, T, causal=causal, budget=budget, qblock=qblock, Tk=Tk,
-                           min_groups=4 * worker_count())
+                           min_groups=group_target())
         offsets = group_offsets(tiles)
         need_grad = any(ctx.needs_input_grad[:5])
         E_all = pool_take(offsets[-1], dt, dev) if need_grad else None

@@ -37,8 +37,8 @@ from __future__ import annotations
 import torch
 
 from lengen.ops.cpu_tiles import (BIG, BiasGrad, add_bias_tile, as_4d, exp_floor, flat,
-                                  group_offsets, max_tile_numel, plan_tiles, pool_give, pool_take,
-                                  reduce_to, run_groups, scratch, with_ones, worker_count)
+                                  group_offsets, group_target, max_tile_numel, plan_tiles,
+                                  pool_give, pool_take, reduce_to, run_groups, scratch, with_ones)
 from lengen.ops.tra.naive import tra_attention_naive
 
 
@@ -51,7 +51,7 @@ class _TRAFastCPU(torch.autograd.Function):
         ng = (-log_gate).to(dt).unsqueeze(-1).contiguous()      # [B, H, T, 1], >= 0
         bias4 = None if bias is None else as_4d(bias.to(dt), H, T)
         tiles = plan_tiles(B, H, T, causal=True, budget=budget, qblock=qblock,
-                           min_groups=4 * worker_count())
+                           min_groups=group_target())
         offsets = group_offsets(tiles)
         need_grad = any(ctx.needs_input_grad[:5])
         E_all = pool_take(offsets[-1], dt, dev) if need_grad else None
