@@ -21,6 +21,7 @@ the Python between ops overlaps with the other workers' kernels); groups touch d
 """
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
@@ -249,6 +250,7 @@ def with_ones(x: torch.Tensor) -> torch.Tensor:
 
 
 _executor: ThreadPoolExecutor | None = None
+_executor_pid = 0
 
 
 def run_groups(fn, n_groups: int) -> None:
@@ -256,14 +258,16 @@ def run_groups(fn, n_groups: int) -> None:
     worker threads (each set to one intra-op thread, autograd off), or in this thread when torch
     runs single-threaded. ``fn`` calls must write disjoint outputs; the first exception re-raises.
     """
-    global _executor
+    global _executor, _executor_pid
     n = min(torch.get_num_threads(), n_groups)
     if n <= 1:
         for i in range(n_groups):
             fn(i)
         return
-    if _executor is None or _executor._max_workers < n:
+    # a forked child inherits the executor object but not its threads: make a new one there
+    if _executor is None or _executor._max_workers < n or _executor_pid != os.getpid():
         _executor = ThreadPoolExecutor(max_workers=n, thread_name_prefix="lengen-tiles")
+        _executor_pid = os.getpid()
     nthreads = torch.get_num_threads()
     lock, nxt = threading.Lock(), [0]
 
