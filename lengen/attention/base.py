@@ -5,8 +5,9 @@ calls the positional scheme's hooks the same way (``rotate`` on q/k, ``bias`` on
 the model never branches on which scheme or kind is active. Subclasses implement ``attend``.
 
 Path selection (``impl``): ``naive`` always uses the dense reference op, ``lean`` always the
-query-blocked op, ``auto`` (default) uses the reference-equivalent dense op while training and
-the memory-lean op in eval mode, so evaluation memory grows linearly in T.
+query-blocked op, ``auto`` (default) trains with the fastest op tested equal to the reference for
+the device (tiled CPU ops in ``ops/<op>/fast_cpu.py``; fused Triton kernels on CUDA where a kind
+has them) and uses the memory-lean op in eval mode, so evaluation memory grows linearly in T.
 """
 from __future__ import annotations
 

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lengen.attention.base import Attention
+from lengen.ops.select import pick
 from lengen.ops.fot import fot_attention_chunked, fot_attention_naive
 from lengen.ops.fot.fast_cpu import fot_attention_fast_cpu
 
@@ -39,14 +40,11 @@ class ForgettingAttention(Attention):
         if self.use_lean():
             return fot_attention_chunked(q, k, v, log_f, bias_fn=bias_fn, block_size=self.block_size)
         if self.impl == "auto":
-            return training_op(q)(q, k, v, log_f, bias_fn=bias_fn)
+            return training_op(q, bias_fn)(q, k, v, log_f, bias_fn=bias_fn)
         return fot_attention_naive(q, k, v, log_f, bias_fn=bias_fn)
 
 
-def training_op(q: torch.Tensor):
-    """The op ``impl='auto'`` trains with, by device."""
-    if q.device.type == "cpu":
-        return fot_attention_fast_cpu
-    # CUDA / other accelerators: the fused Triton kernels (lengen.ops.fot.triton, issue 5 item 4)
-    # are selected here once they are wired in; until then the dense reference.
-    return fot_attention_naive
+def training_op(q: torch.Tensor, bias_fn=None):
+    """The op ``impl='auto'`` trains with on this device (see :mod:`lengen.ops.select`)."""
+    return pick(q, bias_fn, fast_cpu=fot_attention_fast_cpu, naive=fot_attention_naive,
+                triton_module="lengen.ops.fot.triton", triton_name="fot_attention_triton")

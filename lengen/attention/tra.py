@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lengen.attention.base import Attention
+from lengen.ops.select import pick
 from lengen.ops.tra import tra_attention_chunked, tra_attention_naive
 from lengen.ops.tra.fast_cpu import tra_attention_fast_cpu
 
@@ -53,14 +54,11 @@ class ThresholdRelativeAttention(Attention):
         if self.use_lean():
             return tra_attention_chunked(q, k, v, log_gate, bias_fn=bias_fn, block_size=self.block_size)
         if self.impl == "auto":
-            return training_op(q)(q, k, v, log_gate, bias_fn=bias_fn)
+            return training_op(q, bias_fn)(q, k, v, log_gate, bias_fn=bias_fn)
         return tra_attention_naive(q, k, v, log_gate, bias_fn=bias_fn)
 
 
-def training_op(q: torch.Tensor):
-    """The op ``impl='auto'`` trains with, by device."""
-    if q.device.type == "cpu":
-        return tra_attention_fast_cpu
-    # CUDA / other accelerators: the fused Triton kernels (lengen.ops.tra.triton, issue 5 item 4)
-    # are selected here once they are wired in; until then the dense reference.
-    return tra_attention_naive
+def training_op(q: torch.Tensor, bias_fn=None):
+    """The op ``impl='auto'`` trains with on this device (see :mod:`lengen.ops.select`)."""
+    return pick(q, bias_fn, fast_cpu=tra_attention_fast_cpu, naive=tra_attention_naive,
+                triton_module="lengen.ops.tra.triton", triton_name="tra_attention_triton")

@@ -1,0 +1,23 @@
+"""Device-based choice of the training op for ``impl='auto'``.
+
+CPU tensors: the tiled ``fast_cpu`` op. CUDA tensors: the fused Triton kernel when triton is
+installed, no positional bias is needed (the kernels take no ``bias_fn``) and the head dim is at
+most 128; otherwise the dense reference. Every op chosen here is tested equal to the reference (tests/test_fast_cpu.py,
+tests/test_triton_kernels.py).
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+
+
+def triton_available() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def pick(q, bias_fn, *, fast_cpu, naive, triton_module: str, triton_name: str):
+    if q.device.type == "cpu":
+        return fast_cpu
+    if q.device.type == "cuda" and bias_fn is None and q.shape[-1] <= 128 and triton_available():
+        return getattr(importlib.import_module(triton_module), triton_name)
+    return naive
