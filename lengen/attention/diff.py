@@ -14,6 +14,11 @@ frequencies, and a bias scheme gives each half its own map.
 The lambda vectors (width hd) start at N(0, 0.1); the RMSNorm has a learned weight over 2*hd
 shared by the heads (the public ``subln``). ``lambda_init`` may be fixed with
 ``attention_kwargs.lambda_init``.
+
+Paths (``impl``, see :mod:`lengen.attention.base`): training with ``auto`` uses
+:mod:`lengen.ops.diff.fast_cpu` (fused SDPA without a bias on any device; the tiled softmax op
+with a bias on CPU); ``naive`` always uses the dense reference; evaluation with ``auto`` and
+``lean`` use the query-blocked op.
 """
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ from torch import nn
 
 from lengen.attention.base import Attention
 from lengen.ops.diff import diff_attention_chunked, diff_attention_naive
+from lengen.ops.diff.fast_cpu import diff_attention_fast_cpu
 
 
 def default_lambda_init(layer_idx: int) -> float:
@@ -70,7 +76,17 @@ class DifferentialAttention(Attention):
         elif self.use_lean():
             y = diff_attention_chunked(q, k, v, lam, causal=self.causal, bias_fn=bias_fn,
                                        block_size=self.block_size)
+        elif self.impl == "auto":
+            y = training_op(q, bias_fn)(q, k, v, lam, causal=self.causal, bias_fn=bias_fn)
         else:
             y = diff_attention_naive(q, k, v, lam, causal=self.causal, bias_fn=bias_fn)
         y = F.rms_norm(y, (2 * hd,), self.norm_weight, self.norm_eps)
         return y * (1 - self.lambda_init)                            # [B, H/2, T, 2hd]
+
+
+def training_op(q: torch.Tensor, bias_fn=None):
+    """The op ``impl='auto'`` trains with: the fast op on CPU, and elsewhere when there is no
+    bias (fused SDPA); the dense reference for a bias off the CPU."""
+    if q.device.type == "cpu" or bias_fn is None:
+        return diff_attention_fast_cpu
+    return diff_attention_naive
