@@ -37,16 +37,98 @@ def relative_bucket(rel: torch.Tensor, *, bidirectional: bool, num_buckets: int,
 
 
 class T5Bias(PositionalScheme):
+    """The bias of pair (i, j) depends only on the rounded relative distance, so ``bias`` buckets
+    each *distinct* distance once and expands the per-distance values ``[H, n_dist]`` to
+    ``[H, Tq, Tk]``: a Toeplitz view (``unfold``) when positions step evenly by an integer, a
+    gather otherwise. The table lookup then touches n_dist rows instead of Tq * Tk (its backward
+    was the cost: an embedding backward over Tq * Tk indices), and the expansion's backward is a
+    sum over diagonals / a scatter-add of the [H, Tq, Tk] gradient. Values and gradients are those
+    of looking every pair up (``_reference_bias``)."""
+
     has_bias = True
+    #: the general (non-progression) path caches its [Tq, Tk] distance index for the last
+    #: positions seen (every layer of one step reuses it) when it has at most this many entries
+    cache_max_entries = 1 << 20
 
     def __init__(self, *, num_buckets: int = 32, max_distance: int = 128, **kw):
         super().__init__(**kw)
         self.num_buckets, self.max_distance = num_buckets, max_distance
         self.table = nn.Embedding(num_buckets, self.n_heads)
         nn.init.zeros_(self.table.weight)
+        self._index_cache = None          # (pos_q copy, pos_k copy, index [Tq, Tk], r_min, n)
+
+    def _buckets(self, rel: torch.Tensor) -> torch.Tensor:
+        return relative_bucket(rel, bidirectional=not self.causal, num_buckets=self.num_buckets,
+                               max_distance=self.max_distance)
+
+    def _reference_bias(self, pos_q, pos_k):
+        """The pairwise definition: bucket every (i, j) and look each up -> [H, Tq, Tk]."""
+        rel = (pos_k.float()[None, :] - pos_q.float()[:, None]).round().long()  # [Tq, Tk]
+        return self.table(self._buckets(rel)).permute(2, 0, 1)
 
     def bias(self, pos_q, pos_k, q=None, k=None):
+        Tq, Tk = pos_q.numel(), pos_k.numel()
+        if Tq == 0 or Tk == 0:
+            return self._reference_bias(pos_q, pos_k)
+        prog = integer_progression(pos_q, pos_k)
+        if prog is not None:
+            # pos_k[j] - pos_q[i] = off + step (j - i), exactly (integers below 2^23 in float32)
+            off, step = prog
+            m = torch.arange(Tq + Tk - 1, device=pos_q.device)             # m = Tq - 1 - i + j
+            rel = off + step * (m - (Tq - 1))
+            vec = self.table(self._buckets(rel)).t()                         # [H, Tq + Tk - 1]
+            # unfold: [H, Tq, Tk] with row s, column j = vec[s + j]; row s is query Tq - 1 - s
+            return vec.unfold(-1, Tk, 1).flip(-2)
+        idx, r_min, n = self._distance_index(pos_q, pos_k)
+        if idx is None:                        # distances spread wider than the pairs: bucket pairs
+            return self._reference_bias(pos_q, pos_k)
+        rel = torch.arange(r_min, r_min + n, device=pos_q.device)
+        vec = self.table(self._buckets(rel)).t()                             # [H, n]
+        H = vec.shape[0]
+        return vec.gather(1, idx.view(1, -1).expand(H, -1)).view(H, Tq, Tk)
+
+    def _distance_index(self, pos_q, pos_k):
+        """-> (rounded distance - r_min as [Tq, Tk] long, r_min, number of distances), or
+        (None, 0, 0) when there are more distinct distance values than pairs."""
+        c = self._index_cache
+        if (c is not None and c[0].shape == pos_q.shape and c[1].shape == pos_k.shape
+                and c[0].device == pos_q.device and c[0].dtype == pos_q.dtype
+                and c[1].dtype == pos_k.dtype
+                and torch.equal(c[0], pos_q) and torch.equal(c[1], pos_k)):
+            return c[2:]
         rel = (pos_k.float()[None, :] - pos_q.float()[:, None]).round().long()  # [Tq, Tk]
-        b = relative_bucket(rel, bidirectional=not self.causal, num_buckets=self.num_buckets,
-                            max_distance=self.max_distance)
-        return self.table(b).permute(2, 0, 1)                 # [H, Tq, Tk]
+        r_min, r_max = int(rel.min()), int(rel.max())
+        n = r_max - r_min + 1
+        out = (rel - r_min, r_min, n) if n <= rel.numel() else (None, 0, 0)
+        if rel.numel() <= self.cache_max_entries:
+            self._index_cache = (pos_q.detach().clone(), pos_k.detach().clone()) + out
+        else:
+            self._index_cache = None
+        return out
+
+
+def integer_progression(pos_q: torch.Tensor, pos_k: torch.Tensor):
+    """(off, step) with pos_k[j] - pos_q[i] = off + step * (j - i) when both position vectors step
+    by the same nonzero integer from integer starts (identity sampler, shifted or not) and are
+    small enough (< 2^23) that float32 differences are exact; else None."""
+    if pos_q.dim() != 1 or pos_k.dim() != 1 or pos_q.is_complex() or pos_k.is_complex():
+        return None
+    Tq, Tk = pos_q.numel(), pos_k.numel()
+    pq, pk = pos_q.detach().double(), pos_k.detach().double()
+    if Tq > 1:
+        step = float(pq[1] - pq[0])
+    elif Tk > 1:
+        step = float(pk[1] - pk[0])
+    else:
+        step = 1.0
+    a, b = float(pq[0]), float(pk[0])
+    if step == 0 or step != round(step) or a != round(a) or b != round(b):
+        return None
+    lim = float(1 << 23)
+    if max(abs(a), abs(b), abs(a + step * (Tq - 1)), abs(b + step * (Tk - 1))) >= lim:
+        return None
+    for p, start, n in ((pq, a, Tq), (pk, b, Tk)):
+        if n > 1 and not torch.equal(p, start + step * torch.arange(n, dtype=torch.float64,
+                                                                     device=p.device)):
+            return None
+    return int(b - a), int(step)
