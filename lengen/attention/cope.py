@@ -12,6 +12,10 @@ point), the per-layer cost is one extra ``[B, H, T, npos]`` product, and clamped
 longer inputs safe. The public counting code defaults to block size + 1 (513 at T=512); set
 ``attention_kwargs.npos`` to match it. Use with ``posenc: nope`` as in the paper (any scheme's
 hooks are still applied: rotate before the gates, bias added to the final logits).
+
+Paths (``impl``): training with ``auto`` uses the tiled CPU op (:mod:`lengen.ops.cope.fast_cpu`,
+hand-written backward) for CPU tensors; ``naive`` always the dense reference; evaluation with
+``auto`` and ``lean`` the query-blocked op.
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from torch import nn
 
 from lengen.attention.base import Attention
 from lengen.ops.cope import cope_attention_chunked, cope_attention_naive
+from lengen.ops.cope.fast_cpu import cope_attention_fast_cpu
 
 
 class ContextualPositionAttention(Attention):
@@ -43,4 +48,12 @@ class ContextualPositionAttention(Attention):
         if self.use_lean():
             return cope_attention_chunked(q, k, v, self.pos_emb, bias_fn=bias_fn,
                                           block_size=self.block_size)
+        if self.impl == "auto":
+            return training_op(q, bias_fn)(q, k, v, self.pos_emb, bias_fn=bias_fn)
         return cope_attention_naive(q, k, v, self.pos_emb, bias_fn=bias_fn)
+
+
+def training_op(q: torch.Tensor, bias_fn=None):
+    """The op ``impl='auto'`` trains with: the tiled op for CPU tensors, the dense reference
+    elsewhere (no fused kernel yet)."""
+    return cope_attention_fast_cpu if q.device.type == "cpu" else cope_attention_naive
