@@ -20,9 +20,14 @@ see ``pos_i - pos_j >= 0``, the original Transformer-XL setting.
 
 Two exact evaluation paths for the (q + v).W_r R term, chosen per call by cost:
 
-* table: integer relative positions (identity or randomized samplers) take few distinct values
-  r_min..r_max; project them once (``[U, H, hd]``), score them (``[B, H, tq, U]``), then gather
-  each pair's entry (the classic "relative shift" as an index lookup).
+* table: integer relative positions (identity or randomized samplers) take few distinct values;
+  project them once (``[U, H, hd]``) and score them against the queries. Evenly stepped integer
+  positions (the identity sampler) make the pair -> distance map Toeplitz, so each block of query
+  rows scores only its window of distances (``[B, H, rows, Tk + rows - 1]``) and the pairs are a
+  strided view of it (the classic "relative shift"); other integer positions gather each pair's
+  entry from the block's window. Blocks are written straight into the output and the backward
+  walks the same blocks, so no [B, H, tq, U] tensor or second [B, H, tq, Tk] tensor is made
+  (on CPU every fresh tensor that size costs its page faults, more than the arithmetic).
 * trig: for any positions, ``R(a - b)`` splits by the angle-difference identities into
   ``sin(aw)cos(bw) - cos(aw)sin(bw)`` and ``cos(aw)cos(bw) + sin(aw)sin(bw)``, so the term is one
   matmul of a per-query ``[B, H, tq, d_rel]`` tensor with ``[d_rel, Tk]`` key features; used for
@@ -35,6 +40,7 @@ import torch
 from torch import nn
 
 from lengen.posenc.base import PositionalScheme
+from lengen.posenc.t5 import integer_progression
 
 
 class TransformerXLRelative(PositionalScheme):
@@ -78,26 +84,44 @@ class TransformerXLRelative(PositionalScheme):
             raise ValueError("xl needs the attention's q and k in its bias hook")
         scale = self.head_dim ** -0.5
         u = self.u.to(k.dtype)[None, :, None, :]                          # [1, H, 1, hd]
-        content = (k * u).sum(-1)[:, :, None, :]                           # (c): [B, H, 1, Tk]
-        qv = q + self.v.to(q.dtype)[None, :, None, :]                      # [B, H, tq, hd]
-        return (content + self.position_term(qv, pos_q, pos_k)) * scale     # [B, H, tq, Tk]
+        content = (k * u).sum(-1) * scale                                  # (c): [B, H, Tk]
+        qv = (q + self.v.to(q.dtype)[None, :, None, :]) * scale            # [B, H, tq, hd]
+        return self.position_term(qv, pos_q, pos_k, content)                # [B, H, tq, Tk]
 
-    # -- (b) + (d): (q_i + v) . W_r R(pos_i - pos_j) ---------------------------------------------
-    def position_term(self, qv, pos_q, pos_k):
+    # -- (b) + (d): (q_i + v) . W_r R(pos_i - pos_j), plus the per-key term -------------------------
+    def position_term(self, qv, pos_q, pos_k, content=None):
+        """qv: [B, H, tq, hd], content: [B, H, Tk] or None -> qv_i . W_r R(pos_i - pos_j)
+        + content_j: [B, H, tq, Tk]."""
+        Tq, Tk = pos_q.numel(), pos_k.numel()
+        if content is None:
+            content = qv.new_zeros(qv.shape[0], qv.shape[1], Tk)
+        if self.path == "trig":
+            return self.position_term_trig(qv, pos_q, pos_k, content)
+        prog = integer_progression(pos_q, pos_k) if Tq and Tk else None
+        if prog is not None:
+            # pos_i - pos_j = -off + step (i - j); column c = (tq - 1) - (i - j) of the table
+            off, step = prog
+            n_rel = Tq + Tk - 1
+            if self.path == "auto" and n_rel * self.head_dim > Tk * self.rel_dim:
+                return self.position_term_trig(qv, pos_q, pos_k, content)
+            r = (step * (Tq - 1) - off) - step * torch.arange(n_rel, dtype=torch.float64,
+                                                               device=qv.device)
+            return self.position_term_table(qv, None, r, content)
         rel = pos_q.double()[:, None] - pos_k.double()[None, :]            # [tq, Tk], exact
         integral = bool((rel == rel.round()).all())
-        if self.path == "trig" or (self.path == "auto" and not integral):
-            return self.position_term_trig(qv, pos_q, pos_k)
+        if self.path == "auto" and not integral:
+            return self.position_term_trig(qv, pos_q, pos_k, content)
         r_min, r_max = int(rel.min()), int(rel.max())
         n_rel = r_max - r_min + 1
         table_cost = n_rel * self.head_dim                  # per (query, head): score U entries
         trig_cost = pos_k.numel() * self.rel_dim            # per (query, head): d_rel x Tk matmul
         if self.path == "auto" and table_cost > trig_cost:
-            return self.position_term_trig(qv, pos_q, pos_k)
+            return self.position_term_trig(qv, pos_q, pos_k, content)
         if not integral:
             raise ValueError("xl path='table' needs integer relative positions; "
                              "use 'auto' or 'trig'")
-        return self.position_term_table(qv, rel.long() - r_min, r_min, n_rel)
+        r = torch.arange(r_min, r_min + n_rel, device=qv.device, dtype=torch.float64)
+        return self.position_term_table(qv, (rel.long() - r_min).to(qv.device), r, content)
 
     def projected(self, r: torch.Tensor, dtype) -> torch.Tensor:
         """r: [U] -> W_r R(r): [H, U, hd]."""
@@ -105,13 +129,13 @@ class TransformerXLRelative(PositionalScheme):
         wr = self.w_r(self.sinusoid(r, acc).to(self.w_r.weight.dtype))    # [U, H*hd]
         return wr.view(-1, self.n_heads, self.head_dim).transpose(0, 1).to(dtype)
 
-    def position_term_table(self, qv, idx, r_min, n_rel):
-        r = torch.arange(r_min, r_min + n_rel, device=qv.device, dtype=torch.float64)
-        scores = qv @ self.projected(r, qv.dtype).transpose(-1, -2)       # [B, H, tq, U]
-        idx = idx.to(qv.device).expand(*scores.shape[:2], -1, -1)          # [B, H, tq, Tk]
-        return scores.gather(-1, idx)
+    def position_term_table(self, qv, idx, r, content):
+        """idx: [tq, Tk] column of each pair in r, or None for the Toeplitz map
+        c = (tq - 1) - i + j; r: [U] relative positions of the table's columns."""
+        P = self.projected(r, qv.dtype)                                    # [H, U, hd]
+        return _BandedScores.apply(qv, P, content.to(qv.dtype), idx, table_block_rows(qv))
 
-    def position_term_trig(self, qv, pos_q, pos_k):
+    def position_term_trig(self, qv, pos_q, pos_k, content):
         # fp32 at least: the identity subtracts products of sines, which half precision would blur
         acc = torch.promote_types(qv.dtype, torch.float32)
         d2 = self.rel_dim // 2
@@ -124,4 +148,91 @@ class TransformerXLRelative(PositionalScheme):
         #     = (a_sin sq + a_cos cq).ck + (a_cos sq - a_sin cq).sk
         left = torch.cat([a_sin * sq + a_cos * cq, a_cos * sq - a_sin * cq], dim=-1)
         right = torch.cat([ck, sk], dim=-1)                                # [Tk, d_rel]
-        return (left @ right.transpose(0, 1)).to(qv.dtype)                 # [B, H, tq, Tk]
+        out = (left @ right.transpose(0, 1)).to(qv.dtype)                  # [B, H, tq, Tk]
+        return out.add_(content.to(qv.dtype)[:, :, None, :])   # in place: one [.., tq, Tk] tensor
+
+
+def table_block_rows(qv) -> int:
+    """Query rows per block of the table path: small on CPU (the window's extra columns are
+    rows - 1 of Tk + rows - 1, and the block's scores stay in cache); whole-ish on accelerators,
+    where every block costs kernel launches."""
+    return 32 if qv.device.type == "cpu" else 256
+
+
+class _BandedScores(torch.autograd.Function):
+    """out[b, h, i, j] = qv[b, h, i] . P[h, col(i, j)] + content[b, h, j], block of query rows by
+    block, with col(i, j) = (tq - 1) - i + j (idx None: a strided view of each block's scores) or
+    idx[i, j] (a gather). Only the [B, H, tq, Tk] output is allocated at full size; per block the
+    scores are one [H, B * rows, W] bmm against the block's window of columns."""
+
+    @staticmethod
+    def forward(ctx, qv, P, content, idx, rows):
+        B, H, Tq, _ = qv.shape
+        Tk = content.shape[-1]
+        qh = qv.transpose(0, 1)                                            # [H, B, tq, hd]
+        out = qv.new_empty(B, H, Tq, Tk)
+        for i0, i1, lo, hi, cols in _blocks(Tq, Tk, idx, rows):
+            n = i1 - i0
+            S = torch.bmm(qh[:, :, i0:i1].reshape(H, B * n, -1), P[:, lo:hi].transpose(1, 2))
+            picked = _pick(S.view(H, B, n, hi - lo), Tk, cols).transpose(0, 1)   # [B, H, n, Tk]
+            torch.add(picked, content[:, :, None, :], out=out[:, :, i0:i1])
+        ctx.save_for_backward(qv, P, idx)
+        ctx.rows = rows
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        qv, P, idx = ctx.saved_tensors
+        need_qv, need_P, need_c = ctx.needs_input_grad[:3]
+        B, H, Tq, hd = qv.shape
+        Tk = grad.shape[-1]
+        dcontent = grad.sum(-2) if need_c else None
+        dqv = qv.new_empty(H, B, Tq, hd) if need_qv else None
+        dP = torch.zeros_like(P) if need_P else None
+        qh, gh = qv.transpose(0, 1), grad.transpose(0, 1)                  # [H, B, ...]
+        buf = {}    # Toeplitz: a block's view covers the same entries each time; the rest stay 0
+        if need_qv or need_P:
+            for i0, i1, lo, hi, cols in _blocks(Tq, Tk, idx, ctx.rows):
+                n, W = i1 - i0, hi - lo
+                g = gh[:, :, i0:i1]                                        # [H, B, n, Tk]
+                if cols is None:
+                    dS = buf.get(n)
+                    if dS is None:
+                        dS = buf[n] = g.new_zeros(H, B, n, W)
+                    _pick(dS, Tk, None).copy_(g)
+                else:
+                    dS = g.new_zeros(H, B, n, W)
+                    dS.scatter_add_(-1, cols.expand_as(g), g)
+                dS = dS.view(H, B * n, W)
+                if need_qv:
+                    dqv[:, :, i0:i1] = torch.bmm(dS, P[:, lo:hi]).view(H, B, n, hd)
+                if need_P:
+                    q_blk = qh[:, :, i0:i1].reshape(H, B * n, hd)
+                    dP[:, lo:hi] += torch.bmm(dS.transpose(1, 2), q_blk)
+        if dqv is not None:
+            dqv = dqv.transpose(0, 1)
+        return dqv, dP, dcontent, None, None
+
+
+def _blocks(Tq, Tk, idx, rows):
+    """Yield (i0, i1, lo, hi, cols): query rows i0..i1-1 use table columns lo..hi-1; cols is
+    None (Toeplitz) or the rows' [n, Tk] columns minus lo."""
+    for i0 in range(0, Tq, rows):
+        i1 = min(Tq, i0 + rows)
+        if idx is None:
+            lo = Tq - i1                               # column of (i1 - 1, 0)
+            yield i0, i1, lo, lo + Tk + (i1 - i0) - 1, None
+        else:
+            blk = idx[i0:i1]
+            lo, hi = int(blk.min()), int(blk.max()) + 1
+            yield i0, i1, lo, hi, blk - lo
+
+
+def _pick(S, Tk, cols):
+    """S: [H, B, n, W] scores of a block's window -> [H, B, n, Tk] entries of its pairs."""
+    if cols is not None:
+        return S.gather(-1, cols.expand(*S.shape[:2], -1, -1))
+    H, B, n, W = S.shape                     # row ii, key j -> column (n - 1) - ii + j
+    assert S.is_contiguous()
+    return S.as_strided((H, B, n, Tk), (B * n * W, n * W, W - 1, 1), S.storage_offset() + n - 1)
