@@ -19,7 +19,7 @@ from lengen.config import resolve, save_json_atomic
 DEMO = {
     "n_pairs": 64,            # 128 tokens per sequence (paper: 256 pairs = 512 tokens)
     "d_model": 64, "n_layers": 2, "n_heads": 4,
-    "steps": 600, "batch_size": 32, "lr": 3e-3, "warmup_steps": 50,
+    "steps": 1500, "batch_size": 32, "lr": 1e-3, "warmup_steps": 50,
     "eval_sequences": 1000,
 }
 
