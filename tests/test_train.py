@@ -123,3 +123,15 @@ def test_tiny_model_learns_flipflop_iid(tmp_path, attention, floor):
     _, _, rows = train(cfg, str(tmp_path), quiet=True)
     acc = {r["metric"]: r["value"] for r in rows}
     assert acc["token_acc"] > floor, acc
+
+
+def test_tensorboard_scalars_are_written(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    train(tiny_cfg(tensorboard=True, eval_every=3), str(tmp_path), quiet=True)
+    acc = EventAccumulator(str(tmp_path / "tb"))
+    acc.Reload()
+    tags = acc.Tags()["scalars"]
+    assert {"loss", "lr", "grad_norm", "eval/iid/seq_acc"} <= set(tags)
+    assert [e.step for e in acc.Scalars("loss")] == [1, 2, 3, 4, 5, 6]
