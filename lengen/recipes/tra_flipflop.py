@@ -27,8 +27,7 @@ Scales (``SCALES`` below; a scale changes sizes and steps, never the protocol):
   parameters and betas (0.9, 0.999) (``torch.optim.AdamW`` defaults), gradient clipping at 1.0.
 * ``cpu``: 128-token sequences (64 pairs), 2 layers, 4 heads, d_model 64, lr 1e-3 (50 warmup
   steps), batch 32, 1,500 steps (the demo's settings), three seeds, 2,000 evaluation sequences per
-  split; sized so the
-  9 x 3 runs fit in under two hours on a 2-core CPU with ``--workers 2`` (CoPE and TRA are the
+  split; sized so the 9 x 3 runs fit in under two hours on a 2-core CPU with ``--workers 2`` (CoPE and TRA are the
   slowest columns; check on your machine with
   ``lengen reproduce tra-flipflop --scale cpu --workers 2 --estimate``).
 * ``smoke``: seconds; a tiny model for tests (numbers are meaningless).
