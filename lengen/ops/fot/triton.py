@@ -22,32 +22,18 @@ import torch
 import triton
 import triton.language as tl
 
+from lengen.ops.triton_host import check_inputs, dot_precision, interpreted, launch_config, mm
+
 __all__ = ["fot_attention_triton"]
 
-_MAX_HEAD_DIM = 128
-_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
 # --------------------------------------------------------------------------------------------
 # kernels (all logits are kept in base 2: z = logits * log2(e))
 # --------------------------------------------------------------------------------------------
 @triton.jit
-def _mm(a, b, PREC: tl.constexpr):
-    """tl.dot with fp32 accumulation. PREC "ieee": full fp32 products for fp32 inputs (not TF32);
-    "upcast": operands converted to fp32 first (exact for bf16), because Triton's CPU
-    interpreter multiplies the raw uint16 bit patterns of bf16 dot operands
-    (triton-lang/triton#11584); "native": the input dtype's tensor-core path."""
-    if PREC == "upcast":
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
-    elif PREC == "ieee":
-        return tl.dot(a, b, input_precision="ieee")
-    else:
-        return tl.dot(a, b)
-
-
-@triton.jit
 def _logits2(q, k, cq, ck, rows, cols, scale, DIAG: tl.constexpr, PREC: tl.constexpr):
-    s = _mm(q, tl.trans(k), PREC) * scale
+    s = mm(q, tl.trans(k), PREC) * scale
     z = (s + cq[:, None] - ck[None, :]) * 1.4426950408889634
     if DIAG:  # only the diagonal tile can hold future keys
         z = tl.where(cols[None, :] <= rows[:, None], z, float("-inf"))
@@ -67,7 +53,7 @@ def _fwd_step(acc, l_i, m_i, q, cq, K, V, C, base, cbase, start_n, offs_m, offs_
     alpha = tl.exp2(m_i - m_new)
     p = tl.exp2(z - m_new[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None] + _mm(p.to(v.dtype), v, PREC)
+    acc = acc * alpha[:, None] + mm(p.to(v.dtype), v, PREC)
     return acc, l_i, m_new
 
 
@@ -111,10 +97,10 @@ def _dkv_step(dk, dv, dck, k, v, ck, Q, DO, C, LSE, DELTA, base, cbase, start_m,
     lse = tl.load(LSE + cbase + rows, mask=row_ok, other=float("inf"))   # padding rows: p == 0
     delta = tl.load(DELTA + cbase + rows, mask=row_ok, other=0.0)
     p = tl.exp2(_logits2(q, k, cq, ck, rows, cols, scale, DIAG, PREC) - lse[:, None])
-    dp = _mm(do, tl.trans(v), PREC)
+    dp = mm(do, tl.trans(v), PREC)
     ds = p * (dp - delta[:, None])                                           # dLoss / dLogits
-    dv += _mm(tl.trans(p).to(do.dtype), do, PREC)
-    dk += _mm(tl.trans(ds).to(q.dtype), q, PREC)
+    dv += mm(tl.trans(p).to(do.dtype), do, PREC)
+    dk += mm(tl.trans(ds).to(q.dtype), q, PREC)
     dck += tl.sum(ds, 0)
     return dk, dv, dck
 
@@ -158,9 +144,9 @@ def _dq_step(dq, dcq, q, do, cq, lse, delta, K, V, C, base, cbase, start_n, offs
     v = tl.load(V + base + cols[:, None] * HD + offs_d[None, :], mask=kv_mask, other=0.0)
     ck = tl.load(C + cbase + cols, mask=cols < T, other=0.0)
     p = tl.exp2(_logits2(q, k, cq, ck, offs_m, cols, scale, DIAG, PREC) - lse[:, None])
-    dp = _mm(do, tl.trans(v), PREC)
+    dp = mm(do, tl.trans(v), PREC)
     ds = p * (dp - delta[:, None])
-    dq += _mm(ds.to(k.dtype), k, PREC)
+    dq += mm(ds.to(k.dtype), k, PREC)
     dcq += tl.sum(ds, 1)
     return dq, dcq
 
@@ -198,61 +184,16 @@ def _fot_bwd_dq_kernel(Q, K, V, C, DO, LSE, DELTA, DQ, DCQ, T, scale,
 # --------------------------------------------------------------------------------------------
 # host side
 # --------------------------------------------------------------------------------------------
-def _interpreted() -> bool:
-    return type(_fot_fwd_kernel).__name__ == "InterpretedFunction"
-
-
-def _launch_config(hd: int, block_size, device, dtype) -> tuple[int, int, int]:
-    block_d = max(16, triton.next_power_of_2(hd))
-    if block_size is None:
-        # fp32 tiles take twice the shared memory (the fp32 backward at 64x64, hd 64, already
-        # needs 128 KiB on sm_90), so they get 32-row tiles; the interpreter also uses 32
-        block_size = 64 if device.type == "cuda" and dtype != torch.float32 else 32
-    if block_size < 16 or block_size & (block_size - 1):
-        raise ValueError(f"block_size must be a power of two >= 16, got {block_size}")
-    num_warps = 4 if block_d <= 64 else 8
-    return block_size, block_d, num_warps
-
-
-def _check(q, k, v, gate, gate_name):
-    if q.dim() != 4 or k.shape != q.shape or v.shape != q.shape:
-        raise ValueError(f"q, k, v must all be [B, H, T, hd]; got {tuple(q.shape)}, "
-                         f"{tuple(k.shape)}, {tuple(v.shape)}")
-    if gate.shape != q.shape[:3]:
-        raise ValueError(f"{gate_name} must be [B, H, T] = {tuple(q.shape[:3])}, "
-                         f"got {tuple(gate.shape)}")
-    if q.dtype not in _DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
-        raise TypeError(f"Triton kernels take float16/bfloat16/float32 q, k, v of one dtype; got "
-                        f"{q.dtype}, {k.dtype}, {v.dtype}")
-    if gate.dtype not in _DTYPES:
-        raise TypeError(f"{gate_name} must be float16/bfloat16/float32, got {gate.dtype}")
-    if q.shape[-1] > _MAX_HEAD_DIM:
-        raise ValueError(f"head dim {q.shape[-1]} > {_MAX_HEAD_DIM} is not supported by the Triton "
-                         f"kernels; use the chunked op")
-    devs = {t.device for t in (q, k, v, gate)}
-    if len(devs) != 1:
-        raise ValueError(f"all inputs must be on one device, got {devs}")
-    if q.device.type == "cpu" and not _interpreted():
-        raise RuntimeError("Triton kernels on CPU tensors need the interpreter: set "
-                           "TRITON_INTERPRET=1 before triton is first imported")
-
-
-def _dot_precision(dtype, interpreted: bool) -> str:
-    if dtype == torch.float32:
-        return "ieee"   # full fp32 products, as the fp32 reference computes them (TF32 would not)
-    return "upcast" if interpreted and dtype == torch.bfloat16 else "native"
-
-
 class _FoTFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, log_f, scale, block_size):
         B, H, T, hd = q.shape
-        blk, block_d, num_warps = _launch_config(hd, block_size, q.device, q.dtype)
+        blk, block_d, num_warps = launch_config(hd, block_size, q.device, q.dtype)
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         c = log_f.float().cumsum(-1).contiguous()                  # [B, H, T] fp32
         o = torch.empty_like(q)
         lse = torch.empty(B, H, T, device=q.device, dtype=torch.float32)
-        prec = _dot_precision(q.dtype, _interpreted())
+        prec = dot_precision(q.dtype, interpreted(_fot_fwd_kernel))
         if T > 0:
             _fot_fwd_kernel[(triton.cdiv(T, blk), B * H)](
                 q, k, v, c, o, lse, T, scale,
@@ -295,6 +236,6 @@ def fot_attention_triton(q, k, v, log_f, *, bias_fn=None, scale=None, block_size
     if bias_fn is not None:
         raise NotImplementedError("fot_attention_triton does not support bias_fn (positional "
                                   "biases); use fot_attention_chunked or fot_attention_naive")
-    _check(q, k, v, log_f, "log_f")
+    check_inputs(q, k, v, log_f, "log_f", _fot_fwd_kernel)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
     return _FoTFunction.apply(q, k, v, log_f, scale, block_size)

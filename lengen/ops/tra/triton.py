@@ -34,29 +34,15 @@ import torch
 import triton
 import triton.language as tl
 
+from lengen.ops.triton_host import check_inputs, dot_precision, interpreted, launch_config, mm
+
 __all__ = ["tra_attention_triton"]
 
-_MAX_HEAD_DIM = 128
-_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
 # --------------------------------------------------------------------------------------------
 # kernels
 # --------------------------------------------------------------------------------------------
-@triton.jit
-def _mm(a, b, PREC: tl.constexpr):
-    """tl.dot with fp32 accumulation. PREC "ieee": full fp32 products for fp32 inputs (not TF32);
-    "upcast": operands converted to fp32 first (exact for bf16), because Triton's CPU
-    interpreter multiplies the raw uint16 bit patterns of bf16 dot operands
-    (triton-lang/triton#11584); "native": the input dtype's tensor-core path."""
-    if PREC == "upcast":
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
-    elif PREC == "ieee":
-        return tl.dot(a, b, input_precision="ieee")
-    else:
-        return tl.dot(a, b)
-
-
 @triton.jit
 def _tile_scores(q, K, base, start_n, offs_m, offs_n, offs_d, T, scale, cnt, lg2,
                  HD: tl.constexpr, DIAG: tl.constexpr, PREC: tl.constexpr):
@@ -64,7 +50,7 @@ def _tile_scores(q, K, base, start_n, offs_m, offs_n, offs_d, T, scale, cnt, lg2
     cols = start_n + offs_n
     k = tl.load(K + base + cols[:, None] * HD + offs_d[None, :],
                 mask=(cols < T)[:, None] & (offs_d < HD)[None, :], other=0.0)
-    s = _mm(q, tl.trans(k), PREC) * scale                 # [BM, BN] fp32
+    s = mm(q, tl.trans(k), PREC) * scale                 # [BM, BN] fp32
     keep = s > 0.0
     if DIAG:  # only the diagonal tile can hold future keys
         keep = keep & (cols[None, :] <= offs_m[:, None])
@@ -88,7 +74,7 @@ def _fwd_step(acc, l_i, m_i, cnt, q, lg2, K, V, base, start_n, offs_m, offs_n, o
     alpha = tl.exp2(m_i - m_use)
     p = tl.exp2(z - m_use[:, None])                        # exactly 0 off the survivors
     l_i = l_i * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None] + _mm(p.to(v.dtype), v, PREC)
+    acc = acc * alpha[:, None] + mm(p.to(v.dtype), v, PREC)
     cnt = cnt + tl.sum(kf, 1)
     return acc, l_i, m_new, cnt
 
@@ -139,13 +125,13 @@ def _bwd_step(dq, dlg, cnt, q, do, lse, delta, lg2, K, V, DK, DV, base, start_n,
     kv_mask = (cols < T)[:, None] & (offs_d < HD)[None, :]
     v = tl.load(V + base + cols[:, None] * HD + offs_d[None, :], mask=kv_mask, other=0.0)
     p = tl.exp2(z - lse[:, None])                                            # [BM, BN]
-    dp = _mm(do, tl.trans(v), PREC)
+    dp = mm(do, tl.trans(v), PREC)
     dl = p * (dp - delta[:, None])          # d loss / d logits; zero off the survivors
     dlg += tl.sum(dl * dbar, 1)
-    dq += _mm(dl.to(k.dtype), k, PREC)
+    dq += mm(dl.to(k.dtype), k, PREC)
     # S > 0 on every survivor, so d relu(S)/dS == 1 there and dS == dLogits
-    dk = _mm(tl.trans(dl).to(q.dtype), q, PREC) * scale
-    dv = _mm(tl.trans(p).to(do.dtype), do, PREC)
+    dk = mm(tl.trans(dl).to(q.dtype), q, PREC) * scale
+    dv = mm(tl.trans(p).to(do.dtype), do, PREC)
     offs = base + cols[:, None] * HD + offs_d[None, :]
     tl.atomic_add(DK + offs, dk, mask=kv_mask)
     tl.atomic_add(DV + offs, dv, mask=kv_mask)
@@ -190,61 +176,16 @@ def _tra_bwd_kernel(Q, K, V, LG, DO, LSE, DELTA, DQ, DK, DV, DLG, T, scale,
 # --------------------------------------------------------------------------------------------
 # host side
 # --------------------------------------------------------------------------------------------
-def _interpreted() -> bool:
-    return type(_tra_fwd_kernel).__name__ == "InterpretedFunction"
-
-
-def _launch_config(hd: int, block_size, device, dtype) -> tuple[int, int, int]:
-    block_d = max(16, triton.next_power_of_2(hd))
-    if block_size is None:
-        # fp32 tiles take twice the shared memory (the fp32 backward at 64x64, hd 64, already
-        # needs 128 KiB on sm_90), so they get 32-row tiles; the interpreter also uses 32
-        block_size = 64 if device.type == "cuda" and dtype != torch.float32 else 32
-    if block_size < 16 or block_size & (block_size - 1):
-        raise ValueError(f"block_size must be a power of two >= 16, got {block_size}")
-    num_warps = 4 if block_d <= 64 else 8
-    return block_size, block_d, num_warps
-
-
-def _check(q, k, v, gate, gate_name):
-    if q.dim() != 4 or k.shape != q.shape or v.shape != q.shape:
-        raise ValueError(f"q, k, v must all be [B, H, T, hd]; got {tuple(q.shape)}, "
-                         f"{tuple(k.shape)}, {tuple(v.shape)}")
-    if gate.shape != q.shape[:3]:
-        raise ValueError(f"{gate_name} must be [B, H, T] = {tuple(q.shape[:3])}, "
-                         f"got {tuple(gate.shape)}")
-    if q.dtype not in _DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
-        raise TypeError(f"Triton kernels take float16/bfloat16/float32 q, k, v of one dtype; got "
-                        f"{q.dtype}, {k.dtype}, {v.dtype}")
-    if gate.dtype not in _DTYPES:
-        raise TypeError(f"{gate_name} must be float16/bfloat16/float32, got {gate.dtype}")
-    if q.shape[-1] > _MAX_HEAD_DIM:
-        raise ValueError(f"head dim {q.shape[-1]} > {_MAX_HEAD_DIM} is not supported by the Triton "
-                         f"kernels; use the chunked op")
-    devs = {t.device for t in (q, k, v, gate)}
-    if len(devs) != 1:
-        raise ValueError(f"all inputs must be on one device, got {devs}")
-    if q.device.type == "cpu" and not _interpreted():
-        raise RuntimeError("Triton kernels on CPU tensors need the interpreter: set "
-                           "TRITON_INTERPRET=1 before triton is first imported")
-
-
-def _dot_precision(dtype, interpreted: bool) -> str:
-    if dtype == torch.float32:
-        return "ieee"   # full fp32 products, as the fp32 reference computes them (TF32 would not)
-    return "upcast" if interpreted and dtype == torch.bfloat16 else "native"
-
-
 class _TRAFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, log_gate, scale, block_size):
         B, H, T, hd = q.shape
-        blk, block_d, num_warps = _launch_config(hd, block_size, q.device, q.dtype)
+        blk, block_d, num_warps = launch_config(hd, block_size, q.device, q.dtype)
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         log_gate = log_gate.contiguous()
         o = torch.empty_like(q)
         lse = torch.empty(B, H, T, device=q.device, dtype=torch.float32)
-        prec = _dot_precision(q.dtype, _interpreted())
+        prec = dot_precision(q.dtype, interpreted(_tra_fwd_kernel))
         if T > 0:
             _tra_fwd_kernel[(triton.cdiv(T, blk), B * H)](
                 q, k, v, log_gate, o, lse, T, scale,
@@ -281,6 +222,6 @@ def tra_attention_triton(q, k, v, log_gate, *, bias_fn=None, scale=None, block_s
     if bias_fn is not None:
         raise NotImplementedError("tra_attention_triton does not support bias_fn (positional "
                                   "biases); use tra_attention_chunked or tra_attention_naive")
-    _check(q, k, v, log_gate, "log_gate")
+    check_inputs(q, k, v, log_gate, "log_gate", _tra_fwd_kernel)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
     return _TRAFunction.apply(q, k, v, log_gate, scale, block_size)
