@@ -18,7 +18,6 @@ Same signature and maths as :func:`lengen.ops.diff.naive.diff_attention_naive`; 
 """
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 
 from lengen.ops.diff.naive import check_shapes, combine_halves, diff_attention_naive

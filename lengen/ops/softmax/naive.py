@@ -1,8 +1,6 @@
 """Standard scaled dot-product attention with an optional additive bias (ground truth)."""
 from __future__ import annotations
 
-import torch
-
 from lengen.ops.common import causal_mask
 
 
