@@ -21,27 +21,13 @@ import argparse
 import json
 import platform
 import statistics
-import subprocess
 import time
 
 import torch
 
 from lengen.tasks import TASKS
 
-
-def lengen_revision() -> str:
-    """Short commit of the lengen checkout (+ '-dirty' when lengen/ has uncommitted changes)."""
-    import pathlib
-
-    root = pathlib.Path(__file__).resolve().parent.parent
-    try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
-                             text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "lengen"], cwd=root,
-                               capture_output=True, text=True).stdout.strip()
-        return rev + ("-dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+from _common import lengen_revision  # benchmarks/ is on sys.path when run as a script
 
 
 def floor_batch(batch_size, generator):

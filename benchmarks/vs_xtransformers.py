@@ -36,7 +36,6 @@ import argparse
 import json
 import platform
 import statistics
-import subprocess
 import time
 import warnings
 
@@ -44,6 +43,8 @@ import torch
 import torch.nn.functional as F
 
 from lengen.model import ModelConfig, Transformer
+
+from _common import lengen_revision  # benchmarks/ is on sys.path when run as a script
 
 #: issue 5 item 4 goal: lengen step <= 0.7 x the x-transformers step
 GOAL = 0.7
@@ -59,21 +60,6 @@ OPTIONS = {
     "fot": (dict(attention="fot"), dict(attn_data_dependent_alibi=True), True),
 }
 QUICK_OPTIONS = ("nope", "alibi", "rope", "fot")
-
-
-def lengen_revision() -> str:
-    """Short commit of the lengen checkout (+ '-dirty' when lengen/ has uncommitted changes)."""
-    import pathlib
-
-    root = pathlib.Path(__file__).resolve().parent.parent
-    try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
-                             text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "lengen"], cwd=root,
-                               capture_output=True, text=True).stdout.strip()
-        return rev + ("-dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def build_lengen(opt, args):
