@@ -306,8 +306,8 @@ def estimate_time(scale: str = "cpu", *, steps: int = 10, tasks=None, schemes=No
                   threads: int | None = None, device: str | None = None, log=print) -> dict:
     """Time ``steps`` training steps per task x encoding (lengths drawn as in training) and one
     evaluation batch at the longest test length, and extrapolate the whole grid (no ablations)
-    over ``workers`` processes (pass the ``threads`` each will use: 1 for two workers on two
-    cores). The evaluation cost of a length is scaled from the longest one as (T / T_max)^2,
+    over ``workers`` processes (``threads`` per worker defaults to what the sweep gives each
+    worker: cores // workers). The evaluation cost of a length is scaled from the longest one as (T / T_max)^2,
     which over-estimates the shorter lengths (conservative). Nothing is written; measure on an
     otherwise idle machine."""
     import torch
@@ -321,6 +321,10 @@ def estimate_time(scale: str = "cpu", *, steps: int = 10, tasks=None, schemes=No
     s = SCALES[scale]
     tasks, schemes = list(tasks or s["tasks"]), list(schemes or s["schemes"])
     n_seeds, n_lrs = seeds or len(s["seeds"]), lrs or len(s["lrs"])
+    if threads is None:            # time what each sweep worker will run with
+        from lengen.sweep import default_threads
+
+        threads = default_threads(workers)
     if threads:
         torch.set_num_threads(threads)
 

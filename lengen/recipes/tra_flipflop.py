@@ -226,7 +226,7 @@ def estimate_time(scale: str = "cpu", *, steps: int = 10, models=None, seeds: in
                   log=print) -> dict:
     """Time ``steps`` training steps and one evaluation batch per model on this machine and
     extrapolate the whole reproduction (models x seeds), divided across ``workers`` processes
-    (pass the ``threads`` each worker will use, e.g. 1 for two workers on two cores).
+    (``threads`` per worker defaults to what the sweep gives each worker: cores // workers).
     Nothing is written. Measure on an otherwise idle machine."""
     import torch
 
@@ -244,6 +244,10 @@ def estimate_time(scale: str = "cpu", *, steps: int = 10, models=None, seeds: in
     models = list(models or MODELS)
     check_available(models)
     n_seeds = seeds or len(s["seeds"])
+    if threads is None:            # time what each sweep worker will run with
+        from lengen.sweep import default_threads
+
+        threads = default_threads(workers)
     if threads:
         torch.set_num_threads(threads)
     per_run = {}

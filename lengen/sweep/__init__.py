@@ -7,7 +7,8 @@ worker processes) or on Ray, resumable, failures recorded, all rows collected in
     df = result.frame()                      # every run's rows + axis tags + status
 """
 from lengen.sweep.grid import Grid, RunSpec, apply_patch, as_specs
-from lengen.sweep.local import SweepResult, collect, run_one, run_sweep
+from lengen.sweep.local import (SweepResult, collect, default_threads, run_one, run_sweep,
+                                training_span)
 
-__all__ = ["Grid", "RunSpec", "SweepResult", "apply_patch", "as_specs", "collect", "run_one",
-           "run_sweep"]
+__all__ = ["Grid", "RunSpec", "SweepResult", "apply_patch", "as_specs", "collect", "default_threads",
+           "run_one", "run_sweep", "training_span"]

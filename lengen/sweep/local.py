@@ -95,6 +95,30 @@ def run_one(spec: RunSpec | dict, out_dir: str, *, quiet: bool = True, threads: 
     return result
 
 
+def training_span(out_dir: str, names) -> float | None:
+    """Seconds from the first run's start to the last run's end, read from the run directories
+    (``config.json`` is written when a run starts or resumes, ``eval.json`` when it ends), so a
+    report re-rendered from finished runs can still state how long training took. None if any
+    run directory lacks either file."""
+    starts, ends = [], []
+    for name in dict.fromkeys(names):
+        run_dir = os.path.join(out_dir, name)
+        try:
+            starts.append(os.path.getmtime(os.path.join(run_dir, "config.json")))
+            ends.append(os.path.getmtime(os.path.join(run_dir, "eval.json")))
+        except OSError:
+            return None
+    return max(ends) - min(starts) if starts else None
+
+
+def default_threads(workers: int, backend: str = "local", ray_options: dict | None = None) -> int:
+    """Torch threads per run when the caller gives none: the CPUs Ray reserves per task, the
+    cores split between ``workers`` local processes, or 0 (torch's own choice) for one."""
+    if backend == "ray":
+        return max(1, int((ray_options or {}).get("num_cpus", 1)))
+    return max(1, (os.cpu_count() or 1) // workers) if workers > 1 else 0
+
+
 def failure_result(spec: RunSpec, error: str, tb: str | None = None) -> dict:
     """A result record for a run whose worker died or whose remote task raised."""
     return {"name": spec.name, "tags": spec.tags, "rows": [], "seconds": 0.0, "pid": None,
@@ -191,10 +215,7 @@ def run_sweep(runs, out_dir: str, *, workers: int = 1, backend: str = "local", t
         log(msg + (f" - {res['error']}" if res["error"] else ""))
 
     if threads is None:
-        if backend == "ray":      # as many torch threads as CPUs reserved per task
-            threads = max(1, int((ray_options or {}).get("num_cpus", 1)))
-        else:
-            threads = max(1, (os.cpu_count() or 1) // workers) if workers > 1 else 0
+        threads = default_threads(workers, backend, ray_options)
     opts = {"quiet": quiet, "threads": threads}
     if backend == "ray" or workers > 1:
         # finished runs are only read back: do that here instead of starting workers for them
