@@ -11,7 +11,9 @@ import pytest
 from lengen.cli import main
 from lengen.config import resolve
 from lengen.recipes import randomized_pe as rpe
-from lengen.recipes.randomized_pe_report import aggregate
+from lengen.recipes.randomized_pe_report import (FIT_THRESHOLD, UNFIT, aggregate, run_scores,
+                                                 write_tables)
+from lengen.sweep import default_threads, training_span
 
 
 def test_published_tables_are_complete_and_consistent():
@@ -89,6 +91,63 @@ def test_aggregate_max_and_mean_at_best_lr():
     a = aggregate(scores)[("t", "s")]
     assert a["max"] == 90.0 and a["best_lr"] == 3e-4 and a["mean"] == 65.0
     assert a["std"] == pytest.approx(math.sqrt(50.0)) and (a["n_seeds"], a["n_runs"]) == (2, 4)
+    assert a["train_mean"] is None                      # no training-length scores given
+
+
+def _rows(run, task, scheme, accs):
+    """Sweep-style rows of one run: token_acc per input length n (split len=n)."""
+    return [dict(run=run, task=task, scheme=scheme, seed=0, lr=1e-3, L=None, split=f"len={n}",
+                 metric="token_acc", value=v, status="ok") for n, v in accs.items()]
+
+
+def test_scores_separate_training_and_test_lengths():
+    rows = _rows("a", "even_pairs", "sincos", {1: 1.0, 3: 0.5, 4: 0.25, 6: 0.75}) + \
+        [dict(r, metric="seq_acc", value=0.0) for r in _rows("a", "even_pairs", "sincos", {1: 1})]
+    (r,) = run_scores(rows, N=3, M=6)
+    assert r["score"] == pytest.approx(50.0) and (r["min_n"], r["max_n"]) == (4, 6)
+    assert r["train_score"] == pytest.approx(75.0)      # lengths 1 and 3 only
+    (r,) = run_scores(_rows("b", "even_pairs", "sincos", {5: 1.0}), N=3, M=6)
+    assert r["train_score"] is None                     # no training length evaluated
+
+
+def test_cells_that_did_not_fit_the_training_lengths_are_marked(tmp_path):
+    fitted = _rows("a", "even_pairs", "sincos", {1: 1.0, 2: 0.95, 4: 0.5})
+    unfitted = _rows("b", "even_pairs", "rand_sincos", {1: 1.0, 2: 0.7, 4: 0.6})
+    scores = run_scores(fitted + unfitted, N=2, M=4)
+    agg, paths = write_tables(scores, str(tmp_path), tasks=["even_pairs"],
+                              schemes=["sincos", "rand_sincos"], caption="cap", L=2048, N=2,
+                              train_lengths=[1, 2])
+    fit = agg[("even_pairs", "rand_sincos")]["train_mean"]
+    assert fit == pytest.approx(85.0) and fit < FIT_THRESHOLD
+    with open(paths["table1_md"]) as f:
+        row = [ln for ln in f.read().splitlines() if ln.startswith("| R | Even Pairs")][0]
+    p = rpe.PAPER_TABLE1["even_pairs"]
+    assert f"| 50.0 ({p['sincos']:.1f}) | 60.0{UNFIT} ({p['rand_sincos']:.1f}) |" in row
+    with open(paths["table_train_md"]) as f:
+        t = f.read()
+    assert "training lengths 1..2 (evaluated at lengths 1, 2)" in t and "| 97.5 | 85.0 |" in t
+    rows = read_csv(paths["table1_csv"])
+    assert [r["fitted"] for r in rows] == ["True", "False"]
+    assert float(rows[1]["ours_train_mean"]) == pytest.approx(85.0)
+
+
+def test_training_span_reads_the_run_directories(tmp_path):
+    for name, start, end in (("a", 100.0, 160.0), ("b", 130.0, 400.0)):
+        d = tmp_path / name
+        d.mkdir()
+        for f, t in (("config.json", start), ("eval.json", end)):
+            (d / f).write_text("{}")
+            os.utime(d / f, (t, t))
+    assert training_span(str(tmp_path), ["a", "b", "a"]) == 300.0
+    assert training_span(str(tmp_path), ["a", "missing"]) is None
+    assert training_span(str(tmp_path), []) is None
+
+
+def test_default_threads_split_the_cores(monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    assert (default_threads(1), default_threads(2), default_threads(3), default_threads(16)) == \
+        (0, 4, 2, 1)
+    assert default_threads(4, "ray", {"num_cpus": 2}) == 2
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +167,7 @@ def test_smoke_reproduction_outputs(smoke):
     rc, out = smoke
     assert rc == 0
     s = rpe.SCALES["smoke"]
-    for f in ["table1.md", "table1.csv", "table4.md", "scores.csv", "results.csv",
+    for f in ["table1.md", "table1.csv", "table4.md", "table_train.md", "scores.csv", "results.csv",
               "ablation_L.md", "ablation_L.csv", "ablation_L.png", "table3.md", "table3.csv"] + \
              [f"curves/{t}.png" for t in s["tasks"]]:
         assert os.path.getsize(os.path.join(out, f)) > 0, f
@@ -123,7 +182,7 @@ def test_smoke_reproduction_outputs(smoke):
     for r in scores:
         got = (int(r["min_n"]), int(r["max_n"]), int(r["n_lengths"]))
         assert got == (s["N"] + 1, s["M"], len(test))
-        assert 0 <= float(r["score"]) <= 100
+        assert 0 <= float(r["score"]) <= 100 and 0 <= float(r["train_score"]) <= 100
 
 
 def test_smoke_table1_layout_and_published_numbers(smoke):
@@ -143,7 +202,7 @@ def test_smoke_table1_layout_and_published_numbers(smoke):
         for cell, scheme in zip(cells, s["schemes"]):
             ours, paper = cell.split(" (")
             assert paper == f"{rpe.PAPER_TABLE1[task][scheme]:.1f})"
-            assert 0 <= float(ours) <= 100
+            assert 0 <= float(ours.removesuffix(UNFIT)) <= 100
     rows = read_csv(os.path.join(out, "table1.csv"))
     want = [(t, k) for t in s["tasks"] for k in s["schemes"]]
     assert [(r["task"], r["scheme"]) for r in rows] == want

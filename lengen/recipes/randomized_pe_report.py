@@ -2,12 +2,17 @@
 
 From the sweep's rows (one per run x length x metric, tagged ``task scheme seed lr L``):
 
-* ``scores.csv``: one score per run = mean ``token_acc`` (%) over the test lengths N+1..M;
+* ``scores.csv``: one score per run = mean ``token_acc`` (%) over the test lengths N+1..M, and
+  ``train_score`` = the same over the evaluated training lengths 1..N (did the model fit them?);
 * ``table1.md`` / ``table1.csv``: the paper's Table 1 layout (tasks grouped by level R / DCF / CS,
   one column per encoding), cell = ours (published), ours = max over seeds x learning rates; the
   CSV also carries the Table 4 statistics (mean ± std over seeds at the learning rate with the
   best mean) and the published ones;
 * ``table4.md``: mean ± std, ours (published);
+* ``table_train.md``: accuracy at the training lengths (the paper does not report it). A cell of
+  Tables 1 / 4 whose runs at the best learning rate average below ``FIT_THRESHOLD`` % there is
+  marked ‡: that model never fitted its training distribution, so its test score says more about
+  under-training than about length generalization;
 * ``curves/<task>.png``: accuracy vs input length per encoding (mean over seeds at the best
   learning rate, band = min..max over those seeds), dashed red line at N (Fig. 4);
 * ``ablation_L.md/.csv/.png`` (Fig. 3) and ``table3.md/.csv`` (Table 3) when asked.
@@ -22,6 +27,8 @@ from lengen.recipes.randomized_pe import (EXTRA_SCHEMES, PAPER_TABLE1, PAPER_TAB
                                           PAPER_TABLE4, SCALES, SCHEMES, TASK_LABELS, UNSORTED)
 
 LEVELS = ("R", "DCF", "CS")
+FIT_THRESHOLD = 90.0   # % mean accuracy at training lengths 1..N below which a cell is marked ‡
+UNFIT = "‡"
 
 
 def _label(scheme: str) -> str:
@@ -29,13 +36,19 @@ def _label(scheme: str) -> str:
 
 
 def run_scores(rows, *, N: int, M: int) -> list[dict]:
-    """One record per finished run: ``run task scheme seed lr L score n_lengths`` (score in %)."""
+    """One record per finished run: ``run task scheme seed lr L score n_lengths min_n max_n
+    train_score`` (in %; ``score`` over the test lengths N+1..M, ``train_score`` over the
+    evaluated lengths 1..N, None if none was evaluated)."""
     from lengen.eval.length_sweep import length_scores
 
     by = ("run", "task", "scheme", "seed", "lr", "L")
     out = length_scores(rows, min_length=N + 1, max_length=M, by=by)
+    fit = {tuple(r[c] for c in by): r["score"]
+           for r in length_scores(rows, min_length=1, max_length=N, by=by)}
     for r in out:
         r["score"] *= 100.0
+        f = fit.get(tuple(r[c] for c in by))
+        r["train_score"] = None if f is None else 100.0 * f
     return out
 
 
@@ -47,19 +60,33 @@ def _std(vals: list[float]) -> float:
 
 
 def aggregate(scores: list[dict], key=lambda r: (r["task"], r["scheme"])) -> dict:
-    """``key -> {max, mean, std, best_lr, n_seeds, n_runs}``: max over every run of the group;
-    mean / sample std over the seeds of the learning rate with the best mean (Table 4)."""
+    """``key -> {max, mean, std, best_lr, n_seeds, n_runs, train_mean, train_std}``: max over
+    every run of the group; mean / sample std over the seeds of the learning rate with the best
+    mean (Table 4); ``train_*`` = the same seeds' accuracy at the training lengths (None if
+    unknown)."""
     groups: dict = {}
     for r in scores:
-        groups.setdefault(key(r), {}).setdefault(r["lr"], []).append(r["score"])
+        groups.setdefault(key(r), {}).setdefault(r["lr"], []).append(r)
     out = {}
     for k, by_lr in groups.items():
-        best_lr = max(by_lr, key=lambda lr: sum(by_lr[lr]) / len(by_lr[lr]))
-        vals = by_lr[best_lr]
-        out[k] = dict(max=max(v for vs in by_lr.values() for v in vs), mean=sum(vals) / len(vals),
-                      std=_std(vals), best_lr=best_lr, n_seeds=len(vals),
-                      n_runs=sum(len(v) for v in by_lr.values()))
+        def mean_of(lr):
+            return sum(r["score"] for r in by_lr[lr]) / len(by_lr[lr])
+
+        best_lr = max(by_lr, key=mean_of)
+        vals = [r["score"] for r in by_lr[best_lr]]
+        fit = [r.get("train_score") for r in by_lr[best_lr]]
+        fit = [] if any(f is None for f in fit) else fit
+        out[k] = dict(max=max(r["score"] for rs in by_lr.values() for r in rs),
+                      mean=sum(vals) / len(vals), std=_std(vals), best_lr=best_lr,
+                      n_seeds=len(vals), n_runs=sum(len(v) for v in by_lr.values()),
+                      train_mean=sum(fit) / len(fit) if fit else None,
+                      train_std=_std(fit) if fit else None)
     return out
+
+
+def unfit(a: dict | None) -> bool:
+    """Did this cell's runs (best lr) fail to fit the training lengths? (False when unknown.)"""
+    return bool(a) and a["train_mean"] is not None and a["train_mean"] < FIT_THRESHOLD
 
 
 def _f(x, digits=1) -> str:
@@ -110,20 +137,30 @@ def _write_md(path: str, title: str, caption: str, grid, note: str = "") -> None
     write_text_atomic(text + (f"\n{note}\n" if note else ""), path)
 
 
-def write_tables(scores, out: str, *, tasks, schemes, caption: str, L: int) -> tuple[dict, dict]:
+def write_tables(scores, out: str, *, tasks, schemes, caption: str, L: int, N: int,
+                 train_lengths=None) -> tuple[dict, dict]:
     main = [r for r in scores if r["scheme"] in SCHEMES and r["L"] in (None, L)]
     agg = aggregate(main)
     paths = {}
+    fit_note = (f"{UNFIT} did not fit the training lengths: its runs at the best learning rate "
+                f"average below {FIT_THRESHOLD:.0f}% at lengths 1..{N} (`table_train.md`), so "
+                f"the test score reflects under-training more than length generalization.")
     note = ("Cells: ours (published). Published numbers: Ruoss et al. (2023). † permutation-"
             "invariant task; ★ randomized learned = label encodings. Random accuracy 50% (20% "
             "for Modular Arithmetic (Simple), Cycle Navigation, Bucket Sort, Modular "
-            "Arithmetic).")
+            "Arithmetic). " + fit_note)
+
+    def mark(a):
+        return UNFIT if unfit(a) else ""
 
     def cell1(t, s, a):
-        return f"{_f(a['max']) if a else '-'} ({_f(PAPER_TABLE1[t][s])})"
+        return f"{_f(a['max']) + mark(a) if a else '-'} ({_f(PAPER_TABLE1[t][s])})"
 
     def cell4(t, s, a):
-        return f"{_pm(a['mean'], a['std']) if a else '-'} ({_pm(*PAPER_TABLE4[t][s])})"
+        return f"{_pm(a['mean'], a['std']) + mark(a) if a else '-'} ({_pm(*PAPER_TABLE4[t][s])})"
+
+    def cell_train(t, s, a):
+        return _pm(a["train_mean"], a["train_std"]) if a and a["train_mean"] is not None else "-"
 
     paths["table1_md"] = os.path.join(out, "table1.md")
     _write_md(paths["table1_md"], "Table 1: accuracy (%) averaged over test lengths, max over "
@@ -132,6 +169,14 @@ def write_tables(scores, out: str, *, tasks, schemes, caption: str, L: int) -> t
     _write_md(paths["table4_md"], "Table 4: accuracy (%) averaged over test lengths, mean ± std "
               "over seeds at the best learning rate", caption,
               table_grid(agg, tasks, schemes, cell4), note)
+    at = (f" (evaluated at lengths {', '.join(map(str, train_lengths))})"
+          if train_lengths else "")
+    paths["table_train_md"] = os.path.join(out, "table_train.md")
+    _write_md(paths["table_train_md"], f"Accuracy (%) at the training lengths 1..{N}{at}, mean ± "
+              f"std over seeds at the best learning rate (the runs of Table 4)", caption,
+              table_grid(agg, tasks, schemes, cell_train),
+              "Not reported by the paper; a model that generalizes must first fit these. "
+              + fit_note)
     records = []
     for t in ordered_tasks(tasks):
         for s in schemes:
@@ -140,6 +185,8 @@ def write_tables(scores, out: str, *, tasks, schemes, caption: str, L: int) -> t
                                 ours_max=a.get("max"), ours_mean=a.get("mean"),
                                 ours_std=a.get("std"), ours_best_lr=a.get("best_lr"),
                                 n_seeds=a.get("n_seeds", 0), n_runs=a.get("n_runs", 0),
+                                ours_train_mean=a.get("train_mean"),
+                                ours_train_std=a.get("train_std"), fitted=not unfit(a),
                                 paper_max=PAPER_TABLE1[t][s], paper_mean=PAPER_TABLE4[t][s][0],
                                 paper_std=PAPER_TABLE4[t][s][1]))
     paths["table1_csv"] = os.path.join(out, "table1.csv")
@@ -278,9 +325,16 @@ def write_report(rows, out: str, *, scale: str, tasks, schemes, caption: str,
     scores = run_scores(rows, N=N, M=M)
     paths = {"scores_csv": os.path.join(out, "scores.csv")}
     write_csv(paths["scores_csv"], scores)
-    cap = caption + (f" Wall time of this invocation: {wall_seconds / 60:.1f} min."
-                     if wall_seconds is not None else "")
-    agg, p = write_tables(scores, out, tasks=tasks, schemes=schemes, caption=cap, L=L)
+    from lengen.recipes.randomized_pe import eval_lengths
+    from lengen.sweep import training_span
+
+    span = training_span(out, [r["run"] for r in scores])
+    cap = caption + (f" Training wall time (first run start to last run end, from the run "
+                     f"directories): {span / 60:.1f} min." if span is not None else "")
+    cap += (f" Wall time of this invocation: {wall_seconds / 60:.1f} min."
+            if wall_seconds is not None else "")
+    agg, p = write_tables(scores, out, tasks=tasks, schemes=schemes, caption=cap, L=L, N=N,
+                          train_lengths=eval_lengths(scale)[1])
     paths.update(p)
     paths.update(plot_curves(rows, scores, out, tasks=tasks, schemes=schemes, N=N, M=M, L=L))
     if ablation_L:
@@ -293,5 +347,5 @@ def write_report(rows, out: str, *, scale: str, tasks, schemes, caption: str,
     return scores, paths
 
 
-__all__ = ["run_scores", "aggregate", "write_report", "write_tables", "plot_curves",
+__all__ = ["FIT_THRESHOLD", "unfit", "run_scores", "aggregate", "write_report", "write_tables", "plot_curves",
            "write_ablation_L", "write_table3", "ordered_tasks"]
