@@ -24,16 +24,13 @@ Scales (numbers in ``SCALES``; the captions of the written tables restate them):
 * ``paper``: all 15 tasks x 11 encodings x 10 seeds x lrs {1e-4, 3e-4, 5e-4}, 2,000,000 steps
   (the RPE paper, Appendix A; Deletang et al. used 1M), batch 128, N = 40, every test length
   41..500 with 500 sequences each, curves also at every length 1..40, L = 2048. GPU.
-* ``cpu``: a 2-core CPU in <= 3 hours with ``--workers 2`` (not measured here: check with
-  ``lengen reproduce randomized-pe --scale cpu --workers 2 --estimate``): 5 tasks (even pairs,
-  reverse / duplicate string, missing duplicate, bucket sort) x 4 encodings (sin/cos, relative,
-  and their randomized versions) x 2 seeds x lr 5e-4, 1,500 steps at batch 64, the paper's
-  model, test lengths 41, 81, ..., 481, 500 (stride 40, 13 lengths) with 32 sequences each,
-  curves also at lengths 1, 14, 27, 40. A first, noisy timing on a loaded 2-core machine (load
-  ~4.5) extrapolated to ~3.5 h, i.e. roughly 2 h on an idle one; not verified: if ``--estimate``
-  says more than 3 h on yours, lower ``steps`` here. To time one real run instead, e.g. the
-  slowest cell: ``lengen reproduce randomized-pe --scale cpu --tasks duplicate_string --schemes
-  relative --seeds 0 --out /tmp/one-run``; the log line and ``sweep.json`` give its seconds.
+* ``cpu``: a 2-core CPU in <= 3 hours with ``--workers 2``: 5 tasks (even pairs, reverse /
+  duplicate string, missing duplicate, bucket sort) x 4 encodings (sin/cos, relative, and their
+  randomized versions) x 2 seeds x lr 5e-4, 1,500 steps at batch 64, the paper's model, test
+  lengths 41, 81, ..., 481, 500 (stride 40, 13 lengths) with 32 sequences each, curves also at
+  lengths 1, 14, 27, 40. Measured: 93.7 min on the project's idle 2-core machine (``--estimate``
+  said 1.54 h); ``results/randomized-pe-cpu/`` holds the tables. At this budget only bucket sort
+  and even pairs (relative) fit their training lengths; the string tasks stay at 70-78% there.
 * ``smoke``: seconds, for tests (tiny model, N = 5, M = 12; numbers are meaningless).
 
 Outputs in ``--out`` (default ``runs/randomized-pe-<scale>``): one run directory per task x
