@@ -13,6 +13,7 @@ import pytest
 # the module (``lengen.train`` as an attribute is the function re-exported by ``lengen``)
 train_mod = importlib.import_module("lengen.train")
 from lengen.sweep import Grid, RunSpec, as_specs, run_one, run_sweep
+from lengen.sweep.local import worker_death
 
 TINY = {"model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
         "task": {"kwargs": {"n_pairs": 6}},
@@ -176,13 +177,19 @@ def dying_run(spec, out_dir, **kw):
     return run_one(spec, out_dir, **kw)
 
 
+def test_worker_death_messages():
+    assert "killed by signal 9" in worker_death(-9)
+    assert "exit code 1" in worker_death(1) and "if __name__ == '__main__':" in worker_death(1)
+
+
 def test_two_workers_match_sequential_and_survive_a_dead_worker(tmp_path):
     seq = run_sweep(tiny_grid(), str(tmp_path / "seq"), threads=1, log=None)
     assert seq.ok
     par_out = str(tmp_path / "par")
     par = run_sweep(tiny_grid(), par_out, workers=2, threads=1, run_fn=dying_run, log=None)
     assert par.status["tra-s1"]["status"] == "failed"
-    assert "worker process died" in par.status["tra-s1"]["error"]
+    assert "worker process died (exit code 3)" in par.status["tra-s1"]["error"]
+    assert "__main__" in par.status["tra-s1"]["error"]         # the usual cause, named
     assert [par.status[n]["status"] for n in ("nope-s0", "nope-s1", "tra-s0")] == ["done"] * 3
     assert {par.status[n]["pid"] for n in ("nope-s0", "nope-s1", "tra-s0")} - {os.getpid(), None}
     par = run_sweep(tiny_grid(), par_out, workers=2, threads=1, log=None)

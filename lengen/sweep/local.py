@@ -119,6 +119,18 @@ def default_threads(workers: int, backend: str = "local", ray_options: dict | No
     return max(1, (os.cpu_count() or 1) // workers) if workers > 1 else 0
 
 
+def worker_death(code: int | None) -> str:
+    """Why a worker died, from its exit code (negative = killed by that signal)."""
+    if code is not None and code < 0:
+        return (f"worker process died (killed by signal {-code}, e.g. out of memory) while "
+                f"running this run")
+    # a Python error in the worker: most often a script that starts a multi-process sweep
+    # without the __main__ guard, which every spawned worker then re-runs on import
+    return (f"worker process died (exit code {code}) while running this run; its traceback is "
+            f"on stderr. A script that calls run_sweep with workers > 1 must do so under "
+            f"`if __name__ == '__main__':`")
+
+
 def failure_result(spec: RunSpec, error: str, tb: str | None = None) -> dict:
     """A result record for a run whose worker died or whose remote task raised."""
     return {"name": spec.name, "tags": spec.tags, "rows": [], "seconds": 0.0, "pid": None,
@@ -305,9 +317,7 @@ def run_in_workers(specs: list[RunSpec], out_dir: str, run_fn, opts: dict, on_re
                     if res is None and slot["proc"].is_alive():
                         continue
                     if res is None:      # the worker died holding this run
-                        code = slot["proc"].exitcode
-                        res = failure_result(slot["spec"], f"worker process died (exit code {code}; "
-                                             f"killed or out of memory) while running this run")
+                        res = failure_result(slot["spec"], worker_death(slot["proc"].exitcode))
                         slot["conn"].close()
                         slots.remove(slot)
                         if pending:
