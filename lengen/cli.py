@@ -74,6 +74,7 @@ def cmd_reproduce_tra(args) -> int:
         return 0
     res = run_tra_flipflop(args.scale, args.out, workers=args.workers, seeds=args.seeds,
                            models=args.models, rel=args.rel, heatmaps=args.heatmaps,
+                           heatmap_seeds=args.heatmap_seeds,
                            backend=args.backend, threads=args.threads, device=args.device)
     return 1 if res["sweep"].failures else 0
 
@@ -197,6 +198,10 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--heatmaps", action="store_true",
                    help="also train the Appendix A pair (2-layer 1-head TRA and FoT) and plot "
                         "their final-layer attention on an OOD-sparse sequence")
+    q.add_argument("--heatmap-seeds", type=int, nargs="+", default=[0], metavar="S",
+                   help="with --heatmaps: train the pair once per seed (default: 0); writes "
+                        "pair.png for seed 0, pair-sK.png for seed K, and heatmaps/summary.md "
+                        "with each model's accuracy")
     q.add_argument("--backend", choices=("local", "ray"), default="local",
                    help="local processes (default) or Ray tasks (needs: pip install ray)")
     q.add_argument("--threads", type=int, default=None, metavar="N",

@@ -31,8 +31,8 @@ ROWS = ["Flip Flop IID", "Flip Flop OOD dense", "Flip Flop OOD sparse"]
 def smoke(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("tra") / "smoke")
     heat = all(registered(m) for m in tf.HEATMAP_PAIR)
-    res = tf.run_tra_flipflop("smoke", out, models=AVAILABLE, heatmaps=heat, quiet=True,
-                              log=lambda *a: None)
+    res = tf.run_tra_flipflop("smoke", out, models=AVAILABLE, heatmaps=heat, heatmap_seeds=(0, 1),
+                              quiet=True, log=lambda *a: None)
     return out, res, heat
 
 
@@ -77,12 +77,21 @@ def test_smoke_reproduction_writes_table1_layout(smoke):
 def test_smoke_heatmaps_of_the_appendix_pair(smoke):
     out, res, heat = smoke
     assert heat, "the Appendix A pair (TRA, FoT) was not trained"
-    for name in ("TRA.png", "FoT.png", "pair.png"):
+    for name in ("TRA.png", "FoT.png", "pair.png", "TRA-s1.png", "FoT-s1.png", "pair-s1.png"):
         assert os.path.getsize(os.path.join(out, "heatmaps", name)) > 1000
-    cfg = res["sweep"].specs[-1].config["model"]
-    assert (cfg["n_layers"], cfg["n_heads"]) == (2, 1)
-    # the pair's rows stay out of Table 1
-    assert {r["run"] for r in res["rows"] if r.get("group") == "heatmap"} == {"appA-TRA-2L1H", "appA-FoT-2L1H"}
+    cfg = res["sweep"].specs[-1].config
+    assert (cfg["model"]["n_layers"], cfg["model"]["n_heads"]) == (2, 1)
+    assert (cfg["train"]["seed"], cfg["train"]["data_seed"]) == (1, 1)
+    # the pairs' rows stay out of Table 1; seed 0 keeps the original run names
+    assert {r["run"] for r in res["rows"] if r.get("group") == "heatmap"} == \
+        {"appA-TRA-2L1H", "appA-FoT-2L1H", "appA-TRA-2L1H-s1", "appA-FoT-2L1H-s1"}
+    summary = cell_table(open(os.path.join(out, "heatmaps", "summary.md")).read())
+    assert summary[0][:2] == ["Model", "Seed"] and len(summary) == 1 + 4
+    rows = {(r["run"], r["split"]): 100 * r["value"] for r in res["rows"]
+            if r.get("metric") == "seq_acc"}
+    tra_s1 = [r for r in summary if r[:2] == ["TRA", "1"]][0]
+    assert [float(x) for x in tra_s1[2:]] == \
+        [round(rows[("appA-TRA-2L1H-s1", sp)], 1) for sp in tf.SPLITS]
 
 
 def test_cli_rerun_reuses_finished_runs(smoke, monkeypatch, capsys):

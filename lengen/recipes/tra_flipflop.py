@@ -160,9 +160,15 @@ def run_name(model: str, seed: int, rel: str = "t5") -> str:
     return f"{model}{'-xl' if model == 'REL' and rel == 'xl' else ''}-s{seed}"
 
 
+def heatmap_run_name(model: str, seed: int) -> str:
+    """Run name of one Appendix A model (seed 0 keeps the original, suffix-free name)."""
+    return f"appA-{model}-2L1H" + (f"-s{seed}" if seed else "")
+
+
 def build_specs(scale: str = "cpu", *, seeds=None, models=None, rel: str = "t5",
-                heatmaps: bool = False, device: str = "cpu"):
-    """RunSpecs of the Table 1 grid (models x seeds), plus the Appendix A pair if asked."""
+                heatmaps: bool = False, heatmap_seeds=(0,), device: str = "cpu"):
+    """RunSpecs of the Table 1 grid (models x seeds), plus the Appendix A pair if asked (one
+    pair per seed in ``heatmap_seeds``)."""
     from lengen.sweep import Grid, RunSpec
 
     models = list(models or MODELS)
@@ -179,11 +185,12 @@ def build_specs(scale: str = "cpu", *, seeds=None, models=None, rel: str = "t5",
                            name=spec.name)
         specs.append(RunSpec(spec.name, cfg, dict(spec.tags, group="table")))
     if heatmaps:
-        for m in HEATMAP_PAIR:
-            name = f"appA-{m}-2L1H"
-            specs.append(RunSpec(name, model_config(m, scale, 0, n_layers=2, n_heads=1,
-                                                    device=device, name=name),
-                                 {"model": m, "seed": 0, "group": "heatmap"}))
+        for seed in heatmap_seeds:
+            for m in HEATMAP_PAIR:
+                name = heatmap_run_name(m, seed)
+                specs.append(RunSpec(name, model_config(m, scale, seed, n_layers=2, n_heads=1,
+                                                        device=device, name=name),
+                                     {"model": m, "seed": seed, "group": "heatmap"}))
     return specs
 
 
@@ -194,7 +201,8 @@ def default_device(scale: str) -> str:
 
 
 def run_tra_flipflop(scale: str = "cpu", out: str | None = None, *, workers: int = 1, seeds=None,
-                     models=None, rel: str = "t5", heatmaps: bool = False, backend: str = "local",
+                     models=None, rel: str = "t5", heatmaps: bool = False, heatmap_seeds=(0,),
+                     backend: str = "local",
                      threads: int | None = None, device: str | None = None, quiet: bool | None = None,
                      log=print) -> dict:
     """Train (or resume / reuse) every run, then write the table, chart and heatmaps.
@@ -204,7 +212,8 @@ def run_tra_flipflop(scale: str = "cpu", out: str | None = None, *, workers: int
 
     out = out or os.path.join("runs", f"tra-flipflop-{scale}")
     device = device or default_device(scale)
-    specs = build_specs(scale, seeds=seeds, models=models, rel=rel, heatmaps=heatmaps, device=device)
+    specs = build_specs(scale, seeds=seeds, models=models, rel=rel, heatmaps=heatmaps,
+                        heatmap_seeds=tuple(heatmap_seeds), device=device)
     t0 = time.time()
     res = run_sweep(specs, out, workers=workers, backend=backend, threads=threads,
                     quiet=(workers > 1) if quiet is None else quiet, log=log)
@@ -212,7 +221,8 @@ def run_tra_flipflop(scale: str = "cpu", out: str | None = None, *, workers: int
     rows = [r for r in res.rows if r.get("group") == "table"]
     models = list(models or MODELS)
     summary, paths = write_report(rows, out, scale=scale, models=models, rel=rel, wall_seconds=wall,
-                                  seeds=sorted({s.tags["seed"] for s in specs}), log=log)
+                                  seeds=sorted({s.tags["seed"] for s in specs
+                                                 if s.tags["group"] == "table"}), log=log)
     if heatmaps:
         paths.update(write_heatmaps(out, specs, res, log=log))
     if res.failures:

@@ -126,23 +126,43 @@ def write_report(rows: list[dict], out_dir: str, *, scale: str, models: list[str
 
 def write_heatmaps(out_dir: str, specs, sweep, *, split: str = "sparse", index: int = 0,
                    log=print) -> dict:
-    """Final-layer attention of the Appendix A pair on one OOD-sparse sequence: one PNG per
-    model and a side-by-side figure. Runs that failed are reported and skipped."""
+    """Final-layer attention of the Appendix A pair on one OOD-sparse sequence: per seed, one PNG
+    per model and a side-by-side figure (seed 0: ``TRA.png``, ``pair.png``; seed k:
+    ``TRA-sk.png``, ``pair-sk.png``), and ``summary.md`` with every pair model's whole-sequence
+    accuracy per split (whether it learned at all decides what its heatmap means). Runs that
+    failed are reported and skipped."""
     from lengen.analysis.heatmap import plot_attention, plot_attention_grid
+    from lengen.eval.evaluate import write_text_atomic
 
     runs = [s for s in specs if s.tags.get("group") == "heatmap"]
     done = [s for s in runs if sweep.status.get(s.name, {}).get("status") in ("done", "cached")]
     hdir = os.path.join(out_dir, "heatmaps")
     os.makedirs(hdir, exist_ok=True)
     paths = {}
+    for seed in dict.fromkeys(s.tags["seed"] for s in runs):
+        suffix = f"-s{seed}" if seed else ""
+        of_seed = [s for s in runs if s.tags["seed"] == seed]
+        ok = [s for s in of_seed if s in done]
+        for s in ok:
+            paths[f"heatmap_{s.tags['model']}{suffix}"] = plot_attention(
+                os.path.join(out_dir, s.name), split=split, layer=-1, head=0, index=index,
+                out=os.path.join(hdir, f"{s.tags['model']}{suffix}.png"))
+        if len(ok) == len(of_seed) and len(ok) > 1:
+            paths[f"heatmap_pair{suffix}"] = plot_attention_grid(
+                [os.path.join(out_dir, s.name) for s in ok],
+                os.path.join(hdir, f"pair{suffix}.png"),
+                titles=[f"{s.tags['model']} (2 layers, 1 head, seed {seed})" for s in ok],
+                split=split, index=index)
+    acc = {(r["run"], r["split"]): 100 * r["value"] for r in sweep.rows
+           if r.get("group") == "heatmap" and r.get("metric") == "seq_acc"}
+    grid = [["Model", "Seed"] + [f"{label} (%)" for label in SPLITS.values()]]
     for s in done:
-        paths[f"heatmap_{s.tags['model']}"] = plot_attention(
-            os.path.join(out_dir, s.name), split=split, layer=-1, head=0, index=index,
-            out=os.path.join(hdir, f"{s.tags['model']}.png"))
-    if len(done) == len(runs) and len(done) > 1:
-        paths["heatmap_pair"] = plot_attention_grid(
-            [os.path.join(out_dir, s.name) for s in done], os.path.join(hdir, "pair.png"),
-            titles=[f"{s.tags['model']} (2 layers, 1 head)" for s in done], split=split, index=index)
+        grid.append([s.tags["model"], str(s.tags["seed"])]
+                    + [f"{acc[(s.name, sp)]:.1f}" if (s.name, sp) in acc else "-" for sp in SPLITS])
+    if done:
+        paths["heatmap_summary"] = os.path.join(hdir, "summary.md")
+        write_text_atomic("**Appendix A pair (2 layers, 1 head): whole-sequence accuracy**\n\n"
+                          + markdown_table(grid) + "\n", paths["heatmap_summary"])
     for s in runs:
         if s not in done:
             log(f"heatmap run {s.name} did not finish; no heatmap for it")
