@@ -24,7 +24,8 @@ import math
 import os
 
 from lengen.recipes.randomized_pe import (EXTRA_SCHEMES, PAPER_TABLE1, PAPER_TABLE3,
-                                          PAPER_TABLE4, SCALES, SCHEMES, TASK_LABELS, UNSORTED)
+                                          PAPER_TABLE4, SCALES, SCHEMES, TASK_LABELS, UNSORTED,
+                                          eval_lengths)
 
 LEVELS = ("R", "DCF", "CS")
 FIT_THRESHOLD = 90.0   # % mean accuracy at training lengths 1..N below which a cell is marked ‡
@@ -325,7 +326,6 @@ def write_report(rows, out: str, *, scale: str, tasks, schemes, caption: str,
     scores = run_scores(rows, N=N, M=M)
     paths = {"scores_csv": os.path.join(out, "scores.csv")}
     write_csv(paths["scores_csv"], scores)
-    from lengen.recipes.randomized_pe import eval_lengths
     from lengen.sweep import training_span
 
     span = training_span(out, [r["run"] for r in scores])
