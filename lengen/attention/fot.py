@@ -34,7 +34,8 @@ class ForgettingAttention(Attention):
         nn.init.constant_(self.forget_gate.bias, self.gate_bias_init)
 
     def attend(self, q, k, v, x, bias_fn):
-        log_f = F.logsigmoid(self.forget_gate(x).float()).transpose(1, 2).to(q.dtype)  # [B, H, T]
+        # fp32 gates whatever the model dtype: the ops cumsum them, and bf16 rounding would add up
+        log_f = F.logsigmoid(self.forget_gate(x).float()).transpose(1, 2)           # [B, H, T]
         if self.record_weights:
             return self._keep(fot_attention_naive(q, k, v, log_f, bias_fn=bias_fn, return_weights=True))
         if self.use_lean():

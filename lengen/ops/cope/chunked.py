@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from lengen.ops.common import causal_mask, masked_softmax, query_blocks
-from lengen.ops.cope.naive import cope_logits
+from lengen.ops.cope.naive import cope_logits, raw_scores
 
 
 def cope_attention_chunked(q, k, v, pos_emb, *, bias_fn=None, scale=None, block_size=256):
@@ -18,7 +18,7 @@ def cope_attention_chunked(q, k, v, pos_emb, *, bias_fn=None, scale=None, block_
     for s, e in query_blocks(T, block_size):
         visible = causal_mask(e - s, e, s, q.device)
         qb = q[:, :, s:e]
-        logits = cope_logits(qb @ k[:, :, :e].transpose(-1, -2), qb, pos_emb, visible, scale)
+        logits = cope_logits(raw_scores(qb, k[:, :, :e]), qb, pos_emb, visible, scale)
         if bias_fn is not None:
             logits = logits + bias_fn(s, e)[..., :e]
         outs.append(masked_softmax(logits, visible).to(v.dtype) @ v[:, :, :e])   # [B, H, tq, hd]

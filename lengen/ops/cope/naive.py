@@ -23,6 +23,14 @@ import torch
 from lengen.ops.common import causal_mask, masked_softmax
 
 
+def raw_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """q k^T in at least fp32. The gates are summed over up to T keys into positions whose
+    floor/ceil pick the position logits, so a bf16-rounded score matrix would shift positions
+    across integer boundaries (measured: 2-4% error in the q/k gradients at T = 512)."""
+    acc = torch.promote_types(q.dtype, torch.float32)
+    return q.to(acc) @ k.to(acc).transpose(-1, -2)
+
+
 def cope_logits(s: torch.Tensor, q: torch.Tensor, pos_emb: torch.Tensor, visible: torch.Tensor,
                 scale: float) -> torch.Tensor:
     """s: [B, H, tq, tk] raw q.k; q: [B, H, tq, hd]; visible: [tq, tk] causal window.
@@ -46,7 +54,7 @@ def cope_attention_naive(q, k, v, pos_emb, *, bias_fn=None, scale=None, return_w
     T = q.shape[-2]
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     visible = causal_mask(T, T, 0, q.device)
-    logits = cope_logits(q @ k.transpose(-1, -2), q, pos_emb, visible, scale)
+    logits = cope_logits(raw_scores(q, k), q, pos_emb, visible, scale)   # [B, H, T, T] fp32
     if bias_fn is not None:
         logits = logits + bias_fn(0, T)
     w = masked_softmax(logits, visible).to(v.dtype)              # [B, H, T, T]
