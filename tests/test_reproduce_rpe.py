@@ -193,7 +193,8 @@ def test_smoke_table1_layout_and_published_numbers(smoke):
     assert md.startswith("**Table 1")
     assert "Scale `smoke`" in md and "3 steps" in md and "stride 3" in md     # caption states sizes
     lines = [ln for ln in md.splitlines() if ln.startswith("|")]
-    assert lines[0] == "| Level | Task | None | sin/cos | Rand. sin/cos | Rand. Relative |"
+    assert lines[0] == ("| Level | Task | None | sin/cos | Relative | Rand. sin/cos "
+                        "| Rand. Relative |")
     # tasks grouped by level, in the paper's order, published number beside ours in every cell
     assert lines[2].startswith("| R | Even Pairs | ")
     assert lines[3].startswith("| DCF | Reverse String | ")
@@ -227,3 +228,15 @@ def test_smoke_rerun_reuses_finished_runs(smoke):
     res = rpe.run_randomized_pe("smoke", out, ablation_L=[], ablation_unsorted=True, quiet=True,
                                 log=lambda *a, **k: None)
     assert {v["status"] for v in res["sweep"].status.values()} == {"cached"}
+
+
+def test_smoke_reproduction_writes_fig5_activations(smoke):
+    """Fig. 5: activation PCA of the Reverse String relative vs randomized-relative runs."""
+    rc, out = smoke
+    s = rpe.SCALES["smoke"]
+    assert os.path.getsize(os.path.join(out, "fig5_activations.png")) > 1000
+    with open(os.path.join(out, "fig5_activations.md")) as f:
+        text = f.read()
+    assert f"fitted on length {s['N']}" in text
+    assert "| Relative" in text and "| Rand. Relative" in text
+    assert text.count("shift ") == 2 * (s["model"]["n_layers"] + 1)

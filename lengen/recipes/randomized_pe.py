@@ -56,7 +56,7 @@ PAPER_TASKS = ("even_pairs", "modular_arithmetic", "parity_check", "cycle_naviga
 # --- sizes: one dict per scale (a scale changes sizes and steps, never the protocol) -----------
 SCALES = {
     "smoke": dict(tasks=("even_pairs", "reverse_string"),
-                  schemes=("none", "sincos", "rand_sincos", "rand_relative"),
+                  schemes=("none", "sincos", "relative", "rand_sincos", "rand_relative"),
                   seeds=(0,), lrs=(1e-3,), steps=3, batch_size=8, N=5, M=12, L=64,
                   test_stride=3, curve_stride=2, eval_sequences=4, eval_batch_size=4,
                   model=dict(d_model=16, n_layers=1, n_heads=2, d_ff=32), ckpt_every=0,

@@ -318,6 +318,47 @@ def write_table3(scores, out: str, *, tasks, caption: str, L: int) -> dict:
     return paths
 
 
+def write_activation_pca(scores, out: str, *, N: int, M: int, n_sequences: int = 30,
+                         log=print) -> dict:
+    """Fig. 5 of the paper: 2D PCA of each layer's activations at the training length N and at
+    a longer length (150 when N = 40, i.e. 3.75 N, capped at M), fitted on length N, for the
+    first Reverse String run with relative and with randomized relative encodings. Writes
+    ``fig5_activations.png`` and ``fig5_activations.md`` (the per-layer shift of the long cloud
+    in units of the training cloud's spread; see :mod:`lengen.analysis.activations`). Skipped
+    (empty dict) unless both runs are in the grid."""
+    from lengen.analysis.activations import plot_activations
+
+    picks = {}
+    for r in sorted(scores, key=lambda r: (r["seed"], r["lr"])):
+        if r["task"] == "reverse_string" and r["scheme"] in ("relative", "rand_relative"):
+            picks.setdefault(r["scheme"], r["run"])
+    if len(picks) < 2:
+        return {}
+    long_n = min(M, max(N + 1, round(N * 150 / 40)))
+    runs = [os.path.join(out, picks[s]) for s in ("relative", "rand_relative")]
+    png = os.path.join(out, "fig5_activations.png")
+    _, res = plot_activations(runs, (N, long_n), n_sequences=n_sequences, out=png,
+                              labels=[_label("relative"), _label("rand_relative")])
+    md = os.path.join(out, "fig5_activations.md")
+    lines = [f"Fig. 5 (Ruoss et al.): activation PCA on Reverse String, fitted on length {N}, "
+             f"{n_sequences} sequences per length, input-token positions. Shift = distance of "
+             f"the length-{long_n} cloud's mean from the length-{N} cloud's mean in units of the "
+             f"latter's spread (0 = same place); spread = ratio of the clouds' spreads.", "",
+             "| Model | acc % (len " + f"{N} / {long_n})" + " | " + " | ".join(
+                 "embeddings" if i == 0 else f"layer {i}" for i in range(len(res[0]["layers"])))
+             + " |", "|:---|---:|" + "---:|" * len(res[0]["layers"])]
+    for label, rr in zip((_label("relative"), _label("rand_relative")), res):
+        acc = " / ".join(f"{100 * rr['accuracy'][n]:.1f}" for n in rr["lengths"])
+        cells = " | ".join(f"shift {sh[long_n]['shift']:.2f}, spread {sh[long_n]['spread']:.2f}"
+                           for sh in rr["shift"])
+        lines.append(f"| {label} ({rr['run']}) | {acc} | {cells} |")
+    from lengen.eval.evaluate import write_text_atomic
+
+    write_text_atomic("\n".join(lines) + "\n", md)
+    log(f"wrote {os.path.relpath(png, out)} (Fig. 5 activations)")
+    return {"fig5_png": png, "fig5_md": md}
+
+
 def write_report(rows, out: str, *, scale: str, tasks, schemes, caption: str,
                  ablation_L: bool = False, ablation_unsorted: bool = False,
                  wall_seconds: float | None = None, log=print) -> tuple[list[dict], dict]:
@@ -337,6 +378,7 @@ def write_report(rows, out: str, *, scale: str, tasks, schemes, caption: str,
                           train_lengths=eval_lengths(scale)[1])
     paths.update(p)
     paths.update(plot_curves(rows, scores, out, tasks=tasks, schemes=schemes, N=N, M=M, L=L))
+    paths.update(write_activation_pca(scores, out, N=N, M=M, log=log))
     if ablation_L:
         paths.update(write_ablation_L(scores, out, caption=cap))
     if ablation_unsorted:
@@ -347,5 +389,6 @@ def write_report(rows, out: str, *, scale: str, tasks, schemes, caption: str,
     return scores, paths
 
 
-__all__ = ["FIT_THRESHOLD", "unfit", "run_scores", "aggregate", "write_report", "write_tables", "plot_curves",
+__all__ = ["FIT_THRESHOLD", "unfit", "run_scores", "aggregate", "write_report",
+           "write_activation_pca", "write_tables", "plot_curves",
            "write_ablation_L", "write_table3", "ordered_tasks"]
