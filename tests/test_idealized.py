@@ -2,13 +2,16 @@
 brute-force computation, bad input, and the `lengen analyze idealized` command."""
 from __future__ import annotations
 
+import csv
 import math
+import os
 
 import numpy as np
 import pytest
 import torch
 
 from lengen.analysis import idealized as I
+from lengen.cli import build_parser, main
 
 
 def gauss_legendre(f, a, b, panels, nodes=20):
@@ -225,3 +228,37 @@ def test_table2_has_every_published_cell_and_the_published_winners():
         (20, 2): "sqrt", (20, 4): "beta", (500, 2): "sqrt", (500, 4): "beta"}
     # the 2x column reproduces the published values closely under our reading
     assert max(abs(r["ours_d=inf"] - r["published"]) for r in rows if r["ratio"] == 2) < 0.007
+
+
+# -- command line ---------------------------------------------------------------------------------
+def _analyze_parser():
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    asub = next(a for a in sub.choices["analyze"]._actions if a.dest == "analysis")
+    return asub.choices["idealized"]
+
+
+def test_analyze_idealized_flags_have_help():
+    for action in _analyze_parser()._actions:
+        if action.dest != "help":
+            assert action.help, f"lengen analyze idealized: {action.dest} has no --help text"
+
+
+def test_cli_writes_table_and_figures(tmp_path, capsys):
+    out = tmp_path / "ideal"
+    assert main(["analyze", "idealized", "--out", str(out), "--d", "inf", "--fig1-d", "16", "inf"]) == 0
+    printed = capsys.readouterr().out
+    assert "Table 2" in printed and "w/ beta" in printed
+    expected = {"table2.md", "table2.csv", "fig1_exp_scores_rope_d_alibi_slopes.png",
+                "fig2_train500_test1000_bias_gap.png", "figA_pi_tail_sensitivity.png",
+                "figB_sqrt_skew.png", "fig4_beta25_cdf_skew.png", "extra_table2_sensitivity_tails.png"}
+    assert expected <= set(os.listdir(out))
+    for name in expected - {"table2.md", "table2.csv"}:
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with open(out / "table2.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 12 and {"published", "ours_d=inf"} <= set(rows[0])
+
+
+def test_cli_bad_d_is_a_clear_error(tmp_path, capsys):
+    assert main(["analyze", "idealized", "--out", str(tmp_path), "--d", "63", "--no-figures"]) == 2
+    assert "even integer" in capsys.readouterr().err
