@@ -7,11 +7,13 @@
     lengen reproduce randomized-pe [--scale smoke|cpu|paper] [--tasks ...] [--schemes ...]
                                    [--ablation-L [L ...]] [--ablation-unsorted] [--estimate]
     lengen plot attention RUN_DIR [--split sparse] [--layer -1] [--head 0] [--out FILE] [--index N]
+    lengen analyze idealized [--out DIR] [--d D ...] [...]
     lengen list
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import time
@@ -104,6 +106,13 @@ def cmd_plot_attention(args) -> int:
                          first_error=args.first_error, cmap=args.cmap)
     print(f"wrote {out}")
     return 0
+
+
+# Analyses (formulas or finished runs; never training): name -> module providing
+# ``add_arguments(parser)`` and ``run(args) -> int``. A new analysis is one line here.
+ANALYSES = {
+    "idealized": "lengen.analysis.idealized",
+}
 
 
 def cmd_list(args) -> int:
@@ -287,6 +296,17 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--out", metavar="FILE", default=None,
                    help="PNG path (default RUN_DIR/attention-<split>-<index>-L<layer>H<head>.png)")
     q.set_defaults(fn=cmd_plot_attention)
+
+    p = sub.add_parser("analyze", help="analyses that train nothing (e.g. idealized attention scores)",
+                       description="Analyses computed from formulas or finished runs.")
+    asub = p.add_subparsers(dest="analysis", required=True, metavar="ANALYSIS",
+                            help=f"which analysis ({', '.join(ANALYSES)})")
+    for name, module in ANALYSES.items():
+        mod = importlib.import_module(module)
+        doc = (mod.__doc__ or name).strip()
+        q = asub.add_parser(name, help=doc.splitlines()[0], description=doc.split("\n\n")[0])
+        mod.add_arguments(q)
+        q.set_defaults(fn=mod.run)
 
     p = sub.add_parser("list", help="list registered schemes, attention kinds, samplers and tasks")
     p.set_defaults(fn=cmd_list)

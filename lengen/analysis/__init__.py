@@ -1,3 +1,5 @@
 """Analysis of finished runs: tables over seeds (:mod:`lengen.analysis.tables`) and attention
 heatmaps (:mod:`lengen.analysis.heatmap`). Reads run directories and rows; never trains.
+:mod:`lengen.analysis.idealized` (+ ``idealized_report``) is formula-only: the index-warping
+paper's idealized attention scores, Table 2 and Figs. 1, 2, A, B, 4 (``lengen analyze idealized``).
 Submodules are imported on use so ``import lengen`` stays free of Matplotlib."""
