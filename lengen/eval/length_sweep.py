@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from lengen.tasks.chomsky.base import parse_split, split_name
+from lengen.tasks.splits import length_splits, parse_split
 
 
 def sweep_lengths(min_length: int, max_length: int, stride: int = 1) -> list[int]:
@@ -39,11 +39,6 @@ def sweep_lengths(min_length: int, max_length: int, stride: int = 1) -> list[int
     if out[-1] != max_length:
         out.append(max_length)
     return out
-
-
-def length_splits(lengths: Iterable[int]) -> list[str]:
-    """``[41, 42]`` -> ``['len=41', 'len=42']`` (the encoder tasks' split names)."""
-    return [split_name(int(n)) for n in lengths]
 
 
 def add_lengths(rows: Iterable[dict]) -> list[dict]:

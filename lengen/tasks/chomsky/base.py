@@ -37,26 +37,10 @@ the batch.
 """
 from __future__ import annotations
 
-import re
-
 import torch
 
 from lengen.tasks.base import Batch, Task
-
-_SPLIT = re.compile(r"^len=(\d+)$")
-
-
-def split_name(length: int) -> str:
-    return f"len={length}"
-
-
-def parse_split(split: str) -> int:
-    """``"len=K"`` -> ``K`` (a positive int); anything else is a ValueError."""
-    m = _SPLIT.match(str(split).strip())
-    if m is None or int(m.group(1)) < 1:
-        raise ValueError(f"bad split '{split}': Chomsky tasks take splits of the form 'len=K' "
-                         "with an integer K >= 1 (the input length), e.g. 'len=100'")
-    return int(m.group(1))
+from lengen.tasks.splits import parse_split, split_name
 
 
 def randint_below(high: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
