@@ -53,6 +53,8 @@ class ChomskyTask(Task):
     """Base class: placeholders, masks, length sampling and ``len=K`` splits (see module doc)."""
 
     causal = False
+    #: the per-length metric of the papers' length sweeps (per-token accuracy over the outputs)
+    score_metric = "token_acc"
     #: Chomsky level of the task: "regular", "dcf" (deterministic context-free) or "cs"
     level: str = ""
     #: number of input symbols / output classes (task-local ids)
@@ -142,6 +144,10 @@ class ChomskyTask(Task):
 
     def splits(self) -> list[str]:
         return [split_name(k) for k in range(self.max_train_length + 1, self.max_eval_length + 1)]
+
+    def train_lengths(self) -> tuple[int, int]:
+        """The training range of input lengths (inclusive), shaded in accuracy-vs-length plots."""
+        return 1, self.max_train_length
 
     def check_split(self, split: str) -> None:
         parse_split(split)
