@@ -262,13 +262,16 @@ class SequenceTask(Task):
         (seq [B, S_max], prompt_len [B], seq_len [B]); rows keep the order of ``lengths``.
         Examples of one length are sampled together, shortest length first."""
         B = lengths.shape[0]
-        prompt_len = torch.tensor([self.prompt_length(int(n)) for n in lengths], dtype=torch.long)
-        seq_len = torch.tensor([self.sequence_length(int(n)) for n in lengths], dtype=torch.long)
-        seq = torch.full((B, int(seq_len.max())), PAD, dtype=torch.long)
-        for n in torch.unique(lengths).tolist():               # sorted ascending
+        distinct = torch.unique(lengths).tolist()              # sorted ascending
+        prompt_len = torch.empty(B, dtype=torch.long)
+        seq_len = torch.empty(B, dtype=torch.long)
+        seq = torch.full((B, max(self.sequence_length(n) for n in distinct)), PAD,
+                         dtype=torch.long)
+        for n in distinct:
             rows = (lengths == n).nonzero().squeeze(1)
             s = self.sequences(n, rows.numel(), generator)
             seq[rows, :s.shape[1]] = s
+            prompt_len[rows], seq_len[rows] = self.prompt_length(n), s.shape[1]
         return seq, prompt_len, seq_len
 
     def batch_for_length(self, n: int, batch_size: int, generator: torch.Generator) -> Batch:
