@@ -154,7 +154,8 @@ def test_determinism_per_seed(name):
     def draw(seed, **kw):
         task = build_task(name, **kw)
         gen = torch.Generator().manual_seed(seed)
-        return [task.train_batch(8, gen), task.train_batch(8, gen), task.eval_batch("len=30", 8, gen)]
+        return [task.train_batch(8, gen), task.train_batch(8, gen),
+                task.eval_batch("len=30", 8, gen)]
 
     for kw in ({}, {"train_size": 50}):
         a, b, c = draw(3, **kw), draw(3, **kw), draw(4, **kw)

@@ -1,7 +1,7 @@
 """Decoder sequence tasks: a prompt, then an answer that ends with EOS.
 
 The task type of the two decoder papers lengen implements (Kazemnejad et al. 2023 as used by the
-index-warping paper, seed 004: copy / reverse / sort / summation; Zhou et al. 2024: addition). A
+index-warping paper: copy / reverse / sort / summation; Zhou et al. 2024: addition). A
 causal decoder reads the whole example and learns to continue the prompt with the answer. For the
 copy task with K = 3 items::
 
@@ -315,8 +315,9 @@ class SequenceTask(Task):
         ids = self.encode_text(text)
         if ids.numel() and int(ids[0]) == self.word_id(0):
             if ids.numel() < 2 or int(ids[-1]) != SEP:
-                raise ValueError(f"a full prompt must end with [SEP], e.g. "
-                                 f"'{self.vocab[self.word_id(0)]} a b [SEP]'; or give the items only")
+                word = self.vocab[self.word_id(0)]
+                raise ValueError(f"a full prompt must end with [SEP], e.g. '{word} a b [SEP]'; "
+                                 f"or give the items only")
             ids = ids[1:-1]
         lo, hi = self.item_range
         items = ids - self.first_symbol

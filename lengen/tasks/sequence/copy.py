@@ -1,4 +1,4 @@
-"""Copy: repeat the prompt's symbols (Kazemnejad et al. 2023; index-warping paper, seed 004).
+"""Copy: repeat the prompt's symbols (Kazemnejad et al. 2023; index warping).
 
 Prompt: ``[COPY]``, K symbols i.i.d. uniform over 100 symbols, ``[SEP]``; answer: the same K
 symbols, then EOS. Training K ~ U(2, 20) (``max_train_length``), default test splits

@@ -1,4 +1,4 @@
-"""Reverse: write the prompt's symbols backwards (Kazemnejad et al. 2023; seed 004).
+"""Reverse: write the prompt's symbols backwards (Kazemnejad et al. 2023; index warping).
 
 Prompt: ``[REVERSE]``, K symbols i.i.d. uniform over 100 symbols, ``[SEP]``; answer: the K symbols
 in reverse order, then EOS. Training K ~ U(2, 20), default test splits ``len=2`` .. ``len=100``.

@@ -1,4 +1,4 @@
-"""Sort: list the prompt's symbols in ascending rank (Kazemnejad et al. 2023; seed 004).
+"""Sort: list the prompt's symbols in ascending rank (Kazemnejad et al. 2023; index warping).
 
 The single-digit variant (their ``sngd``): K symbols i.i.d. uniform over 50 ranked symbols (with
 repeats, as the reference data builder draws them); the answer lists them sorted by rank, then

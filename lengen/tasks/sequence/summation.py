@@ -1,4 +1,4 @@
-"""Summation: the sum of the prompt's digits modulo 10 (Kazemnejad et al. 2023; seed 004).
+"""Summation: the sum of the prompt's digits modulo 10 (Kazemnejad et al. 2023; index warping).
 
 Prompt: ``[SUM]``, K digits i.i.d. uniform in 1..9, ``[SEP]``; answer: one digit, (sum of the K
 digits) mod 10, then EOS. Training K ~ U(2, 8), default test splits ``len=2`` .. ``len=40``.
