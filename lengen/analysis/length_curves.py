@@ -65,6 +65,9 @@ def length_curve_figure(rows: Iterable[dict], *, metric: str = "seq_acc",
     every = [n for ns, *_ in points.values() for n in ns]
     ax.set(xlabel="test length K", ylabel=f"{metric} (%)", ylim=(-1, 101),
            xlim=(min(every) - 0.5, max(every) + 0.5), title=title or "")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))      # lengths are whole numbers
     ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
     return fig
