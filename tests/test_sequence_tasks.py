@@ -382,3 +382,21 @@ def test_state_dict_resumes_exactly_mid_epoch():
     assert build_task("sort").state_dict() == {}
     resumed.load_state_dict({})
     assert resumed.state_dict()["epoch"] == 0
+
+
+def test_epoch_reader_spans_epochs_and_resumes():
+    from lengen.tasks.epochs import EpochReader
+
+    gen = torch.Generator().manual_seed(0)
+    reader = EpochReader(5)
+    idx = reader.next_indices(7, gen).tolist()              # one epoch + 2 of the next
+    assert sorted(idx[:5]) == [0, 1, 2, 3, 4] and reader.epoch == 2 and reader.index == 2
+    state, gstate = reader.state_dict(), gen.get_state()
+    rest = reader.next_indices(13, gen).tolist()            # 3 + 5 + 5: epochs 2, 3, 4
+    assert sorted(idx[5:] + rest[:3]) == [0, 1, 2, 3, 4] and sorted(rest[3:8]) == [0, 1, 2, 3, 4]
+    again = EpochReader(5)
+    again.load_state_dict(state)
+    gen.set_state(gstate)
+    assert again.next_indices(13, gen).tolist() == rest
+    with pytest.raises(ValueError, match=">= 1 example"):
+        EpochReader(0)

@@ -51,6 +51,7 @@ import string
 import torch
 
 from lengen.tasks.base import Batch, Task
+from lengen.tasks.epochs import EpochReader
 from lengen.tasks.splits import parse_split, split_name
 
 PAD, EOS, SEP = 0, 1, 2
@@ -145,7 +146,7 @@ class SequenceTask(Task):
         self.train_size = _int_kwarg("train_size", train_size, minimum=1, allow_none=True)
         self.dataset_seed = _int_kwarg("dataset_seed", dataset_seed)
         self._data = None            # the fixed training set, built on first use
-        self._epoch, self._index, self._perm_seed, self._perm = 0, 0, None, None
+        self._reader = None if self.train_size is None else EpochReader(self.train_size)
 
     # ---- vocabulary -------------------------------------------------------------------------
     @property
@@ -289,7 +290,7 @@ class SequenceTask(Task):
             seq, p, s = self.mixed_sequences(self.sample_train_lengths(batch_size, generator),
                                              generator)
             return batch_from_sequences(seq, p, s)
-        idx = self._next_indices(batch_size, generator)
+        idx = self._reader.next_indices(batch_size, generator)
         seq, p, s = self.train_set()
         s = s[idx].long()
         return batch_from_sequences(seq[idx, :int(s.max())].long(), p[idx].long(), s)
@@ -345,47 +346,28 @@ class SequenceTask(Task):
             self._data = (seq.to(dtype), p.to(torch.int32), s.to(torch.int32))
         return self._data
 
-    def _start_epoch(self, generator: torch.Generator) -> None:
-        # the epoch's order comes from one draw of the training generator; keeping that draw
-        # (not the permutation) in the state makes the state small and resume exact
-        self._perm_seed = int(torch.randint(0, 2 ** 62, (1,), generator=generator))
-        self._perm = torch.randperm(self.train_size,
-                                    generator=torch.Generator().manual_seed(self._perm_seed))
-        self._epoch += 1
-        self._index = 0
-
-    def _next_indices(self, batch_size: int, generator: torch.Generator) -> torch.Tensor:
-        """The next ``batch_size`` example indices; a batch may end one epoch and begin the next."""
-        out = []
-        while batch_size > 0:
-            if self._perm is None or self._index >= self.train_size:
-                self._start_epoch(generator)
-            take = min(batch_size, self.train_size - self._index)
-            out.append(self._perm[self._index:self._index + take])
-            self._index += take
-            batch_size -= take
-        return torch.cat(out)
-
     @property
     def epoch(self) -> int:
-        """Epochs started so far (0 before the first training batch of a fixed set)."""
-        return self._epoch
+        """Epochs of the fixed training set started so far (0 before the first batch)."""
+        return 0 if self._reader is None else self._reader.epoch
 
     def state_dict(self) -> dict:
-        """Reading position in the fixed training set (``{}`` for a streamed task, whose data
-        state is the training generator alone). Plain ints, JSON-safe."""
-        if self.train_size is None:
+        """Reading position in the fixed training set (:class:`lengen.tasks.epochs.EpochReader`),
+        ``{}`` for a streamed task, whose data state is the training generator alone. Plain
+        ints, JSON-safe."""
+        if self._reader is None:
             return {}
         return {"train_size": self.train_size, "dataset_seed": self.dataset_seed,
-                "epoch": self._epoch, "index": self._index, "perm_seed": self._perm_seed}
+                **self._reader.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict`; ``{}`` (nothing saved) means the start of the first epoch.
         A state from a different training set is an error, not a silent restart."""
         if not state:
-            self._epoch, self._index, self._perm_seed, self._perm = 0, 0, None, None
+            if self._reader is not None:
+                self._reader.reset()
             return
-        if self.train_size is None:
+        if self._reader is None:
             raise ValueError(f"task state {state} is for a fixed training set but task "
                              f"{self.name} streams its data (task.kwargs.train_size is unset)")
         mine = (self.train_size, self.dataset_seed)
@@ -393,10 +375,7 @@ class SequenceTask(Task):
         if mine != theirs:
             raise ValueError(f"task state is for a training set with (train_size, dataset_seed) "
                              f"= {theirs}, this task has {mine}")
-        self._epoch, self._index = int(state["epoch"]), int(state["index"])
-        self._perm_seed = state.get("perm_seed")
-        self._perm = (None if self._perm_seed is None else torch.randperm(
-            self.train_size, generator=torch.Generator().manual_seed(int(self._perm_seed))))
+        self._reader.load_state_dict(state)
 
 
 __all__ = ["PAD", "EOS", "SEP", "SPECIAL_TOKENS", "ALNUM", "SYMBOLS_100", "SequenceTask",
