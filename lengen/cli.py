@@ -2,6 +2,7 @@
 
     lengen train [--config FILE] [--run-dir DIR] [key.path=value ...]
     lengen eval RUN_DIR [--splits iid sparse dense] [--sequences N]
+    lengen generate RUN_DIR [--split len=K | --prompt 'tokens ...'] [--n N]
     lengen demo [--out DIR] [--steps N]
     lengen reproduce tra-flipflop [--scale smoke|cpu|paper] [--out DIR] [--workers N] [--seeds ...]
     lengen reproduce randomized-pe [--scale smoke|cpu|paper] [--tasks ...] [--schemes ...]
@@ -56,6 +57,19 @@ def cmd_eval(args) -> int:
     write_rows(rows, args.run_dir, stem=args.out)
     print_rows(rows)
     print(f"wrote {os.path.join(args.run_dir, args.out)}.json and .csv")
+    from lengen.analysis.length_curves import plot_task_sweep
+
+    png = plot_task_sweep(rows, task, os.path.join(args.run_dir, f"{args.out}.png"))
+    if png:                                 # a sweep over >= 2 lengths: accuracy vs length
+        print(f"wrote {png}")
+    return 0
+
+
+def cmd_generate(args) -> int:
+    from lengen.eval.generation import run_generate
+
+    print(run_generate(args.run_dir, split=args.split, prompt=args.prompt, n=args.n,
+                       seed=args.seed, device=args.device))
     return 0
 
 
@@ -164,6 +178,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="eval", metavar="STEM",
                    help="output file stem inside RUN_DIR (default eval -> eval.json, eval.csv)")
     p.set_defaults(fn=cmd_eval)
+
+    p = sub.add_parser("generate", help="show a sequence-task model's greedy answers",
+                       description="Greedy-decode evaluation examples (or one prompt) of a "
+                                   "decoder sequence task run and print prompt, target and output "
+                                   "with the first wrong token marked >>x<<.")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory made by lengen train")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--split", metavar="len=K",
+                     help="evaluation split to draw examples from (default: the first length "
+                          "beyond training)")
+    src.add_argument("--prompt", metavar="'TOKENS'",
+                     help="one prompt as space-separated token names, items only ('a b c') or "
+                          "complete ('[COPY] a b c [SEP]')")
+    p.add_argument("--n", type=int, default=8, metavar="N", help="examples to show (default 8)")
+    p.add_argument("--seed", type=int, metavar="S", help="evaluation data seed (default: config)")
+    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    p.set_defaults(fn=cmd_generate)
 
     p = sub.add_parser("demo", help="the CPU-sized main job: TRA vs baselines on flip-flop",
                        description="Train TRA, NoPE, RoPE and FoT on flip-flop at a CPU-sized "

@@ -1,16 +1,25 @@
-"""Length sweeps for encoder tasks: one row per test length, and the task score.
+"""Length sweeps: one row per test length, the accuracy-vs-length curve, and a task score.
 
-Protocol of Deletang et al. (2023) and Ruoss et al. (2023): train on input lengths 1..N, evaluate
-at every length n = N+1..M (one batch per length), and score a model by the *unweighted mean over
-those lengths* of the per-length accuracy. The per-length accuracy is the ``token_acc`` row of
-:func:`lengen.eval.evaluate`: per-token argmax over the task's output classes, pooled over the
-sequences of that length, counting only the scored output positions (``eval_mask``). The
-reference code's range evaluation starts at N+2 by an off-by-one; the score here starts at N+1,
-as the paper states.
+Every task with ``len=K`` splits can be swept: the Chomsky encoder tasks (K = input length) and the
+decoder sequence tasks (K = number of items; :mod:`lengen.tasks.sequence`). Each task names the
+per-length metric its papers report in ``task.score_metric`` (:func:`score_metric`):
+
+* Chomsky tasks (Deletang et al. 2023; Ruoss et al. 2023): ``token_acc``, per-token argmax over
+  the task's output classes, pooled over the sequences of that length, counting only the scored
+  output positions (``eval_mask``). Train on input lengths 1..N, evaluate at every length
+  n = N+1..M (one batch per length), and score a model by the *unweighted mean over those
+  lengths*. The reference code's range evaluation starts at N+2 by an off-by-one; the score here
+  starts at N+1, as the paper states.
+* decoder sequence tasks (index-warping paper, Kazemnejad et al. 2023): ``seq_acc``, exact match of
+  answer + EOS (teacher forced, which equals greedy-decoding exact match), at every length
+  2..5M, seen and unseen alike; the paper's Table A averages it over all test lengths
+  (``length_scores(rows, min_length=2, metric="seq_acc")``).
 
 At small scales the sweep may use a strided subset of lengths (:func:`sweep_lengths` always keeps
-both ends); say so wherever the score is reported. Lengths <= N can be evaluated too (for
-accuracy-vs-length curves showing the in-distribution part); they never enter the score.
+both ends); say so wherever the score is reported. Lengths inside the training range can be
+evaluated too (for accuracy-vs-length curves showing the in-distribution part); the Chomsky score
+never counts them. :func:`lengen.analysis.length_curves.plot_length_curves` draws the curves with
+the training range shaded.
 
 Evaluation runs with the model in eval mode: dropout off (the reference leaves it on at test time;
 we do not). Position samplers follow their documented ``eval_mode``: Ruoss et al.'s randomized
@@ -20,12 +29,13 @@ positions keep drawing a fresh sorted subset of [0, L) per batch at test time
     lengths = sweep_lengths(41, 500, stride=20)              # 41, 61, ..., 481, 500
     rows = evaluate_lengths(model, task, lengths, n_sequences=500, batch_size=100)
     length_scores(rows, min_length=41)                       # [{'run': ..., 'score': ..., ...}]
+    length_scores(rows, min_length=2, metric=score_metric(copy_task))   # a sequence task
 """
 from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from lengen.tasks.chomsky.base import parse_split, split_name
+from lengen.tasks.splits import length_splits, parse_split
 
 
 def sweep_lengths(min_length: int, max_length: int, stride: int = 1) -> list[int]:
@@ -41,14 +51,16 @@ def sweep_lengths(min_length: int, max_length: int, stride: int = 1) -> list[int
     return out
 
 
-def length_splits(lengths: Iterable[int]) -> list[str]:
-    """``[41, 42]`` -> ``['len=41', 'len=42']`` (the encoder tasks' split names)."""
-    return [split_name(int(n)) for n in lengths]
+def score_metric(task) -> str:
+    """The per-length metric ``task`` is scored by: ``task.score_metric`` (``token_acc`` for the
+    Chomsky tasks, ``seq_acc`` for the decoder sequence tasks); ``token_acc`` if it names none."""
+    return getattr(task, "score_metric", "token_acc")
 
 
 def add_lengths(rows: Iterable[dict]) -> list[dict]:
-    """Copies of ``rows`` with ``n`` (the task's input length, parsed from the ``len=K`` split).
-    A row's ``length`` column is the model input length (inputs + output placeholders) instead.
+    """Copies of ``rows`` with ``n`` (the test length K parsed from the ``len=K`` split). A row's
+    ``length`` column is the model input length instead (with output placeholders for an encoder
+    task, with prompt and answer for a sequence task).
     Rows without a split (failed runs) are kept as they are."""
     out = []
     for r in rows:
@@ -62,7 +74,8 @@ def add_lengths(rows: Iterable[dict]) -> list[dict]:
 def evaluate_lengths(model, task, lengths: Sequence[int], *, n_sequences: int, batch_size: int,
                      seed: int = 1234, device="cpu", meta: dict | None = None,
                      progress: bool = False) -> list[dict]:
-    """Evaluate ``model`` at each input length; rows as :func:`lengen.eval.evaluate` plus ``n``."""
+    """Evaluate ``model`` at each test length K; rows as :func:`lengen.eval.evaluate` plus ``n``.
+    A length the model cannot encode is a ValueError before any evaluation."""
     from lengen.eval.evaluate import evaluate
 
     model.check_length(task.max_input_length(length_splits(lengths)))
@@ -106,5 +119,5 @@ def length_curves(rows: Iterable[dict], *, metric: str = "token_acc",
     return {k: (sorted(v), [v[n] for n in sorted(v)]) for k, v in curves.items()}
 
 
-__all__ = ["sweep_lengths", "length_splits", "add_lengths", "evaluate_lengths", "length_scores",
+__all__ = ["sweep_lengths", "length_splits", "score_metric", "add_lengths", "evaluate_lengths", "length_scores",
            "length_curves"]

@@ -5,6 +5,7 @@ from lengen.tasks.chomsky import (BinaryAddition, BinaryMultiplication, BucketSo
                                   ModularArithmetic, ModularArithmeticBrackets, OddsFirst,
                                   ParityCheck, ReverseString, SolveEquation, StackManipulation)
 from lengen.tasks.flipflop import FlipFlop
+from lengen.tasks.sequence import Copy, Reverse, Sort, Summation
 
 # Literal registry: the CLI name is the key.
 TASKS: dict[str, type[Task]] = {
@@ -25,10 +26,39 @@ TASKS: dict[str, type[Task]] = {
     "binary_multiplication": BinaryMultiplication,
     "compute_sqrt": ComputeSqrt,
     "bucket_sort": BucketSort,
+    # Kazemnejad et al. 2023 / index-warping paper: decoder prompt -> answer tasks
+    "copy": Copy,
+    "reverse": Reverse,
+    "sort": Sort,
+    "summation": Summation,
 }
 
 
+def task_kwargs(cls: type[Task]) -> list[str]:
+    """Keyword arguments a task class accepts (its ``__init__`` and, through ``**kwargs``, its
+    bases')."""
+    import inspect
+
+    names = []
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass) or klass is object:
+            continue
+        params = list(inspect.signature(klass.__init__).parameters.values())[1:]
+        names += [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+                  and p.name not in names]
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            break
+    return names
+
+
 def build_task(name: str, **kwargs) -> Task:
+    """``TASKS[name](**kwargs)``; an unknown name or keyword is a ValueError listing the valid
+    ones (bad values are the task's own ValueErrors)."""
     from lengen.registry import lookup
 
-    return lookup(TASKS, name, "task")(**kwargs)
+    cls = lookup(TASKS, name, "task")
+    unknown = sorted(set(kwargs) - set(task_kwargs(cls)))
+    if unknown:
+        raise ValueError(f"unknown task.kwargs {', '.join(unknown)} for task {name}. Valid: "
+                         f"{', '.join(task_kwargs(cls)) or '(none)'}")
+    return cls(**kwargs)

@@ -37,26 +37,10 @@ the batch.
 """
 from __future__ import annotations
 
-import re
-
 import torch
 
 from lengen.tasks.base import Batch, Task
-
-_SPLIT = re.compile(r"^len=(\d+)$")
-
-
-def split_name(length: int) -> str:
-    return f"len={length}"
-
-
-def parse_split(split: str) -> int:
-    """``"len=K"`` -> ``K`` (a positive int); anything else is a ValueError."""
-    m = _SPLIT.match(str(split).strip())
-    if m is None or int(m.group(1)) < 1:
-        raise ValueError(f"bad split '{split}': Chomsky tasks take splits of the form 'len=K' "
-                         "with an integer K >= 1 (the input length), e.g. 'len=100'")
-    return int(m.group(1))
+from lengen.tasks.splits import parse_split, split_name
 
 
 def randint_below(high: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -69,6 +53,8 @@ class ChomskyTask(Task):
     """Base class: placeholders, masks, length sampling and ``len=K`` splits (see module doc)."""
 
     causal = False
+    #: the per-length metric of the papers' length sweeps (per-token accuracy over the outputs)
+    score_metric = "token_acc"
     #: Chomsky level of the task: "regular", "dcf" (deterministic context-free) or "cs"
     level: str = ""
     #: number of input symbols / output classes (task-local ids)
@@ -158,6 +144,10 @@ class ChomskyTask(Task):
 
     def splits(self) -> list[str]:
         return [split_name(k) for k in range(self.max_train_length + 1, self.max_eval_length + 1)]
+
+    def train_lengths(self) -> tuple[int, int]:
+        """The training range of input lengths (inclusive), shaded in accuracy-vs-length plots."""
+        return 1, self.max_train_length
 
     def check_split(self, split: str) -> None:
         parse_split(split)

@@ -1,0 +1,156 @@
+"""Exact match by real generation, and a look at what a model writes (``lengen generate``).
+
+The default exact-match score of a decoder sequence task is teacher forced (one forward pass,
+``seq_acc`` of :func:`lengen.eval.evaluate`): greedy decoding reproduces answer + EOS iff every
+answer token and the EOS is the argmax given the true prefix. This module decodes for real, with
+``model.generate`` (batched greedy decoding with a KV cache; CONTRACT item 2): for error analysis,
+for users, and to test that the two scores agree. It scores exactly the sequences the
+teacher-forced evaluation scores (same seed, same batches).
+
+    exact_match_generated(model, task, "len=30", n_sequences=200, batch_size=50, seed=1234)
+    # {'seq_acc': 0.93, 'sequences': 200, 'sequences_correct': 186, 'correct': [True, ...]}
+    print(show_generations(model, task, split="len=30", n=4))
+
+A generated answer is right iff it equals the target answer followed by EOS: ``generate`` stops a
+row at its EOS and is given as many new tokens as the longest target answer + EOS of the batch, so
+a missing, early or late EOS is a mismatch.
+"""
+from __future__ import annotations
+
+import torch
+
+from lengen.tasks.sequence.base import EOS, SequenceTask, prompts_and_answers, seeded_eval_batches
+from lengen.tasks.splits import split_name
+
+MARK = ">>{}<<"     # how the first wrong output token is shown
+
+
+def require_sequence_task(task) -> SequenceTask:
+    if not isinstance(task, SequenceTask):
+        raise ValueError(f"task {task.name} is not a decoder sequence task (prompt -> answer); "
+                         f"generation needs one of copy, reverse, sort, summation, ...")
+    return task
+
+
+def generate_answers(model, prompts: list[torch.Tensor], max_new_tokens: int,
+                     eos_id: int = EOS) -> list[torch.Tensor]:
+    """Greedy continuations of ``prompts`` (1-D LongTensors), each up to and including its EOS,
+    at most ``max_new_tokens`` long, in eval mode without gradients."""
+    generate = getattr(model, "generate", None)
+    if generate is None:
+        raise RuntimeError("this model has no generate(); generation needs lengen's Transformer "
+                           "with Transformer.generate (incremental decoding)")
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            out = generate(prompts, max_new_tokens, eos_id=eos_id)
+    finally:
+        model.train(was_training)
+    return [o.reshape(-1).cpu() for o in out]
+
+
+def first_error(output: torch.Tensor, target: torch.Tensor) -> int | None:
+    """Index of the first output token that differs from the target (``len(output)`` when the
+    output is a strict prefix of the target), or None when they are equal."""
+    out, tgt = output.tolist(), target.tolist()
+    for i, (o, t) in enumerate(zip(out, tgt)):
+        if o != t:
+            return i
+    return None if len(out) == len(tgt) else min(len(out), len(tgt))
+
+
+def exact_match_generated(model, task, split: str, n_sequences: int, batch_size: int,
+                          seed: int, device="cpu") -> dict:
+    """Greedy-decoding exact match of answer + EOS over the first ``n_sequences`` evaluation
+    sequences of ``split`` for ``seed`` (the sequences :func:`lengen.eval.evaluate` scores).
+    Returns ``seq_acc``, ``sequences``, ``sequences_correct`` and ``correct`` (one bool per
+    sequence, in evaluation order)."""
+    task = require_sequence_task(task)
+    task.check_split(split)
+    model.check_length(task.max_input_length([split]))
+    correct = []
+    for batch in seeded_eval_batches(task, split, n_sequences, batch_size, seed):
+        prompts, answers = prompts_and_answers(batch)
+        outputs = generate_answers(model, [p.to(device) for p in prompts],
+                                   max(a.numel() for a in answers))
+        correct += [torch.equal(o, a) for o, a in zip(outputs, answers)]
+    n = len(correct)
+    return {"seq_acc": sum(correct) / max(n, 1), "sequences": n,
+            "sequences_correct": sum(correct), "correct": correct}
+
+
+def evaluate_generated(model, task, splits: list[str], *, n_sequences: int, batch_size: int,
+                       seed: int = 1234, device="cpu", meta: dict | None = None) -> list[dict]:
+    """Rows ``{..meta, split, metric: 'seq_acc_generated', value, sequences}`` per split, in the
+    long format of :func:`lengen.eval.evaluate` (so sweeps and plots read them alike)."""
+    rows = []
+    for split in splits:
+        r = exact_match_generated(model, task, split, n_sequences, batch_size, seed, device)
+        rows.append(dict(meta or {}, split=split, metric="seq_acc_generated", value=r["seq_acc"],
+                         sequences=r["sequences"]))
+    return rows
+
+
+def format_example(task: SequenceTask, prompt, target, output, header: str = "") -> str:
+    """Prompt, target and output, the first wrong output token marked ``>>x<<``."""
+    err = first_error(output, target)
+    names = task.decode(output).split(" ") if output.numel() else []
+    if err is not None:
+        if err < len(names):
+            names[err] = MARK.format(names[err])
+        else:
+            names.append(MARK.format("(end)"))             # stopped before the target did
+    verdict = "right" if err is None else f"WRONG from answer token {err}"
+    return "\n".join([f"{header}{verdict}",
+                      f"  prompt  {task.decode(prompt)}",
+                      f"  target  {task.decode(target)}",
+                      f"  output  {' '.join(names)}"])
+
+
+def show_generations(model, task, *, split: str | None = None, prompt: str | None = None,
+                     n: int = 8, seed: int = 1234, batch_size: int = 64, device="cpu") -> str:
+    """Text with ``n`` evaluation examples of ``split`` (default: the first length beyond
+    training), or the one ``prompt`` (token names, items only or ``[WORD] .. [SEP]``): prompt,
+    target and greedy output of each, and a count of the right ones."""
+    task = require_sequence_task(task)
+    if prompt is not None and split is not None:
+        raise ValueError("give either a split or a prompt, not both")
+    if n < 1:
+        raise ValueError(f"--n must be >= 1, got {n}")
+    if prompt is not None:
+        p, a = task.parse_prompt(prompt)
+        model.check_length(p.numel() + a.numel() - 1)
+        prompts, answers, title = [p], [a], f"prompt ({p.numel() - 2} items)"
+    else:
+        split = split or split_name(task.max_train_length + 1)
+        task.check_split(split)
+        model.check_length(task.max_input_length([split]))
+        prompts, answers = task.examples(split, n, seed, batch_size)
+        title = f"{split}, evaluation seed {seed}"
+    outputs = []
+    for s in range(0, len(prompts), batch_size):
+        chunk = answers[s:s + batch_size]
+        outputs += generate_answers(model, [q.to(device) for q in prompts[s:s + batch_size]],
+                                    max(x.numel() for x in chunk))
+    blocks = [format_example(task, q, a, o, header=f"[{i}] ")
+              for i, (q, a, o) in enumerate(zip(prompts, answers, outputs))]
+    right = sum(first_error(o, a) is None for o, a in zip(outputs, answers))
+    return "\n".join([f"{task.name}: {title}, greedy decoding"] + blocks
+                     + [f"{right}/{len(outputs)} right"])
+
+
+def run_generate(run_dir: str, *, split: str | None = None, prompt: str | None = None,
+                 n: int = 8, seed: int | None = None, device="cpu") -> str:
+    """``lengen generate``: :func:`show_generations` for a run directory's model."""
+    from lengen.train.loop import load_run
+
+    cfg, task, model = load_run(run_dir, device=device)
+    require_sequence_task(task)
+    return show_generations(model, task, split=split, prompt=prompt, n=n,
+                            seed=cfg.eval.seed if seed is None else seed,
+                            batch_size=cfg.eval.batch_size, device=device)
+
+
+__all__ = ["exact_match_generated", "evaluate_generated", "generate_answers", "first_error",
+           "format_example", "show_generations", "run_generate"]
