@@ -5,7 +5,7 @@ from lengen.tasks.chomsky import (BinaryAddition, BinaryMultiplication, BucketSo
                                   ModularArithmetic, ModularArithmeticBrackets, OddsFirst,
                                   ParityCheck, ReverseString, SolveEquation, StackManipulation)
 from lengen.tasks.flipflop import FlipFlop
-from lengen.tasks.sequence import Copy, Reverse, Sort, Summation
+from lengen.tasks.sequence import Addition, Copy, Reverse, Sort, Summation
 
 # Literal registry: the CLI name is the key.
 TASKS: dict[str, type[Task]] = {
@@ -31,6 +31,8 @@ TASKS: dict[str, type[Task]] = {
     "reverse": Reverse,
     "sort": Sort,
     "summation": Summation,
+    # decimal addition (Zhou et al. 2024): reversed format, index hints, random spaces
+    "addition": Addition,
 }
 
 

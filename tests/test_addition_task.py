@@ -1,0 +1,154 @@
+"""Decimal addition (Zhou et al. 2024): every example checked against Python integer arithmetic
+after decoding, hint layout, random blanks, masks, lengths and bad input."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lengen.tasks import build_task
+from lengen.tasks.sequence.addition import BLANK, HINTS, PLUS, add_digits
+from lengen.tasks.sequence.base import EOS, PAD, SEP, prompts_and_answers
+
+VARIANTS = [dict(), dict(format="standard"), dict(hints=False),
+            dict(hints=False, format="standard"), dict(random_spaces=0.4),
+            dict(operand_lengths="independent"), dict(hint_start="first")]
+
+
+def rows_of(task, batch):
+    """(prompt ids, answer ids without EOS) per row, independent of the task's reader."""
+    out = []
+    for p, a in zip(*prompts_and_answers(batch)):
+        assert int(a[-1]) == EOS
+        out.append((p.tolist(), a[:-1].tolist()))
+    return out
+
+
+def digits_and_hints(task, ids):
+    """Split a token list of one number into (digits in written order, hints in written order),
+    dropping blanks; anything else fails the test."""
+    digits, hints = [], []
+    for t in ids:
+        if t in task.digit_ids:
+            digits.append(t - task.first_digit)
+        elif task.first_hint <= t < task.first_hint + len(HINTS):
+            hints.append(t - task.first_hint)
+        else:
+            assert t == BLANK, f"unexpected token {t}"
+    return digits, hints
+
+
+def value(task, digits):
+    d = digits[::-1] if task.format == "reversed" else digits
+    return int("".join(map(str, d)))
+
+
+@pytest.mark.parametrize("kw", VARIANTS, ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()) or "default")
+def test_examples_add_up(kw):
+    task = build_task("addition", max_train_length=12, max_eval_length=30, **kw)
+    g = torch.Generator().manual_seed(0)
+    batches = [task.train_batch(64, g)] + [task.eval_batch(f"len={n}", 16, g) for n in (1, 7, 30)]
+    for batch in batches:
+        for prompt, answer in rows_of(task, batch):
+            assert prompt[-1] == SEP and prompt.count(PLUS) == 1
+            i = prompt.index(PLUS)
+            (da, ha), (db, hb) = (digits_and_hints(task, x) for x in (prompt[:i], prompt[i + 1:-1]))
+            dc, hc = digits_and_hints(task, answer)
+            assert BLANK not in answer
+            n = len(dc) - 1
+            assert len(da) == len(db) == n + 1                  # one zero pad each
+            a, b, c = value(task, da), value(task, db), value(task, dc)
+            assert a + b == c                                    # Python integer arithmetic
+            assert max(len(str(a)), len(str(b))) == n or (n == 1 and a < 10 and b < 10)
+            if kw.get("operand_lengths") != "independent" and n > 1:
+                assert len(str(a)) == len(str(b)) == n          # both n-digit numbers
+            if task.hints:
+                assert ha == hb == hc                            # same hint, same significance
+                lsd_first = ha if task.format == "reversed" else ha[::-1]
+                assert lsd_first == list(range(lsd_first[0], lsd_first[0] + n + 1))
+                if task.hint_start == "first":
+                    assert lsd_first[0] == 0
+            else:
+                assert not (ha or hb or hc)
+
+
+def test_hint_start_covers_the_ordered_set():
+    task = build_task("addition", max_train_length=10, max_eval_length=10)
+    starts = set()
+    g = torch.Generator().manual_seed(1)
+    for _ in range(20):
+        for prompt, _ in rows_of(task, task.eval_batch("len=10", 64, g)):
+            starts.add(prompt[0] - task.first_hint)
+    assert min(starts) == 0 and max(starts) == len(HINTS) - 11   # 11 hints fit up to the end
+
+
+def test_random_blanks_only_in_training_by_default():
+    task = build_task("addition", max_train_length=8, random_spaces=0.5)
+    g = torch.Generator().manual_seed(0)
+    train = task.train_batch(64, g)
+    assert (train.inputs == BLANK).any()
+    assert not (task.eval_batch("len=8", 64, g).inputs == BLANK).any()
+    both = build_task("addition", max_train_length=8, random_spaces=0.5, random_spaces_eval=True)
+    assert (both.eval_batch("len=8", 64, g).inputs == BLANK).any()
+    # never more than max_spaces in a row, never before the first token
+    for prompt, _ in rows_of(task, train):
+        assert prompt[0] != BLANK
+        run = 0
+        for t in prompt:
+            run = run + 1 if t == BLANK else 0
+            assert run <= task.max_spaces
+
+
+def test_masks_cover_answer_and_eos_only_and_padding_is_never_scored():
+    task = build_task("addition", max_train_length=9)
+    b = task.train_batch(32, torch.Generator().manual_seed(2))
+    for r in range(32):
+        m = b.loss_mask[r]
+        assert torch.equal(m, b.eval_mask[r])
+        ans = b.targets[r][m].tolist()
+        assert ans[-1] == EOS and EOS not in ans[:-1]
+        assert not bool((b.targets[r][m] == PAD).any())
+        assert int(m.sum()) == task.answer_length(len(ans) // 2 - 1) + 1
+
+
+def test_lengths_and_limits():
+    task = build_task("addition", max_train_length=40)
+    assert task.splits()[0] == "len=1" and task.splits()[-1] == "len=100"
+    b = task.eval_batch("len=100", 2, torch.Generator().manual_seed(0))
+    assert b.inputs.shape[1] == task.input_length(100) == 4 * 101 + 2 + 2 * 101
+    assert task.max_input_length(["len=100"]) == task.input_length(100)
+    with pytest.raises(ValueError, match="at most 101 digits"):
+        build_task("addition", max_eval_length=120)
+    build_task("addition", max_eval_length=120, hints=False)       # fine without hints
+    spaced = build_task("addition", max_train_length=5, random_spaces=0.3)
+    g = torch.Generator().manual_seed(0)
+    assert spaced.train_batch(128, g).inputs.shape[1] <= spaced.max_input_length(["len=5"])
+
+
+@pytest.mark.parametrize("kw,match", [(dict(format="little"), "format"),
+                                      (dict(hint_start="last"), "hint_start"),
+                                      (dict(random_spaces=1.0), "random_spaces"),
+                                      (dict(operand_lengths="mixed"), "operand_lengths"),
+                                      (dict(hints="yes"), "hints")])
+def test_bad_options(kw, match):
+    with pytest.raises(ValueError, match=match):
+        build_task("addition", **kw)
+
+
+def test_seeded_and_parse_prompt():
+    task = build_task("addition", max_train_length=6)
+    b1 = task.train_batch(8, torch.Generator().manual_seed(5))
+    b2 = task.train_batch(8, torch.Generator().manual_seed(5))
+    assert torch.equal(b1.inputs, b2.inputs)
+    prompt, answer = task.parse_prompt("42 + 39")
+    ex = task.read_example(prompt, answer)
+    assert ex == {"a": 42, "b": 39, "sum": 81}
+    assert task.decode(prompt) == "a 2 b 4 c 0 + a 9 b 3 c 0 [SEP]"
+    with pytest.raises(ValueError, match="42 \\+ 39"):
+        task.parse_prompt("forty two")
+
+
+def test_add_digits_carries():
+    a = torch.tensor([[9, 9, 9, 0]])
+    b = torch.tensor([[1, 0, 0, 0]])
+    c, carry_in = add_digits(a, b)
+    assert c.tolist() == [[0, 0, 0, 1]] and carry_in.tolist() == [[0, 1, 1, 1]]
