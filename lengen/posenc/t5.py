@@ -37,7 +37,9 @@ def relative_bucket(rel: torch.Tensor, *, bidirectional: bool, num_buckets: int,
 
 
 class T5Bias(PositionalScheme):
-    """The bias of pair (i, j) depends only on the rounded relative distance, so ``bias`` buckets
+    """T5 relative position bias (Raffel et al. 2020): one learned scalar per head and distance bucket.
+
+    The bias of pair (i, j) depends only on the rounded relative distance, so ``bias`` buckets
     each *distinct* distance once and expands the per-distance values ``[H, n_dist]`` to
     ``[H, Tq, Tk]``: a Toeplitz view (``unfold``) when positions step evenly by an integer, a
     gather otherwise. The table lookup then touches n_dist rows instead of Tq * Tk (its backward
