@@ -1,3 +1,3 @@
-from lengen.train.loop import TrainingDiverged, load_run, train
+from lengen.train.loop import TrainingDiverged, evaluate_run, load_run, train
 
-__all__ = ["train", "load_run", "TrainingDiverged"]
+__all__ = ["train", "load_run", "evaluate_run", "TrainingDiverged"]
