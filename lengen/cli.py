@@ -1,6 +1,7 @@
 """The ``lengen`` command: a thin layer that parses arguments and calls the library.
 
-    lengen train [--config FILE] [--run-dir DIR] [key.path=value ...]
+    lengen [--debug] COMMAND ...
+    lengen train [--config FILE] [--run-dir DIR] [--no-resume | --fresh] [key.path=value ...]
     lengen eval RUN_DIR [--splits iid sparse dense] [--sequences N]
     lengen demo [--out DIR] [--steps N]
     lengen reproduce tra-flipflop [--scale smoke|cpu|paper] [--out DIR] [--workers N] [--seeds ...]
@@ -8,13 +9,59 @@
                                    [--ablation-L [L ...]] [--ablation-unsorted] [--estimate]
     lengen plot attention RUN_DIR [--split sparse] [--layer -1] [--head 0] [--out FILE] [--index N]
     lengen list
+
+Every error a user can fix is printed as one paragraph (what is wrong, where, how to fix it) with
+exit status 2 and no traceback; ``--debug`` (anywhere on the line) shows the traceback too.
+Validation lives in the library, so ``lengen.resolve`` / ``lengen.train`` raise the same errors.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
+
+_OVERRIDE = re.compile(r"^[A-Za-z_][\w-]*(\.[\w-]+)*=")
+
+
+def _looks_like_override(text: str) -> bool:
+    return bool(_OVERRIDE.match(text)) and not text.startswith("-")
+
+
+def _int_at_least(low: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        return value
+
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
+def _positive_float(text: str) -> float:
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
+def _not_an_override(flag: str, value: str | None) -> None:
+    """``--run-dir train.steps=3`` means the override was swallowed as the flag's value."""
+    from lengen.errors import ConfigError
+
+    if value is not None and _looks_like_override(value):
+        raise ConfigError(f"{flag} got '{value}', which looks like a key=value override; give "
+                          f"{flag} its value first (e.g. {flag} runs/x {value})")
 
 
 def _add_common_train(p):
@@ -22,36 +69,30 @@ def _add_common_train(p):
                    "(sections: model, task, train, eval); overrides are applied on top")
     p.add_argument("overrides", nargs="*", metavar="key.path=value",
                    help="dotted overrides, e.g. model.attention=tra train.steps=500 "
-                        "model.attention_kwargs.qk_norm=false")
+                        "model.attention_kwargs.qk_norm=false (before or after the flags)")
 
 
 def cmd_train(args) -> int:
     from lengen.config import load_config_file, resolve
     from lengen.train import train
 
+    _not_an_override("--config", args.config)
+    _not_an_override("--run-dir", args.run_dir)
     cfg = resolve(load_config_file(args.config) if args.config else {}, args.overrides)
     run_dir = args.run_dir or os.path.join("runs", cfg.name or time.strftime("run-%Y%m%d-%H%M%S"))
     print(f"run directory: {run_dir}")
-    _, _, rows = train(cfg, run_dir, resume=not args.no_resume)
+    _, _, rows = train(cfg, run_dir, resume=not args.no_resume, fresh=args.fresh)
     if rows:
         print_rows(rows)
     return 0
 
 
 def cmd_eval(args) -> int:
-    from lengen.eval import evaluate
-    from lengen.train.loop import load_run, run_meta, write_rows
+    from lengen.train.loop import evaluate_run
 
-    cfg, task, model = load_run(args.run_dir, device=args.device)
-    splits = args.splits or cfg.eval.splits or task.splits()
-    for split in splits:
-        task.check_split(split)
-    model.check_length(task.max_input_length(splits))
-    rows = evaluate(model, task, splits, n_sequences=args.sequences or cfg.eval.sequences,
-                    batch_size=args.batch_size or cfg.eval.batch_size,
-                    seed=cfg.eval.seed if args.seed is None else args.seed, device=args.device,
-                    meta=run_meta(cfg, args.run_dir), progress=True)
-    write_rows(rows, args.run_dir, stem=args.out)
+    rows = evaluate_run(args.run_dir, splits=args.splits, sequences=args.sequences,
+                        batch_size=args.batch_size, seed=args.seed, device=args.device,
+                        out=args.out, progress=True)
     print_rows(rows)
     print(f"wrote {os.path.join(args.run_dir, args.out)}.json and .csv")
     return 0
@@ -108,6 +149,7 @@ def cmd_plot_attention(args) -> int:
 
 def cmd_list(args) -> int:
     from lengen import ATTENTIONS, POSENCS, SAMPLERS, TASKS
+    from lengen.registry import describe
 
     for title, reg in (("positional schemes (model.posenc)", POSENCS),
                        ("attention kinds (model.attention)", ATTENTIONS),
@@ -115,8 +157,7 @@ def cmd_list(args) -> int:
                        ("tasks (task.name)", TASKS)):
         print(f"{title}:")
         for name, obj in reg.items():
-            doc = (sys.modules[obj.__module__].__doc__ or obj.__doc__ or "").strip().splitlines()
-            print(f"  {name:<12} {doc[0] if doc else ''}")
+            print(f"  {name:<12} {describe(obj, reg)}".rstrip())
     return 0
 
 
@@ -133,14 +174,21 @@ def print_rows(rows) -> None:
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="lengen", description="Length generalization in transformers: "
                                  "train short, test long/sparse/dense, compare positional schemes.")
+    ap.add_argument("--debug", action="store_true",
+                    help="show the full traceback of an error (allowed anywhere on the line)")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("train", help="train (or resume) one run", description="Train one model; "
                        "resumes from the run directory's last checkpoint if there is one.")
     _add_common_train(p)
     p.add_argument("--run-dir", metavar="DIR", help="run directory (default runs/<name or time>)")
-    p.add_argument("--no-resume", action="store_true",
-                   help="ignore existing checkpoints in the run directory and start over")
+    resume = p.add_mutually_exclusive_group()
+    resume.add_argument("--no-resume", action="store_true",
+                        help="start from step 0; refused if the run directory already holds a "
+                             "run (see --fresh)")
+    resume.add_argument("--fresh", action="store_true",
+                        help="move an existing run in the run directory to RUN_DIR/previous/"
+                             "<time>/ (nothing is deleted) and start over")
     p.set_defaults(fn=cmd_train)
 
     p = sub.add_parser("eval", help="evaluate a trained run on named splits",
@@ -148,9 +196,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory made by lengen train")
     p.add_argument("--splits", nargs="+", metavar="SPLIT",
                    help="splits to evaluate (default: the config's or the task's, e.g. iid sparse dense)")
-    p.add_argument("--sequences", type=int, metavar="N", help="sequences per split (default: config)")
-    p.add_argument("--batch-size", type=int, metavar="N", help="evaluation batch size (default: config)")
-    p.add_argument("--seed", type=int, metavar="S", help="evaluation data seed (default: config)")
+    p.add_argument("--sequences", type=_int_at_least(1), metavar="N",
+                   help="sequences per split (default: config)")
+    p.add_argument("--batch-size", type=_int_at_least(1), metavar="N",
+                   help="evaluation batch size (default: config; results do not depend on it)")
+    p.add_argument("--seed", type=_int_at_least(0), metavar="S",
+                   help="evaluation data seed (default: config)")
     p.add_argument("--device", default="cpu", help="torch device (default cpu)")
     p.add_argument("--out", default="eval", metavar="STEM",
                    help="output file stem inside RUN_DIR (default eval -> eval.json, eval.csv)")
@@ -160,13 +211,13 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Train TRA, NoPE, RoPE and FoT on flip-flop at a CPU-sized "
                                    "configuration and print the IID / sparse / dense table.")
     p.add_argument("--out", default="runs/demo", metavar="DIR", help="output folder (default runs/demo)")
-    p.add_argument("--steps", type=int, default=None, metavar="N",
+    p.add_argument("--steps", type=_int_at_least(1), default=None, metavar="N",
                    help="training steps per model (default: the demo's tuned value)")
     p.add_argument("--models", nargs="+", default=None, metavar="NAME",
                    help="subset of demo models (default: nope rope fot tra)")
-    p.add_argument("--sequences", type=int, default=None, metavar="N",
+    p.add_argument("--sequences", type=_int_at_least(1), default=None, metavar="N",
                    help="evaluation sequences per split (default: the demo's)")
-    p.add_argument("--threads", type=int, default=0, metavar="N",
+    p.add_argument("--threads", type=_int_at_least(0), default=0, metavar="N",
                    help="torch CPU threads (default: torch's choice)")
     p.set_defaults(fn=cmd_demo)
 
@@ -186,9 +237,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "25k steps (GPU)")
     q.add_argument("--out", metavar="DIR", default=None,
                    help="output folder (default runs/tra-flipflop-<scale>)")
-    q.add_argument("--workers", type=int, default=1, metavar="N",
+    q.add_argument("--workers", type=_int_at_least(1), default=1, metavar="N",
                    help="parallel worker processes (default 1: one run after another)")
-    q.add_argument("--seeds", type=int, nargs="+", default=None, metavar="S",
+    q.add_argument("--seeds", type=_int_at_least(0), nargs="+", default=None, metavar="S",
                    help="seeds (init and data order; default: the scale's, e.g. 0 1 2 for cpu)")
     q.add_argument("--models", nargs="+", default=None, metavar="NAME",
                    help="subset of Table 1 columns (default all: NoPE APE REL RoPE Label FoT "
@@ -198,13 +249,13 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--heatmaps", action="store_true",
                    help="also train the Appendix A pair (2-layer 1-head TRA and FoT) and plot "
                         "their final-layer attention on an OOD-sparse sequence")
-    q.add_argument("--heatmap-seeds", type=int, nargs="+", default=[0], metavar="S",
+    q.add_argument("--heatmap-seeds", type=_int_at_least(0), nargs="+", default=[0], metavar="S",
                    help="with --heatmaps: train the pair once per seed (default: 0); writes "
                         "pair.png for seed 0, pair-sK.png for seed K, and heatmaps/summary.md "
                         "with each model's accuracy")
     q.add_argument("--backend", choices=("local", "ray"), default="local",
                    help="local processes (default) or Ray tasks (needs: pip install ray)")
-    q.add_argument("--threads", type=int, default=None, metavar="N",
+    q.add_argument("--threads", type=_int_at_least(0), default=None, metavar="N",
                    help="torch threads per worker (default: cores // workers when workers > 1)")
     q.add_argument("--device", default=None,
                    help="torch device for training (default: cuda at paper scale if present, else cpu)")
@@ -228,7 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--out", metavar="DIR", default=None,
                    help="output folder (default runs/randomized-pe-<scale>, with -evalid "
                         "appended under --eval-identity)")
-    q.add_argument("--workers", type=int, default=1, metavar="N",
+    q.add_argument("--workers", type=_int_at_least(1), default=1, metavar="N",
                    help="parallel worker processes (default 1: one run after another)")
     q.add_argument("--tasks", nargs="+", default=None, metavar="TASK",
                    help="subset of tasks (default: the scale's; e.g. even_pairs reverse_string)")
@@ -236,9 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="subset of encodings: none sincos relative alibi rope learned "
                         "rand_sincos rand_relative rand_alibi rand_rope rand_learned "
                         "(default: the scale's)")
-    q.add_argument("--seeds", type=int, nargs="+", default=None, metavar="S",
+    q.add_argument("--seeds", type=_int_at_least(0), nargs="+", default=None, metavar="S",
                    help="seeds (init and data order; default: the scale's, e.g. 0 1 for cpu)")
-    q.add_argument("--lrs", type=float, nargs="+", default=None, metavar="LR",
+    q.add_argument("--lrs", type=_positive_float, nargs="+", default=None, metavar="LR",
                    help="learning rates (default: the scale's; paper 1e-4 3e-4 5e-4)")
     ev = q.add_mutually_exclusive_group()
     ev.add_argument("--eval-randomized", dest="eval_randomized", action="store_true",
@@ -246,7 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
                                        "positions at evaluation, as the paper (default)")
     ev.add_argument("--eval-identity", dest="eval_randomized", action="store_false",
                     help="randomized encodings use positions 0..T-1 at evaluation instead")
-    q.add_argument("--ablation-L", dest="ablation_L", type=int, nargs="*", default=None,
+    q.add_argument("--ablation-L", dest="ablation_L", type=_int_at_least(1), nargs="*", default=None,
                    metavar="L", help="also train randomized relative at these maximum positions "
                                      "L on reverse_string and missing_duplicate_string (Fig. 3); "
                                      "no values = the scale's (paper: 1024 2048 4096 8192); L "
@@ -255,7 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also train randomized sin/cos without sorting the positions (Table 3)")
     q.add_argument("--backend", choices=("local", "ray"), default="local",
                    help="local processes (default) or Ray tasks (needs: pip install ray)")
-    q.add_argument("--threads", type=int, default=None, metavar="N",
+    q.add_argument("--threads", type=_int_at_least(0), default=None, metavar="N",
                    help="torch threads per worker (default: cores // workers when workers > 1)")
     q.add_argument("--device", default=None,
                    help="torch device for training (default: cuda at paper scale if present, "
@@ -277,11 +328,11 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--split", default="sparse", help="evaluation split of the sequence (default sparse)")
     q.add_argument("--layer", type=int, default=-1, help="layer index (default -1: the last)")
     q.add_argument("--head", type=int, default=0, help="head index (default 0)")
-    q.add_argument("--index", type=int, default=0, metavar="N",
+    q.add_argument("--index", type=_int_at_least(0), default=0, metavar="N",
                    help="which sequence of the run's evaluation set (default 0)")
     q.add_argument("--first-error", action="store_true",
                    help="plot the first evaluation sequence the model gets wrong instead")
-    q.add_argument("--seed", type=int, default=None, metavar="S",
+    q.add_argument("--seed", type=_int_at_least(0), default=None, metavar="S",
                    help="evaluation data seed (default: the run's eval.seed)")
     q.add_argument("--cmap", default="magma", help="Matplotlib colormap (default magma)")
     q.add_argument("--out", metavar="FILE", default=None,
@@ -293,18 +344,70 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+def _message(e: BaseException) -> str:
+    if isinstance(e, OSError) and e.strerror and e.filename:
+        return f"{e.strerror}: {e.filename}"
+    return str(e) or type(e).__name__
+
+
+def _is_user_error(e: BaseException) -> bool:
+    import yaml
+
+    from lengen.errors import LengenError
+
+    return isinstance(e, (LengenError, ValueError, OSError, ImportError, yaml.YAMLError))
+
+
+def _silence_stdout() -> None:
+    """After a broken pipe (``lengen list | head``): point stdout at /dev/null so the
+    interpreter's final flush does not print a second error."""
     try:
-        return args.fn(args)
-    except (ValueError, FileNotFoundError) as e:
-        # configuration and input errors: one clear line, no traceback
-        print(f"lengen: error: {e}", file=sys.stderr)
-        return 2
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]
+    parser = build_parser()
+    try:
+        args, extra = parser.parse_known_args(argv)
+    except SystemExit as e:                  # argparse printed usage and the error
+        return e.code if isinstance(e.code, int) else 2
+    if extra:
+        if getattr(args, "command", None) == "train" and all(map(_looks_like_override, extra)):
+            args.overrides += extra          # overrides after a flag: accepted in any order
+        else:
+            hint = ("; overrides look like key.path=value" if any("=" in x for x in extra)
+                    else "; see lengen --help")
+            print(f"lengen: error: unrecognized arguments: {' '.join(extra)}{hint}",
+                  file=sys.stderr)
+            return 2
+    try:
+        code = args.fn(args)
+        sys.stdout.flush()
+        return code
     except KeyboardInterrupt:
         print("lengen: interrupted; the last checkpoint is kept, rerun the same command to resume",
               file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        _silence_stdout()
+        return 1
+    except Exception as e:  # noqa: BLE001 - every error ends as one paragraph on stderr
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        if _is_user_error(e):
+            print(f"lengen: error: {_message(e)}", file=sys.stderr)
+            return 2
+        print(f"lengen: error: {type(e).__name__}: {_message(e)} (unexpected; rerun with --debug "
+              f"for the traceback and report it if it looks like a bug)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
