@@ -76,13 +76,17 @@ class Rule:
                           f"the config file or with an override{hint}.")
 
 
+def _num(x) -> str:
+    return str(x) if isinstance(x, int) else f"{x:g}"
+
+
 def _bounds(lo, hi, lo_open, hi_open) -> str:
     if lo is not None and hi is not None:
-        return f" in {'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
+        return f" in {'(' if lo_open else '['}{_num(lo)}, {_num(hi)}{')' if hi_open else ']'}"
     if lo is not None:
-        return f" {'>' if lo_open else '>='} {lo:g}"
+        return f" {'>' if lo_open else '>='} {_num(lo)}"
     if hi is not None:
-        return f" {'<' if hi_open else '<='} {hi:g}"
+        return f" {'<' if hi_open else '<='} {_num(hi)}"
     return ""
 
 
@@ -434,14 +438,17 @@ def check_kwargs(cls, kwargs, *, section: str, kind: str, name: str,
 
 def construct(cls, kwargs: dict, *, what: str, **framework_values):
     """``cls(**framework_values, **kwargs)``, turning a constructor's complaint (ValueError,
-    TypeError, a missing data file, a missing optional package) into a ConfigError that names
-    ``what`` (e.g. "positional scheme 'rope' (model.posenc, model.posenc_kwargs)")."""
+    TypeError, a missing data file, a missing optional package, a torch error such as a negative
+    or unallocatable size) into a ConfigError that names ``what`` (e.g. "positional scheme 'rope'
+    (model.posenc, model.posenc_kwargs={})")."""
     try:
         return cls(**framework_values, **kwargs)
     except ConfigError:
         raise
-    except (ValueError, TypeError, OSError, ImportError) as e:
-        raise ConfigError(f"cannot build {what}: {e}") from e
+    except (ValueError, TypeError, OSError, ImportError, RuntimeError, ArithmeticError,
+            MemoryError) as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ConfigError(f"cannot build {what}: {msg}") from e
 
 
 __all__ = ["Rule", "Int", "Float", "Bool", "Str", "Choice", "Seq", "Mapping", "AnyOf", "IsA", "Device",

@@ -151,13 +151,15 @@ def cmd_list(args) -> int:
     from lengen import ATTENTIONS, POSENCS, SAMPLERS, TASKS
     from lengen.registry import describe
 
-    for title, reg in (("positional schemes (model.posenc)", POSENCS),
-                       ("attention kinds (model.attention)", ATTENTIONS),
-                       ("position samplers (model.positions)", SAMPLERS),
-                       ("tasks (task.name)", TASKS)):
+    registries = (("positional schemes (model.posenc)", POSENCS),
+                  ("attention kinds (model.attention)", ATTENTIONS),
+                  ("position samplers (model.positions)", SAMPLERS),
+                  ("tasks (task.name)", TASKS))
+    width = max(len(name) for _, reg in registries for name in reg)
+    for title, reg in registries:
         print(f"{title}:")
         for name, obj in reg.items():
-            print(f"  {name:<12} {describe(obj, reg)}".rstrip())
+            print(f"  {name:<{width}}  {describe(obj, reg)}".rstrip())
     return 0
 
 

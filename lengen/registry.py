@@ -29,8 +29,9 @@ def lookup(registry: dict, name: str, kind: str, key: str | None = None):
 def _first_sentence(text: str) -> str:
     para = " ".join((text or "").strip().split("\n\n")[0].split())
     para = re.sub(r":\w+:`~?([^`]+)`", r"\1", para).replace("``", "")
-    m = re.search(r"(?<=[.!?])\s", para)
-    return para[:m.start()] if m else para
+    # the first sentence: a full stop followed by a capital, not after "et al." / "e.g." / "i.e."
+    m = re.search(r"(?<!\bal)(?<!\be\.g)(?<!\bi\.e)(?<!\bvs)[.!?](?=\s+[A-Z])", para)
+    return para[:m.start() + 1] if m else para
 
 
 def describe(obj, registry: dict | None = None, width: int = 100) -> str:

@@ -14,6 +14,7 @@ import math
 import torch
 from torch import nn
 
+from lengen.checks import Int
 from lengen.posenc.base import PositionalScheme
 
 
@@ -46,6 +47,8 @@ class T5Bias(PositionalScheme):
     was the cost: an embedding backward over Tq * Tk indices), and the expansion's backward is a
     sum over diagonals / a scatter-add of the [H, Tq, Tk] gradient. Values and gradients are those
     of looking every pair up (``_reference_bias``)."""
+
+    KWARG_RULES = {"num_buckets": Int(min=2), "max_distance": Int(min=1)}
 
     has_bias = True
     #: the general (non-progression) path caches its [Tq, Tk] distance index for the last

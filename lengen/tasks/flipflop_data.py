@@ -59,8 +59,13 @@ def _read_texts(source: str) -> list:
     if os.path.isdir(source):
         raise ValueError(f"{source} is a directory; give a flip-flop data file (.parquet, .jsonl "
                          f"or .txt) or a hub name such as synthseq/flipflop:val")
+    ext = os.path.splitext(source)[1].lower()
+    if not os.path.exists(source) and (ext in (".parquet", ".jsonl", ".json", ".txt")
+                                       or os.path.dirname(source) and
+                                       os.path.isdir(os.path.dirname(source))):
+        raise FileNotFoundError(f"flip-flop data file {source} does not exist; check the path "
+                                f"(or give a hub name such as synthseq/flipflop:val)")
     if os.path.exists(source):
-        ext = os.path.splitext(source)[1].lower()
         if ext == ".parquet":
             try:
                 import pyarrow.parquet as pq

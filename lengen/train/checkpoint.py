@@ -223,6 +223,8 @@ def _prune(ckdir: str, keep: int) -> None:
     for d in os.listdir(ckdir):
         if re.match(r"^step_\d+\.(tmp|invalid)", d):
             shutil.rmtree(os.path.join(ckdir, d), ignore_errors=True)
+        elif d.startswith("latest.tmp"):
+            os.remove(os.path.join(ckdir, d))
     if keep <= 0:
         return
     usable = [p for p in list_checkpoints(os.path.dirname(ckdir)) if checkpoint_problem(p) is None]

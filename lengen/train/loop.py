@@ -108,8 +108,8 @@ class StopRequest:
     next step boundary, a second one raises KeyboardInterrupt at once. Installed only from the
     main thread (signals cannot be handled elsewhere); the previous handler is restored."""
 
-    def __init__(self, quiet: bool = False):
-        self.requested, self.quiet, self._prev, self._installed = False, quiet, None, False
+    def __init__(self):
+        self.requested, self._prev, self._installed = False, None, False
 
     def install(self) -> "StopRequest":
         if threading.current_thread() is threading.main_thread():
@@ -123,10 +123,9 @@ class StopRequest:
     def _handle(self, signum, frame):
         if self.requested:
             raise KeyboardInterrupt
-        self.requested = True
-        if not self.quiet:
-            print("\nlengen: interrupt received; finishing this step and saving a checkpoint "
-                  "(Ctrl-C again to stop at once)", file=sys.stderr)
+        self.requested = True       # told even in quiet runs: the Ctrl-C was heard
+        print("\nlengen: interrupt received; finishing this step and saving a checkpoint "
+              "(Ctrl-C again to stop at once)", file=sys.stderr)
 
     def restore(self) -> None:
         if self._installed:
@@ -231,7 +230,7 @@ def _train_locked(cfg, run_dir, task, model, *, resume, fresh, stop_at, quiet):
         bar = tqdm(total=tc.steps, initial=step, desc=cfg.name or os.path.basename(run_dir),
                    dynamic_ncols=True)
     model.train()
-    stop = StopRequest(quiet).install()
+    stop = StopRequest().install()
     phase, snapshot = "boundary", None
     try:
         while step < end and not stop.requested:
