@@ -330,6 +330,12 @@ def validate(cfg: ExperimentConfig, *, check_device: bool = True):
     check_fields(cfg.eval, EVAL_RULES, "eval")
     if check_device:
         check_device_available(cfg.train.device, "train.device")
+    if cfg.train.tensorboard:
+        import importlib.util
+
+        if importlib.util.find_spec("tensorboard") is None:
+            raise ConfigError("train.tensorboard=true needs TensorBoard: pip install "
+                              "'lengen[tensorboard]' (or set train.tensorboard=false)")
     return check_components(cfg)
 
 

@@ -6,8 +6,9 @@ Randomized positions (Ruoss et al. 2023), label encodings (Li & McClelland 2023)
 interpolation and head/tail index warping are all samplers, so they compose with every scheme
 instead of being re-implemented inside each one.
 
-One sample is drawn per batch (shared by all sequences of the batch), as in the public reference
-code of Ruoss et al. Each sampler states what it does at training and at evaluation time.
+At training one sample is drawn per batch (shared by all sequences of the batch), as in the public
+reference code of Ruoss et al.; at evaluation one per block of evaluation sequences. Each sampler
+states what it does at training and at evaluation time.
 
 Random draws come from the ``generator`` passed in (torch's global RNG only when none is given):
 training draws from its own generator saved in every checkpoint, and evaluation draws once per
@@ -81,7 +82,8 @@ class RandomizedSampler(PositionSampler):
     Training: ``T`` distinct integers drawn uniformly from ``[0, max_length)`` without
     replacement and sorted; one draw per call, i.e. per batch, shared by its sequences.
     Evaluation: ``eval_mode='randomized'`` (default, the paper and its code: a fresh draw, so test
-    positions are in distribution) or ``'identity'`` (positions 0..T-1).
+    positions are in distribution; drawn per block of evaluation sequences from the block's own
+    generator, see :mod:`lengen.eval.evaluate`) or ``'identity'`` (positions 0..T-1).
     ``T > max_length`` is an error (the paper needs L >= the longest test length; it uses 2048).
     ``sort=False`` leaves the drawn positions in random order (the paper's Table 3 ablation; the
     method itself always sorts).

@@ -395,6 +395,16 @@ cli("rundir-locked", ["train", "--run-dir", "<run>", *TINY], "is in use by anoth
 cli("rundir-is-a-file", ["train", "--run-dir", "<f>/afile", *TINY], "afile is a file")
 
 
+def _checkpoints_a_file(env, run):
+    shutil.rmtree(os.path.join(run, "checkpoints"))
+    open(os.path.join(run, "checkpoints"), "w").write("x")
+
+
+cli("rundir-checkpoints-is-a-file", ["train", "--run-dir", "<run>", *TINY],
+    "checkpoints is a file", setup=_checkpoints_a_file)
+cli("eval-run-dir-is-a-file", ["eval", "<f>/afile"], "afile does not exist (or is not a directory)")
+
+
 def _only_checkpoint_broken(env, run):
     ck = os.path.join(run, "checkpoints")
     for d in os.listdir(ck):
@@ -538,6 +548,45 @@ def _load_binary(env):
 lib("lib-flipflop-binary-file", _load_binary, ValueError, "bin.txt is not a text file")
 lib("lib-load-run-missing", lambda env: lengen.load_run(os.path.join(env["files"], "nowhere")),
     RunDirError, "does not exist")
+
+
+def _no_tensorboard(env):
+    saved = sys.modules.get("tensorboard")
+    sys.modules["tensorboard"] = None             # as if it were not installed
+    try:
+        lengen.resolve({}, ["train.tensorboard=true"])
+    finally:
+        if saved is None:
+            del sys.modules["tensorboard"]
+        else:
+            sys.modules["tensorboard"] = saved
+
+
+lib("lib-tensorboard-missing", _no_tensorboard, ConfigError, "pip install 'lengen[tensorboard]'",
+    "train.tensorboard=false")
+
+
+def _run_config_as_config_file(env):
+    from lengen.config import load_config_file
+
+    path = os.path.join(env["run"], "config.json")
+    again = json.loads(json.dumps(lengen.resolve(load_config_file(path)).to_dict()))
+    assert again == json.load(open(path))
+
+
+lib_ok("lib-run-config-json-as-config", _run_config_as_config_file)
+
+
+def _null_kwargs(env):
+    from lengen.config import load_config_file
+
+    path = os.path.join(env["root"], "null.yaml")
+    open(path, "w").write("model:\n  attention_kwargs:\neval:\n  splits:\n")
+    cfg = lengen.resolve(load_config_file(path))
+    assert cfg.model.attention_kwargs == {} and cfg.eval.splits is None
+
+
+lib_ok("lib-empty-yaml-sections", _null_kwargs)
 
 
 def _eval_splits_string(env):

@@ -254,6 +254,10 @@ def resume_checkpoint(run_dir: str, apply, log=None) -> int | None:
     optimizer, RNG and task state and raises on any mismatch) and return its step; None when the
     run has no checkpoint. Unusable checkpoints are skipped with a note on ``log`` (stderr)."""
     log = log or (lambda msg: print(msg, file=sys.stderr))
+    ckdir = os.path.join(run_dir, "checkpoints")
+    if os.path.exists(ckdir) and not os.path.isdir(ckdir):
+        raise RunDirError(f"{ckdir} is a file, not the checkpoint folder; move it away (or pass "
+                          f"--fresh to move the whole run to {run_dir}/previous/)")
     candidates = list_checkpoints(run_dir)
     pointer = os.path.join(run_dir, "checkpoints", "latest")
     named = None
