@@ -5,20 +5,13 @@ Config dataclasses declare one table ``{field: Rule}`` each (``lengen.config``,
 reads ``3e-3`` as a string, a float given for an integer field must be integral), and its error
 names the key, the valid range and an example fix.
 
-Registry classes (positional schemes, attention kinds, samplers, tasks) need no schema:
-:func:`check_kwargs` reads the constructor signature, following ``**kw`` up the class chain (a
-subclass that forwards ``**kw`` to its base accepts the base's keywords too), so a class added
-later is validated with no code of its own. Simple annotations (``int``, ``float | None``,
-``bool``, ``str``, ``dict``, ``tuple``) are checked and coerced; float values must be finite. A
-class may declare ranges on top in a ``KWARG_RULES = {"name": Rule}`` class attribute (merged
-along the class chain), and further checks in its constructor: constructors are called once at
-validation time, and their ``ValueError``/``TypeError`` become errors naming the config section.
+The keyword arguments of registry classes are checked by :func:`lengen.registry.check_kwargs`
+with these rules, read from the constructor signatures.
 """
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import inspect
 import math
 import re
 
@@ -337,120 +330,5 @@ def check_fields(obj, rules: dict, section: str) -> None:
             setattr(obj, f.name, new)
 
 
-# ---- registry classes' keyword arguments -------------------------------------------------------
-
-def constructor_params(cls) -> dict[str, inspect.Parameter]:
-    """Keyword parameters ``cls(**kw)`` accepts: its ``__init__``'s named parameters, plus, while
-    an ``__init__`` takes ``**kw``, those of the next ``__init__`` up the class chain (the usual
-    ``super().__init__(**kw)`` forwarding). ``object`` and ``torch.nn.Module`` end the chain (their
-    ``*args, **kwargs`` accept nothing useful)."""
-    import torch
-
-    params: dict[str, inspect.Parameter] = {}
-    for klass in cls.__mro__:
-        if klass in (object, torch.nn.Module):
-            break
-        init = klass.__dict__.get("__init__")
-        if init is None:
-            continue
-        forwards = False
-        for name, p in list(inspect.signature(init).parameters.items())[1:]:   # skip self
-            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
-                params.setdefault(name, p)
-            elif p.kind is p.VAR_KEYWORD:
-                forwards = True
-        if not forwards:
-            break
-    return params
-
-
-_TYPE_RULES = {"int": Int, "float": Float, "bool": Bool, "str": Str, "dict": Mapping}
-
-
-def annotation_rule(annotation) -> Rule | None:
-    """A rule for a simple annotation (``int``, ``float | None``, ``str | tuple`` ...), or None
-    when the annotation is absent or not one of these (then only the constructor checks)."""
-    if annotation is inspect.Parameter.empty:
-        return None
-    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
-    parts = [p.strip() for p in str(text).split("|")]
-    optional = "None" in parts
-    rules = []
-    for p in parts:
-        if p == "None":
-            continue
-        if p in ("tuple", "list"):
-            rules.append(Seq(AnyOf(Int(), Float(), Str(), Bool()), what="a list"))
-        elif p in _TYPE_RULES:
-            rules.append(_TYPE_RULES[p]())
-        else:
-            return None
-    if not rules:
-        return None
-    return AnyOf(*rules, optional=optional)
-
-
-def kwarg_rules(cls) -> dict[str, Rule]:
-    """``KWARG_RULES`` merged along the class chain (a subclass's entry wins)."""
-    rules: dict[str, Rule] = {}
-    for klass in reversed(cls.__mro__):
-        rules.update(klass.__dict__.get("KWARG_RULES", {}))
-    return rules
-
-
-def check_kwargs(cls, kwargs, *, section: str, kind: str, name: str,
-                 framework: dict[str, str] | None = None) -> dict:
-    """Validate the user's keyword arguments for registry class ``cls`` (``kind`` '``name``',
-    configured in ``section``) and return them coerced. ``framework`` maps the keywords the
-    model passes itself to the config key they come from; users may not set those."""
-    framework = framework or {}
-    kwargs = Mapping().check(kwargs, section, {})
-    params = constructor_params(cls)
-    settable = {k: p for k, p in params.items() if k not in framework}
-    rules = kwarg_rules(cls)
-    out = {}
-    for key, value in kwargs.items():
-        if not isinstance(key, str):
-            raise ConfigError(f"{section} has a non-string key {key!r}; keys are argument names "
-                              f"of {kind} '{name}': {', '.join(sorted(settable)) or 'none'}.")
-        if key in framework:
-            raise ConfigError(f"{section}.{key} cannot be set: the model passes {key} to {kind} "
-                              f"'{name}' itself, from {framework[key]}. Remove {key} from "
-                              f"{section} and set {framework[key]} instead.")
-        if key not in settable:
-            valid = ", ".join(sorted(settable)) or f"none ({kind} '{name}' takes no arguments)"
-            raise ConfigError(f"unknown key '{key}' in {section} for {kind} '{name}'. Valid keys: "
-                              f"{valid}.{did_you_mean(key, settable)}")
-        p = settable[key]
-        example = None if p.default is p.empty else p.default
-        rule = annotation_rule(p.annotation)
-        if rule is not None:
-            value = rule.check(value, f"{section}.{key}", example)
-        if key in rules:
-            value = rules[key].check(value, f"{section}.{key}", example)
-        out[key] = value
-    missing = [k for k, p in settable.items() if p.default is p.empty and k not in out]
-    if missing:
-        raise ConfigError(f"{kind} '{name}' needs {section}.{missing[0]} (required keys: "
-                          f"{', '.join(missing)}); add it, e.g. {section}.{missing[0]}=...")
-    return out
-
-
-def construct(cls, kwargs: dict, *, what: str, **framework_values):
-    """``cls(**framework_values, **kwargs)``, turning a constructor's complaint (ValueError,
-    TypeError, a missing data file, a missing optional package, a torch error such as a negative
-    or unallocatable size) into a ConfigError that names ``what`` (e.g. "positional scheme 'rope'
-    (model.posenc, model.posenc_kwargs={})")."""
-    try:
-        return cls(**framework_values, **kwargs)
-    except ConfigError:
-        raise
-    except (ValueError, TypeError, OSError, ImportError, RuntimeError, ArithmeticError,
-            MemoryError) as e:
-        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ConfigError(f"cannot build {what}: {msg}") from e
-
-
 __all__ = ["Rule", "Int", "Float", "Bool", "Str", "Choice", "Seq", "Mapping", "AnyOf", "IsA", "Device",
-           "check_fields", "check_kwargs", "constructor_params", "annotation_rule", "construct",
-           "check_device_available", "did_you_mean"]
+           "check_fields", "check_device_available", "did_you_mean"]

@@ -18,51 +18,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 import time
 
-_OVERRIDE = re.compile(r"^[A-Za-z_][\w-]*(\.[\w-]+)*=")
-
-
-def _looks_like_override(text: str) -> bool:
-    return bool(_OVERRIDE.match(text)) and not text.startswith("-")
-
-
-def _int_at_least(low: int):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
-        return value
-
-    parse.__name__ = f"integer >= {low}"
-    return parse
-
-
-def _positive_float(text: str) -> float:
-    import math
-
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
-    return value
-
-
-def _not_an_override(flag: str, value: str | None) -> None:
-    """``--run-dir train.steps=3`` means the override was swallowed as the flag's value."""
-    from lengen.errors import ConfigError
-
-    if value is not None and _looks_like_override(value):
-        raise ConfigError(f"{flag} got '{value}', which looks like a key=value override; give "
-                          f"{flag} its value first (e.g. {flag} runs/x {value})")
-
+from lengen.cliutil import (int_at_least, is_user_error, looks_like_override, message,
+                            not_an_override, positive_float, silence_stdout)
 
 def _add_common_train(p):
     p.add_argument("--config", metavar="FILE", help="YAML or JSON experiment config "
@@ -76,8 +36,8 @@ def cmd_train(args) -> int:
     from lengen.config import load_config_file, resolve
     from lengen.train import train
 
-    _not_an_override("--config", args.config)
-    _not_an_override("--run-dir", args.run_dir)
+    not_an_override("--config", args.config)
+    not_an_override("--run-dir", args.run_dir)
     cfg = resolve(load_config_file(args.config) if args.config else {}, args.overrides)
     run_dir = args.run_dir or os.path.join("runs", cfg.name or time.strftime("run-%Y%m%d-%H%M%S"))
     print(f"run directory: {run_dir}")
@@ -88,7 +48,7 @@ def cmd_train(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from lengen.train.loop import evaluate_run
+    from lengen.train.runs import evaluate_run
 
     rows = evaluate_run(args.run_dir, splits=args.splits, sequences=args.sequences,
                         batch_size=args.batch_size, seed=args.seed, device=args.device,
@@ -198,11 +158,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory made by lengen train")
     p.add_argument("--splits", nargs="+", metavar="SPLIT",
                    help="splits to evaluate (default: the config's or the task's, e.g. iid sparse dense)")
-    p.add_argument("--sequences", type=_int_at_least(1), metavar="N",
+    p.add_argument("--sequences", type=int_at_least(1), metavar="N",
                    help="sequences per split (default: config)")
-    p.add_argument("--batch-size", type=_int_at_least(1), metavar="N",
+    p.add_argument("--batch-size", type=int_at_least(1), metavar="N",
                    help="evaluation batch size (default: config; results do not depend on it)")
-    p.add_argument("--seed", type=_int_at_least(0), metavar="S",
+    p.add_argument("--seed", type=int_at_least(0), metavar="S",
                    help="evaluation data seed (default: config)")
     p.add_argument("--device", default="cpu", help="torch device (default cpu)")
     p.add_argument("--out", default="eval", metavar="STEM",
@@ -213,13 +173,13 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Train TRA, NoPE, RoPE and FoT on flip-flop at a CPU-sized "
                                    "configuration and print the IID / sparse / dense table.")
     p.add_argument("--out", default="runs/demo", metavar="DIR", help="output folder (default runs/demo)")
-    p.add_argument("--steps", type=_int_at_least(1), default=None, metavar="N",
+    p.add_argument("--steps", type=int_at_least(1), default=None, metavar="N",
                    help="training steps per model (default: the demo's tuned value)")
     p.add_argument("--models", nargs="+", default=None, metavar="NAME",
                    help="subset of demo models (default: nope rope fot tra)")
-    p.add_argument("--sequences", type=_int_at_least(1), default=None, metavar="N",
+    p.add_argument("--sequences", type=int_at_least(1), default=None, metavar="N",
                    help="evaluation sequences per split (default: the demo's)")
-    p.add_argument("--threads", type=_int_at_least(0), default=0, metavar="N",
+    p.add_argument("--threads", type=int_at_least(0), default=0, metavar="N",
                    help="torch CPU threads (default: torch's choice)")
     p.set_defaults(fn=cmd_demo)
 
@@ -239,9 +199,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "25k steps (GPU)")
     q.add_argument("--out", metavar="DIR", default=None,
                    help="output folder (default runs/tra-flipflop-<scale>)")
-    q.add_argument("--workers", type=_int_at_least(1), default=1, metavar="N",
+    q.add_argument("--workers", type=int_at_least(1), default=1, metavar="N",
                    help="parallel worker processes (default 1: one run after another)")
-    q.add_argument("--seeds", type=_int_at_least(0), nargs="+", default=None, metavar="S",
+    q.add_argument("--seeds", type=int_at_least(0), nargs="+", default=None, metavar="S",
                    help="seeds (init and data order; default: the scale's, e.g. 0 1 2 for cpu)")
     q.add_argument("--models", nargs="+", default=None, metavar="NAME",
                    help="subset of Table 1 columns (default all: NoPE APE REL RoPE Label FoT "
@@ -251,13 +211,13 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--heatmaps", action="store_true",
                    help="also train the Appendix A pair (2-layer 1-head TRA and FoT) and plot "
                         "their final-layer attention on an OOD-sparse sequence")
-    q.add_argument("--heatmap-seeds", type=_int_at_least(0), nargs="+", default=[0], metavar="S",
+    q.add_argument("--heatmap-seeds", type=int_at_least(0), nargs="+", default=[0], metavar="S",
                    help="with --heatmaps: train the pair once per seed (default: 0); writes "
                         "pair.png for seed 0, pair-sK.png for seed K, and heatmaps/summary.md "
                         "with each model's accuracy")
     q.add_argument("--backend", choices=("local", "ray"), default="local",
                    help="local processes (default) or Ray tasks (needs: pip install ray)")
-    q.add_argument("--threads", type=_int_at_least(0), default=None, metavar="N",
+    q.add_argument("--threads", type=int_at_least(0), default=None, metavar="N",
                    help="torch threads per worker (default: cores // workers when workers > 1)")
     q.add_argument("--device", default=None,
                    help="torch device for training (default: cuda at paper scale if present, else cpu)")
@@ -281,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--out", metavar="DIR", default=None,
                    help="output folder (default runs/randomized-pe-<scale>, with -evalid "
                         "appended under --eval-identity)")
-    q.add_argument("--workers", type=_int_at_least(1), default=1, metavar="N",
+    q.add_argument("--workers", type=int_at_least(1), default=1, metavar="N",
                    help="parallel worker processes (default 1: one run after another)")
     q.add_argument("--tasks", nargs="+", default=None, metavar="TASK",
                    help="subset of tasks (default: the scale's; e.g. even_pairs reverse_string)")
@@ -289,9 +249,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="subset of encodings: none sincos relative alibi rope learned "
                         "rand_sincos rand_relative rand_alibi rand_rope rand_learned "
                         "(default: the scale's)")
-    q.add_argument("--seeds", type=_int_at_least(0), nargs="+", default=None, metavar="S",
+    q.add_argument("--seeds", type=int_at_least(0), nargs="+", default=None, metavar="S",
                    help="seeds (init and data order; default: the scale's, e.g. 0 1 for cpu)")
-    q.add_argument("--lrs", type=_positive_float, nargs="+", default=None, metavar="LR",
+    q.add_argument("--lrs", type=positive_float, nargs="+", default=None, metavar="LR",
                    help="learning rates (default: the scale's; paper 1e-4 3e-4 5e-4)")
     ev = q.add_mutually_exclusive_group()
     ev.add_argument("--eval-randomized", dest="eval_randomized", action="store_true",
@@ -299,7 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
                                        "positions at evaluation, as the paper (default)")
     ev.add_argument("--eval-identity", dest="eval_randomized", action="store_false",
                     help="randomized encodings use positions 0..T-1 at evaluation instead")
-    q.add_argument("--ablation-L", dest="ablation_L", type=_int_at_least(1), nargs="*", default=None,
+    q.add_argument("--ablation-L", dest="ablation_L", type=int_at_least(1), nargs="*", default=None,
                    metavar="L", help="also train randomized relative at these maximum positions "
                                      "L on reverse_string and missing_duplicate_string (Fig. 3); "
                                      "no values = the scale's (paper: 1024 2048 4096 8192); L "
@@ -308,7 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also train randomized sin/cos without sorting the positions (Table 3)")
     q.add_argument("--backend", choices=("local", "ray"), default="local",
                    help="local processes (default) or Ray tasks (needs: pip install ray)")
-    q.add_argument("--threads", type=_int_at_least(0), default=None, metavar="N",
+    q.add_argument("--threads", type=int_at_least(0), default=None, metavar="N",
                    help="torch threads per worker (default: cores // workers when workers > 1)")
     q.add_argument("--device", default=None,
                    help="torch device for training (default: cuda at paper scale if present, "
@@ -330,11 +290,11 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--split", default="sparse", help="evaluation split of the sequence (default sparse)")
     q.add_argument("--layer", type=int, default=-1, help="layer index (default -1: the last)")
     q.add_argument("--head", type=int, default=0, help="head index (default 0)")
-    q.add_argument("--index", type=_int_at_least(0), default=0, metavar="N",
+    q.add_argument("--index", type=int_at_least(0), default=0, metavar="N",
                    help="which sequence of the run's evaluation set (default 0)")
     q.add_argument("--first-error", action="store_true",
                    help="plot the first evaluation sequence the model gets wrong instead")
-    q.add_argument("--seed", type=_int_at_least(0), default=None, metavar="S",
+    q.add_argument("--seed", type=int_at_least(0), default=None, metavar="S",
                    help="evaluation data seed (default: the run's eval.seed)")
     q.add_argument("--cmap", default="magma", help="Matplotlib colormap (default magma)")
     q.add_argument("--out", metavar="FILE", default=None,
@@ -344,30 +304,6 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("list", help="list registered schemes, attention kinds, samplers and tasks")
     p.set_defaults(fn=cmd_list)
     return ap
-
-
-def _message(e: BaseException) -> str:
-    if isinstance(e, OSError) and e.strerror and e.filename:
-        return f"{e.strerror}: {e.filename}"
-    return str(e) or type(e).__name__
-
-
-def _is_user_error(e: BaseException) -> bool:
-    import yaml
-
-    from lengen.errors import LengenError
-
-    return isinstance(e, (LengenError, ValueError, OSError, ImportError, yaml.YAMLError))
-
-
-def _silence_stdout() -> None:
-    """After a broken pipe (``lengen list | head``): point stdout at /dev/null so the
-    interpreter's final flush does not print a second error."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError, AttributeError):
-        pass
 
 
 def main(argv=None) -> int:
@@ -380,7 +316,7 @@ def main(argv=None) -> int:
     except SystemExit as e:                  # argparse printed usage and the error
         return e.code if isinstance(e.code, int) else 2
     if extra:
-        if getattr(args, "command", None) == "train" and all(map(_looks_like_override, extra)):
+        if getattr(args, "command", None) == "train" and all(map(looks_like_override, extra)):
             args.overrides += extra          # overrides after a flag: accepted in any order
         else:
             hint = ("; overrides look like key.path=value" if any("=" in x for x in extra)
@@ -397,17 +333,17 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 130
     except BrokenPipeError:
-        _silence_stdout()
+        silence_stdout()
         return 1
     except Exception as e:  # noqa: BLE001 - every error ends as one paragraph on stderr
         if debug:
             import traceback
 
             traceback.print_exc()
-        if _is_user_error(e):
-            print(f"lengen: error: {_message(e)}", file=sys.stderr)
+        if is_user_error(e):
+            print(f"lengen: error: {message(e)}", file=sys.stderr)
             return 2
-        print(f"lengen: error: {type(e).__name__}: {_message(e)} (unexpected; rerun with --debug "
+        print(f"lengen: error: {type(e).__name__}: {message(e)} (unexpected; rerun with --debug "
               f"for the traceback and report it if it looks like a bug)", file=sys.stderr)
         return 1
 

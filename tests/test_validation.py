@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import lengen
-from lengen.checks import Float, Int, constructor_params
+from lengen.checks import Float, Int
+from lengen.registry import constructor_params
 from lengen.config import (EVAL_RULES, EXPERIMENT_RULES, TASK_RULES, TRAIN_RULES, EvalConfig,
                            ExperimentConfig, TaskConfig, TrainConfig)
 from lengen.errors import ConfigError

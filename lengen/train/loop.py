@@ -28,7 +28,6 @@ import signal
 import sys
 import threading
 import time
-from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F
@@ -44,7 +43,7 @@ from lengen.train.checkpoint import (latest_checkpoint, load_checkpoint, resume_
                                      save_checkpoint, save_weights)
 from lengen.train.optim import build_optimizer, build_scheduler
 from lengen.train.rundir import (PREVIOUS, RunDirLock, check_same_run, has_run, move_aside,
-                                 truncate_metrics)
+                                 run_meta, truncate_metrics, write_rows)
 
 
 class TrainingDiverged(LengenError, RuntimeError):
@@ -306,44 +305,6 @@ def _train_locked(cfg, run_dir, task, model, *, resume, fresh, stop_at, quiet):
     return model, task, rows
 
 
-def reevaluate(cfg: ExperimentConfig, run_dir: str, *, quiet: bool = True) -> list[dict]:
-    """Evaluate a finished run's final weights (``model.safetensors``) with ``cfg``'s evaluation
-    settings, and rewrite ``eval.json`` / ``eval.csv`` and ``config.json``, without training.
-    ``cfg`` may differ from the stored config only in keys that do not change training
-    (``RESUME_IGNORED``). Raises CheckpointError when the weights file is unusable (then
-    :func:`train` rewrites it from the last checkpoint)."""
-    from lengen.train.checkpoint import load_weights
-
-    task, model = prepare(cfg)
-    check_device_available(cfg.train.device, "train.device")
-    with RunDirLock(run_dir, "evaluation"):
-        check_same_run(run_dir, cfg.to_dict())
-        load_weights(model, os.path.join(run_dir, "model.safetensors"))
-        device = torch.device(cfg.train.device)
-        model.to(device)
-        rows = evaluate(model, task, cfg.eval.splits or task.splits(),
-                        n_sequences=cfg.eval.sequences, batch_size=cfg.eval.batch_size,
-                        seed=cfg.eval.seed, device=device,
-                        meta=dict(run_meta(cfg, run_dir), step=cfg.train.steps),
-                        progress=not quiet and cfg.train.progress)
-        save_json_atomic(cfg.to_dict(), os.path.join(run_dir, "config.json"))
-        write_rows(rows, run_dir)
-    return rows
-
-
-def run_meta(cfg: ExperimentConfig, run_dir: str) -> dict:
-    return {"run": cfg.name or os.path.basename(os.path.normpath(run_dir)), "task": cfg.task.name,
-            "pe": cfg.model.posenc, "attention": cfg.model.attention,
-            "positions": cfg.model.positions, "seed": cfg.train.seed, "data_seed": cfg.train.data_seed}
-
-
-def write_rows(rows, run_dir, stem: str = "eval"):
-    from lengen.eval.evaluate import rows_to_csv, write_text_atomic
-
-    save_json_atomic(rows, os.path.join(run_dir, f"{stem}.json"))
-    write_text_atomic(rows_to_csv(rows), os.path.join(run_dir, f"{stem}.csv"))
-
-
 def load_run(run_dir: str, device="cpu"):
     """Load a finished (or checkpointed) run -> (cfg, task, model) ready for evaluation."""
     from lengen.config import resolve
@@ -382,42 +343,4 @@ def load_run(run_dir: str, device="cpu"):
     return cfg, task, model.to(device).eval()
 
 
-def evaluate_run(run_dir: str, *, splits=None, sequences: int | None = None,
-                 batch_size: int | None = None, seed: int | None = None, device="cpu",
-                 out: str = "eval", progress: bool = False) -> list[dict]:
-    """Evaluate a run directory's weights (the run's eval settings unless given) and write
-    ``RUN_DIR/<out>.json`` and ``.csv``. Holds the run directory's lock while it runs."""
-    from lengen.checks import Int, Str
-    from lengen.config import SEED
-
-    for key, value in (("sequences", sequences), ("batch_size", batch_size)):
-        if value is not None:
-            Int(min=1).check(value, key)
-    if seed is not None:
-        SEED.check(seed, "seed")
-    Str(r"[A-Za-z0-9_][A-Za-z0-9._-]*", "a file name stem such as eval or ood").check(out, "out")
-    # lock only an existing directory (load_run reports a missing one; never create it here)
-    with RunDirLock(run_dir, "evaluation") if os.path.isdir(run_dir) else nullcontext():
-        cfg, task, model = load_run(run_dir, device=device)
-        if isinstance(splits, str):
-            splits = [splits]
-        splits = list(splits or cfg.eval.splits or task.splits())
-        for split in splits:
-            try:
-                task.check_split(split)
-            except ValueError as e:
-                raise ConfigError(str(e)) from None
-        try:
-            model.check_length(task.max_input_length(splits))
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
-        rows = evaluate(model, task, splits, n_sequences=sequences or cfg.eval.sequences,
-                        batch_size=batch_size or cfg.eval.batch_size,
-                        seed=cfg.eval.seed if seed is None else seed, device=device,
-                        meta=run_meta(cfg, run_dir), progress=progress)
-        write_rows(rows, run_dir, stem=out)
-    return rows
-
-
-__all__ = ["train", "load_run", "evaluate_run", "reevaluate", "build_model", "prepare",
-           "TrainingDiverged"]
+__all__ = ["train", "load_run", "build_model", "prepare", "TrainingDiverged"]

@@ -8,6 +8,7 @@
   key that changes what is computed (``lengen.config.RESUME_IGNORED`` lists the harmless ones).
 * :func:`move_aside` (``--fresh``) moves an old run into ``RUN_DIR/previous/<time>/`` instead of
   deleting it.
+* :func:`write_rows` writes evaluation rows (``eval.json`` / ``eval.csv``) atomically.
 * :func:`truncate_metrics` drops ``metrics.jsonl`` lines written after the checkpoint a run resumes
   from (a hard kill leaves some behind, and a torn last line), so the resumed run's lines are
   not duplicated.
@@ -170,5 +171,21 @@ def truncate_metrics(run_dir: str, step: int, log=None) -> int:
     return dropped
 
 
+def run_meta(cfg, run_dir: str) -> dict:
+    """The columns every evaluation row of a run carries (run name, task, scheme, seeds)."""
+    return {"run": cfg.name or os.path.basename(os.path.normpath(run_dir)), "task": cfg.task.name,
+            "pe": cfg.model.posenc, "attention": cfg.model.attention,
+            "positions": cfg.model.positions, "seed": cfg.train.seed, "data_seed": cfg.train.data_seed}
+
+
+def write_rows(rows, run_dir, stem: str = "eval"):
+    """``RUN_DIR/<stem>.json`` and ``.csv``, each written through a temporary file and renamed."""
+    from lengen.config import save_json_atomic
+    from lengen.eval.evaluate import rows_to_csv, write_text_atomic
+
+    save_json_atomic(rows, os.path.join(run_dir, f"{stem}.json"))
+    write_text_atomic(rows_to_csv(rows), os.path.join(run_dir, f"{stem}.csv"))
+
+
 __all__ = ["RunDirLock", "has_run", "move_aside", "read_stored_config", "check_same_run",
-           "truncate_metrics", "RUN_FILES", "PREVIOUS"]
+           "truncate_metrics", "run_meta", "write_rows", "RUN_FILES", "PREVIOUS"]
