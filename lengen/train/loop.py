@@ -236,7 +236,8 @@ def _train_locked(cfg, run_dir, task, model, *, resume, fresh, stop_at, quiet):
             # RNG states at the step boundary: an exception raised while drawing or computing
             # (before the update) rolls back to them, so the saved state is exactly this boundary
             snapshot = (torch.get_rng_state(), data_gen.get_state(), pos_gen.get_state(),
-                        task.state_dict())
+                        task.state_dict(),
+                        torch.cuda.get_rng_state(device) if device.type == "cuda" else None)
             phase = "compute"
             batch = task.train_batch(tc.batch_size, data_gen).to(device)
             B, T = batch.inputs.shape
@@ -280,6 +281,8 @@ def _train_locked(cfg, run_dir, task, model, *, resume, fresh, stop_at, quiet):
             data_gen.set_state(snapshot[1])
             pos_gen.set_state(snapshot[2])
             task.load_state_dict(snapshot[3])
+            if snapshot[4] is not None:
+                torch.cuda.set_rng_state(snapshot[4], device)
             save(step)
         elif phase == "boundary":
             save(step)
