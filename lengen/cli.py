@@ -1,6 +1,7 @@
 """The ``lengen`` command: a thin layer that parses arguments and calls the library.
 
-    lengen train [--config FILE] [--run-dir DIR] [key.path=value ...]
+    lengen [--debug] COMMAND ...
+    lengen train [--config FILE] [--run-dir DIR] [--no-resume | --fresh] [key.path=value ...]
     lengen eval RUN_DIR [--splits iid sparse dense] [--sequences N]
     lengen generate RUN_DIR [--split len=K | --prompt 'tokens ...'] [--n N]
     lengen demo [--out DIR] [--steps N]
@@ -10,6 +11,10 @@
     lengen plot attention RUN_DIR [--split sparse] [--layer -1] [--head 0] [--out FILE] [--index N]
     lengen analyze idealized [--out DIR] [--d D ...] [...]
     lengen list
+
+Every error a user can fix is printed as one paragraph (what is wrong, where, how to fix it) with
+exit status 2 and no traceback; ``--debug`` (anywhere on the line) shows the traceback too.
+Validation lives in the library, so ``lengen.resolve`` / ``lengen.train`` raise the same errors.
 """
 from __future__ import annotations
 
@@ -19,48 +24,42 @@ import os
 import sys
 import time
 
+from lengen.cliutil import (int_at_least, is_user_error, looks_like_override, message,
+                            not_an_override, positive_float, silence_stdout)
 
 def _add_common_train(p):
     p.add_argument("--config", metavar="FILE", help="YAML or JSON experiment config "
                    "(sections: model, task, train, eval); overrides are applied on top")
     p.add_argument("overrides", nargs="*", metavar="key.path=value",
                    help="dotted overrides, e.g. model.attention=tra train.steps=500 "
-                        "model.attention_kwargs.qk_norm=false")
+                        "model.attention_kwargs.qk_norm=false (before or after the flags)")
 
 
 def cmd_train(args) -> int:
     from lengen.config import load_config_file, resolve
     from lengen.train import train
 
+    not_an_override("--config", args.config)
+    not_an_override("--run-dir", args.run_dir)
     cfg = resolve(load_config_file(args.config) if args.config else {}, args.overrides)
     run_dir = args.run_dir or os.path.join("runs", cfg.name or time.strftime("run-%Y%m%d-%H%M%S"))
     print(f"run directory: {run_dir}")
-    _, _, rows = train(cfg, run_dir, resume=not args.no_resume)
+    _, _, rows = train(cfg, run_dir, resume=not args.no_resume, fresh=args.fresh)
     if rows:
         print_rows(rows)
     return 0
 
 
 def cmd_eval(args) -> int:
-    from lengen.eval import evaluate
-    from lengen.train.loop import load_run, run_meta, write_rows
+    from lengen.train.runs import evaluate_run
 
-    cfg, task, model = load_run(args.run_dir, device=args.device)
-    splits = args.splits or cfg.eval.splits or task.splits()
-    for split in splits:
-        task.check_split(split)
-    model.check_length(task.max_input_length(splits))
-    rows = evaluate(model, task, splits, n_sequences=args.sequences or cfg.eval.sequences,
-                    batch_size=args.batch_size or cfg.eval.batch_size,
-                    seed=cfg.eval.seed if args.seed is None else args.seed, device=args.device,
-                    meta=run_meta(cfg, args.run_dir), progress=True)
-    write_rows(rows, args.run_dir, stem=args.out)
+    rows = evaluate_run(args.run_dir, splits=args.splits, sequences=args.sequences,
+                        batch_size=args.batch_size, seed=args.seed, device=args.device,
+                        out=args.out, progress=True)
     print_rows(rows)
     print(f"wrote {os.path.join(args.run_dir, args.out)}.json and .csv")
-    from lengen.analysis.length_curves import plot_task_sweep
-
-    png = plot_task_sweep(rows, task, os.path.join(args.run_dir, f"{args.out}.png"))
-    if png:                                 # a sweep over >= 2 lengths: accuracy vs length
+    png = os.path.join(args.run_dir, f"{args.out}.png")
+    if os.path.exists(png):                 # a sweep over >= 2 lengths: accuracy vs length
         print(f"wrote {png}")
     return 0
 
@@ -131,15 +130,17 @@ ANALYSES = {
 
 def cmd_list(args) -> int:
     from lengen import ATTENTIONS, POSENCS, SAMPLERS, TASKS
+    from lengen.registry import describe
 
-    for title, reg in (("positional schemes (model.posenc)", POSENCS),
-                       ("attention kinds (model.attention)", ATTENTIONS),
-                       ("position samplers (model.positions)", SAMPLERS),
-                       ("tasks (task.name)", TASKS)):
+    registries = (("positional schemes (model.posenc)", POSENCS),
+                  ("attention kinds (model.attention)", ATTENTIONS),
+                  ("position samplers (model.positions)", SAMPLERS),
+                  ("tasks (task.name)", TASKS))
+    width = max(len(name) for _, reg in registries for name in reg)
+    for title, reg in registries:
         print(f"{title}:")
         for name, obj in reg.items():
-            doc = (sys.modules[obj.__module__].__doc__ or obj.__doc__ or "").strip().splitlines()
-            print(f"  {name:<12} {doc[0] if doc else ''}")
+            print(f"  {name:<{width}}  {describe(obj, reg)}".rstrip())
     return 0
 
 
@@ -156,14 +157,21 @@ def print_rows(rows) -> None:
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="lengen", description="Length generalization in transformers: "
                                  "train short, test long/sparse/dense, compare positional schemes.")
+    ap.add_argument("--debug", action="store_true",
+                    help="show the full traceback of an error (allowed anywhere on the line)")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("train", help="train (or resume) one run", description="Train one model; "
                        "resumes from the run directory's last checkpoint if there is one.")
     _add_common_train(p)
     p.add_argument("--run-dir", metavar="DIR", help="run directory (default runs/<name or time>)")
-    p.add_argument("--no-resume", action="store_true",
-                   help="ignore existing checkpoints in the run directory and start over")
+    resume = p.add_mutually_exclusive_group()
+    resume.add_argument("--no-resume", action="store_true",
+                        help="start from step 0; refused if the run directory already holds a "
+                             "run (see --fresh)")
+    resume.add_argument("--fresh", action="store_true",
+                        help="move an existing run in the run directory to RUN_DIR/previous/"
+                             "<time>/ (nothing is deleted) and start over")
     p.set_defaults(fn=cmd_train)
 
     p = sub.add_parser("eval", help="evaluate a trained run on named splits",
@@ -171,9 +179,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory made by lengen train")
     p.add_argument("--splits", nargs="+", metavar="SPLIT",
                    help="splits to evaluate (default: the config's or the task's, e.g. iid sparse dense)")
-    p.add_argument("--sequences", type=int, metavar="N", help="sequences per split (default: config)")
-    p.add_argument("--batch-size", type=int, metavar="N", help="evaluation batch size (default: config)")
-    p.add_argument("--seed", type=int, metavar="S", help="evaluation data seed (default: config)")
+    p.add_argument("--sequences", type=int_at_least(1), metavar="N",
+                   help="sequences per split (default: config)")
+    p.add_argument("--batch-size", type=int_at_least(1), metavar="N",
+                   help="evaluation batch size (default: config; results do not depend on it)")
+    p.add_argument("--seed", type=int_at_least(0), metavar="S",
+                   help="evaluation data seed (default: config)")
     p.add_argument("--device", default="cpu", help="torch device (default cpu)")
     p.add_argument("--out", default="eval", metavar="STEM",
                    help="output file stem inside RUN_DIR (default eval -> eval.json, eval.csv)")
@@ -200,13 +211,13 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Train TRA, NoPE, RoPE and FoT on flip-flop at a CPU-sized "
                                    "configuration and print the IID / sparse / dense table.")
     p.add_argument("--out", default="runs/demo", metavar="DIR", help="output folder (default runs/demo)")
-    p.add_argument("--steps", type=int, default=None, metavar="N",
+    p.add_argument("--steps", type=int_at_least(1), default=None, metavar="N",
                    help="training steps per model (default: the demo's tuned value)")
     p.add_argument("--models", nargs="+", default=None, metavar="NAME",
                    help="subset of demo models (default: nope rope fot tra)")
-    p.add_argument("--sequences", type=int, default=None, metavar="N",
+    p.add_argument("--sequences", type=int_at_least(1), default=None, metavar="N",
                    help="evaluation sequences per split (default: the demo's)")
-    p.add_argument("--threads", type=int, default=0, metavar="N",
+    p.add_argument("--threads", type=int_at_least(0), default=0, metavar="N",
                    help="torch CPU threads (default: torch's choice)")
     p.set_defaults(fn=cmd_demo)
 
@@ -226,9 +237,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "25k steps (GPU)")
     q.add_argument("--out", metavar="DIR", default=None,
                    help="output folder (default runs/tra-flipflop-<scale>)")
-    q.add_argument("--workers", type=int, default=1, metavar="N",
+    q.add_argument("--workers", type=int_at_least(1), default=1, metavar="N",
                    help="parallel worker processes (default 1: one run after another)")
-    q.add_argument("--seeds", type=int, nargs="+", default=None, metavar="S",
+    q.add_argument("--seeds", type=int_at_least(0), nargs="+", default=None, metavar="S",
                    help="seeds (init and data order; default: the scale's, e.g. 0 1 2 for cpu)")
     q.add_argument("--models", nargs="+", default=None, metavar="NAME",
                    help="subset of Table 1 columns (default all: NoPE APE REL RoPE Label FoT "
@@ -238,13 +249,13 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--heatmaps", action="store_true",
                    help="also train the Appendix A pair (2-layer 1-head TRA and FoT) and plot "
                         "their final-layer attention on an OOD-sparse sequence")
-    q.add_argument("--heatmap-seeds", type=int, nargs="+", default=[0], metavar="S",
+    q.add_argument("--heatmap-seeds", type=int_at_least(0), nargs="+", default=[0], metavar="S",
                    help="with --heatmaps: train the pair once per seed (default: 0); writes "
                         "pair.png for seed 0, pair-sK.png for seed K, and heatmaps/summary.md "
                         "with each model's accuracy")
     q.add_argument("--backend", choices=("local", "ray"), default="local",
                    help="local processes (default) or Ray tasks (needs: pip install ray)")
-    q.add_argument("--threads", type=int, default=None, metavar="N",
+    q.add_argument("--threads", type=int_at_least(0), default=None, metavar="N",
                    help="torch threads per worker (default: cores // workers when workers > 1)")
     q.add_argument("--device", default=None,
                    help="torch device for training (default: cuda at paper scale if present, else cpu)")
@@ -268,7 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--out", metavar="DIR", default=None,
                    help="output folder (default runs/randomized-pe-<scale>, with -evalid "
                         "appended under --eval-identity)")
-    q.add_argument("--workers", type=int, default=1, metavar="N",
+    q.add_argument("--workers", type=int_at_least(1), default=1, metavar="N",
                    help="parallel worker processes (default 1: one run after another)")
     q.add_argument("--tasks", nargs="+", default=None, metavar="TASK",
                    help="subset of tasks (default: the scale's; e.g. even_pairs reverse_string)")
@@ -276,9 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="subset of encodings: none sincos relative alibi rope learned "
                         "rand_sincos rand_relative rand_alibi rand_rope rand_learned "
                         "(default: the scale's)")
-    q.add_argument("--seeds", type=int, nargs="+", default=None, metavar="S",
+    q.add_argument("--seeds", type=int_at_least(0), nargs="+", default=None, metavar="S",
                    help="seeds (init and data order; default: the scale's, e.g. 0 1 for cpu)")
-    q.add_argument("--lrs", type=float, nargs="+", default=None, metavar="LR",
+    q.add_argument("--lrs", type=positive_float, nargs="+", default=None, metavar="LR",
                    help="learning rates (default: the scale's; paper 1e-4 3e-4 5e-4)")
     ev = q.add_mutually_exclusive_group()
     ev.add_argument("--eval-randomized", dest="eval_randomized", action="store_true",
@@ -286,7 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
                                        "positions at evaluation, as the paper (default)")
     ev.add_argument("--eval-identity", dest="eval_randomized", action="store_false",
                     help="randomized encodings use positions 0..T-1 at evaluation instead")
-    q.add_argument("--ablation-L", dest="ablation_L", type=int, nargs="*", default=None,
+    q.add_argument("--ablation-L", dest="ablation_L", type=int_at_least(1), nargs="*", default=None,
                    metavar="L", help="also train randomized relative at these maximum positions "
                                      "L on reverse_string and missing_duplicate_string (Fig. 3); "
                                      "no values = the scale's (paper: 1024 2048 4096 8192); L "
@@ -295,7 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also train randomized sin/cos without sorting the positions (Table 3)")
     q.add_argument("--backend", choices=("local", "ray"), default="local",
                    help="local processes (default) or Ray tasks (needs: pip install ray)")
-    q.add_argument("--threads", type=int, default=None, metavar="N",
+    q.add_argument("--threads", type=int_at_least(0), default=None, metavar="N",
                    help="torch threads per worker (default: cores // workers when workers > 1)")
     q.add_argument("--device", default=None,
                    help="torch device for training (default: cuda at paper scale if present, "
@@ -317,11 +328,11 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--split", default="sparse", help="evaluation split of the sequence (default sparse)")
     q.add_argument("--layer", type=int, default=-1, help="layer index (default -1: the last)")
     q.add_argument("--head", type=int, default=0, help="head index (default 0)")
-    q.add_argument("--index", type=int, default=0, metavar="N",
+    q.add_argument("--index", type=int_at_least(0), default=0, metavar="N",
                    help="which sequence of the run's evaluation set (default 0)")
     q.add_argument("--first-error", action="store_true",
                    help="plot the first evaluation sequence the model gets wrong instead")
-    q.add_argument("--seed", type=int, default=None, metavar="S",
+    q.add_argument("--seed", type=int_at_least(0), default=None, metavar="S",
                    help="evaluation data seed (default: the run's eval.seed)")
     q.add_argument("--cmap", default="magma", help="Matplotlib colormap (default magma)")
     q.add_argument("--out", metavar="FILE", default=None,
@@ -345,17 +356,45 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]
+    parser = build_parser()
     try:
-        return args.fn(args)
-    except (ValueError, FileNotFoundError) as e:
-        # configuration and input errors: one clear line, no traceback
-        print(f"lengen: error: {e}", file=sys.stderr)
-        return 2
+        args, extra = parser.parse_known_args(argv)
+    except SystemExit as e:                  # argparse printed usage and the error
+        return e.code if isinstance(e.code, int) else 2
+    if extra:
+        if getattr(args, "command", None) == "train" and all(map(looks_like_override, extra)):
+            args.overrides += extra          # overrides after a flag: accepted in any order
+        else:
+            hint = ("; overrides look like key.path=value" if any("=" in x for x in extra)
+                    else "; see lengen --help")
+            print(f"lengen: error: unrecognized arguments: {' '.join(extra)}{hint}",
+                  file=sys.stderr)
+            return 2
+    try:
+        code = args.fn(args)
+        sys.stdout.flush()
+        return code
     except KeyboardInterrupt:
         print("lengen: interrupted; the last checkpoint is kept, rerun the same command to resume",
               file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        silence_stdout()
+        return 1
+    except Exception as e:  # noqa: BLE001 - every error ends as one paragraph on stderr
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        if is_user_error(e):
+            print(f"lengen: error: {message(e)}", file=sys.stderr)
+            return 2
+        print(f"lengen: error: {type(e).__name__}: {message(e)} (unexpected; rerun with --debug "
+              f"for the traceback and report it if it looks like a bug)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -1,8 +1,18 @@
 """Experiment configuration: model + task + training + evaluation, as nested dataclasses.
 
 Loaded from YAML or JSON, then patched with dotted overrides (``train.steps=500``,
-``model.attention=tra``, ``model.attention_kwargs.qk_norm=false``). Unknown keys and unknown
-registry names are rejected with the list of valid ones *before* any training starts.
+``model.attention=tra``, ``model.attention_kwargs.qk_norm=false``). :func:`validate` checks,
+*before* any training starts:
+
+* every field against its section's rule table (``TRAIN_RULES``, ``EVAL_RULES``, ``TASK_RULES``,
+  ``lengen.model.config.MODEL_RULES``): ranges, choices, types;
+* registry names (``model.posenc``, ``model.attention``, ``model.positions``, ``task.name``);
+* every ``*_kwargs`` key against the chosen class's constructor (:mod:`lengen.checks`), then
+  builds the task, the position sampler, the positional scheme and the attention layers once, so a
+  constructor's complaint is reported with its config section;
+* the evaluation splits and that the longest input can be encoded.
+
+Every error is a :class:`lengen.errors.ConfigError` naming the key or file and the fix.
 """
 from __future__ import annotations
 
@@ -11,9 +21,11 @@ import json
 import os
 from dataclasses import asdict, dataclass, field, fields
 
-import yaml
-
-from lengen.model.config import ModelConfig
+from lengen.checks import (Bool, Choice, Device, Float, Int, IsA, Mapping, Seq, Str,
+                           check_device_available, check_fields, did_you_mean)
+from lengen.errors import ConfigError
+from lengen.config_files import apply_overrides, load_config_file, parse_value  # noqa: F401
+from lengen.model.config import FRAMEWORK_ARG_SOURCES, ModelConfig
 
 
 @dataclass
@@ -36,13 +48,13 @@ class TrainConfig:
     decay_all: bool = False           # also decay norms, biases and embeddings
     optimizer: str = "adamw"          # adamw | adam (Ruoss et al.: Adam, no decay)
     grad_clip: float = 1.0            # max global grad norm (0 = off)
-    seed: int = 0                     # model initialisation
+    seed: int = 0                     # model initialisation, dropout, training positions
     data_seed: int = 0                # training data order (independent of init, Zhou et al.)
     eval_every: int = 0               # 0 = only at the end
     eval_sequences: int = 256         # per split during periodic evaluation
     ckpt_every: int = 0               # 0 = only at the end (and on interrupt)
-    keep_checkpoints: int = 2
-    log_every: int = 10
+    keep_checkpoints: int = 2         # newest checkpoints kept (0 = keep all)
+    log_every: int = 10               # 0 = no loss lines in metrics.jsonl
     tensorboard: bool = False
     progress: bool = True
     device: str = "cpu"
@@ -53,7 +65,7 @@ class TrainConfig:
 class EvalConfig:
     splits: list | None = None        # default: the task's splits
     sequences: int = 1000             # per split
-    batch_size: int = 64
+    batch_size: int = 64              # memory only: results do not depend on it
     seed: int = 1234                  # evaluation data seed (identical across runs)
 
 
@@ -73,87 +85,106 @@ class ExperimentConfig:
         return _build(cls, d, "")
 
 
+# ---- rule tables: the valid values of every field ---------------------------------------------
+
+SEED = Int(min=0, max=2 ** 63 - 1)
+RUN_NAME = Str(r"[A-Za-z0-9._=+,@-]*", "a run name of letters, digits and . _ = + , @ -")
+
+TASK_RULES = {"name": Str(what="a task name (see `lengen list`)"), "kwargs": Mapping()}
+
+TRAIN_RULES = {
+    "steps": Int(min=1),
+    "batch_size": Int(min=1),
+    "lr": Float(gt=0),
+    "weight_decay": Float(min=0),
+    "betas": Seq(Float(min=0, lt=1), length=2, as_tuple=True,
+                 what="a pair [beta1, beta2] of numbers in [0, 1)"),
+    "eps": Float(gt=0),
+    "warmup_steps": Int(min=0),
+    "min_lr_frac": Float(min=0, max=1),
+    "schedule": Choice("cosine", "constant"),
+    "decay_all": Bool(),
+    "optimizer": Choice("adamw", "adam"),
+    "grad_clip": Float(min=0),
+    "seed": SEED,
+    "data_seed": SEED,
+    "eval_every": Int(min=0),
+    "eval_sequences": Int(min=1),
+    "ckpt_every": Int(min=0),
+    "keep_checkpoints": Int(min=0),
+    "log_every": Int(min=0),
+    "tensorboard": Bool(),
+    "progress": Bool(),
+    "device": Device(),
+    "threads": Int(min=0),
+}
+
+EVAL_RULES = {
+    # a bare string is one split (``eval.splits=iid``), never split into characters
+    "splits": Seq(Str(what="a split name"), min_len=1, unique=True, scalar_ok=True,
+                  optional=True, what="a non-empty list of distinct split names such as "
+                                      "[iid, sparse, dense]"),
+    "sequences": Int(min=1),
+    "batch_size": Int(min=1),
+    "seed": SEED,
+}
+
+EXPERIMENT_RULES = {"model": IsA(ModelConfig), "task": IsA(TaskConfig), "train": IsA(TrainConfig),
+                    "eval": IsA(EvalConfig), "name": RUN_NAME}
+
+# ---- which keys may differ when a run directory is reused --------------------------------------
+
+#: keys that change how a run executes or what it prints, never what it computes
+RUNTIME_KEYS = ("train.threads", "train.progress", "train.device", "train.tensorboard",
+                "train.log_every", "train.ckpt_every", "train.keep_checkpoints")
+#: keys a resumed training run may change: the runtime keys, plus those that only shape the final
+#: evaluation (recomputed in full at the end) or when periodic evaluation happens (evaluation is
+#: deterministic and never touches the training RNG). eval.seed, eval.splits and
+#: train.eval_sequences are compared: they change the periodic values already in metrics.jsonl.
+RESUME_IGNORED = RUNTIME_KEYS + ("train.eval_every", "eval.sequences", "eval.batch_size", "name")
+
+
 def _build(cls, d, prefix):
     if not isinstance(d, dict):
-        raise ValueError(f"config section '{prefix or 'root'}' must be a mapping, got {d!r}")
+        if prefix:
+            raise ConfigError(f"config section '{prefix[:-1]}' must be a mapping of keys, got "
+                              f"{d!r}; write e.g. {prefix}<key>=<value> or a YAML section")
+        raise ConfigError(f"the config must be a mapping with sections model, task, train, eval, "
+                          f"got {type(d).__name__}")
+    where = prefix[:-1] if prefix else "the config"
     known = {f.name: f for f in fields(cls)}
-    unknown = set(d) - set(known)
+    unknown = [k for k in d if k not in known]
     if unknown:
-        raise ValueError(f"unknown config key(s) {', '.join(prefix + k for k in sorted(unknown))}. "
-                         f"Valid keys{' in ' + prefix[:-1] if prefix else ''}: {', '.join(known)}")
+        bad = unknown[0]
+        raise ConfigError(
+            f"unknown config key(s) {', '.join(prefix + str(k) for k in unknown)}. Valid keys in "
+            f"{where}: {', '.join(known)}.{did_you_mean(bad, known)}")
     kwargs = {}
     for k, v in d.items():
         sub = _SECTIONS.get((cls, k))
-        kwargs[k] = _build(sub, v, prefix + k + ".") if sub else _coerce(v, known[k].type, prefix + k)
-    if "betas" in kwargs:
-        kwargs["betas"] = tuple(kwargs["betas"])
+        kwargs[k] = _build(sub, v, prefix + k + ".") if sub else v
     return cls(**kwargs)
-
-
-def _coerce(value, type_name, key):
-    """Coerce scalars to the field's declared type: YAML reads ``3e-3`` as a string (YAML 1.1
-    needs a dot), and a float given for an int field must be integral."""
-    t = str(type_name).split("|")[0].strip()
-    if value is None:
-        return value
-    try:
-        if t == "float" and not isinstance(value, bool):
-            return float(value)
-        if t == "int" and not isinstance(value, bool):
-            as_float = float(value)
-            if not as_float.is_integer():
-                raise ValueError
-            return int(as_float)
-    except (TypeError, ValueError):
-        raise ValueError(f"config key {key} expects {t}, got {value!r}") from None
-    if t == "bool" and not isinstance(value, bool):
-        raise ValueError(f"config key {key} expects true/false, got {value!r}")
-    return value
 
 
 _SECTIONS = {(ExperimentConfig, "model"): ModelConfig, (ExperimentConfig, "task"): TaskConfig,
              (ExperimentConfig, "train"): TrainConfig, (ExperimentConfig, "eval"): EvalConfig}
 
 
-def parse_value(text: str):
-    """Parse an override value as YAML (numbers, booleans, lists, dicts), else keep the string."""
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
+# ---- resolution and validation ------------------------------------------------------------------
 
-
-def apply_overrides(d: dict, overrides: list[str]) -> dict:
-    """``["train.steps=10", "model.attention=tra"]`` -> patched deep copy of ``d``."""
-    d = copy.deepcopy(d)
-    for item in overrides:
-        if "=" not in item:
-            raise ValueError(f"override '{item}' must look like key.path=value")
-        path, value = item.split("=", 1)
-        keys = path.strip().split(".")
-        node = d
-        for key in keys[:-1]:
-            node = node.setdefault(key, {})
-            if not isinstance(node, dict):
-                raise ValueError(f"override '{item}': '{key}' is not a section")
-        node[keys[-1]] = parse_value(value)
-    return d
-
-
-def load_config_file(path: str) -> dict:
-    with open(path) as f:
-        text = f.read()
-    data = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
-    return data or {}
-
-
-def resolve(config: dict | None = None, overrides: list[str] | None = None) -> ExperimentConfig:
-    """Defaults <- config dict <- overrides, validated (including registry names)."""
+def resolve(config: dict | None = None, overrides: list[str] | None = None, *,
+            check_device: bool = True) -> ExperimentConfig:
+    """Defaults <- config dict <- overrides, validated (see the module docstring).
+    ``check_device=False`` skips the check that ``train.device`` exists on this machine (for
+    reading a run trained elsewhere)."""
+    if config is not None and not isinstance(config, dict):
+        raise ConfigError(f"the config must be a mapping with sections model, task, train, eval, "
+                          f"got {type(config).__name__}")
     base = ExperimentConfig().to_dict()
     merged = _deep_merge(base, config or {})
     merged = apply_overrides(merged, overrides or [])
     cfg = ExperimentConfig.from_dict(merged)
-    validate(cfg)
+    validate(cfg, check_device=check_device)
     return cfg
 
 
@@ -168,22 +199,129 @@ def _deep_merge(a: dict, b: dict) -> dict:
     return out
 
 
-def validate(cfg: ExperimentConfig) -> None:
-    """Check registry names now, so a typo never costs a training run."""
+def validate(cfg: ExperimentConfig, *, check_device: bool = True):
+    """Check everything that can be checked without training; returns the built task.
+
+    Coerces values in place (``"1e3"`` -> 1000, ``eval.splits=iid`` -> ``["iid"]``) and raises
+    ``model.vocab_size`` to the task's vocabulary."""
+    if not isinstance(cfg, ExperimentConfig):
+        raise ConfigError(f"expected an ExperimentConfig (from lengen.resolve), got "
+                          f"{type(cfg).__name__}")
+    check_fields(cfg, EXPERIMENT_RULES, "")
+    cfg.model.validate()
+    check_fields(cfg.task, TASK_RULES, "task")
+    check_fields(cfg.train, TRAIN_RULES, "train")
+    check_fields(cfg.eval, EVAL_RULES, "eval")
+    if check_device:
+        check_device_available(cfg.train.device, "train.device")
+    if cfg.train.tensorboard:
+        import importlib.util
+
+        if importlib.util.find_spec("tensorboard") is None:
+            raise ConfigError("train.tensorboard=true needs TensorBoard: pip install "
+                              "'lengen[tensorboard]' (or set train.tensorboard=false)")
+    return check_components(cfg)
+
+
+def check_components(cfg: ExperimentConfig):
+    """Registry names, their keyword arguments, and one construction of each component."""
+    import torch
+
     from lengen.attention import ATTENTIONS
     from lengen.positions import SAMPLERS
     from lengen.posenc import POSENCS
-    from lengen.registry import lookup
+    from lengen.registry import check_kwargs, construct, lookup
     from lengen.tasks import TASKS
 
-    lookup(POSENCS, cfg.model.posenc, "positional scheme")
-    lookup(ATTENTIONS, cfg.model.attention, "attention kind")
-    lookup(SAMPLERS, cfg.model.positions, "position sampler")
-    lookup(TASKS, cfg.task.name, "task")
-    if cfg.train.schedule not in ("cosine", "constant"):
-        raise ValueError(f"unknown train.schedule '{cfg.train.schedule}'. Valid: cosine, constant")
-    if cfg.train.optimizer not in ("adamw", "adam"):
-        raise ValueError(f"unknown train.optimizer '{cfg.train.optimizer}'. Valid: adamw, adam")
+    m = cfg.model
+    parts = {  # section -> (registry kind, name, class, framework argument names)
+        "model.posenc_kwargs": ("positional scheme", m.posenc,
+                                lookup(POSENCS, m.posenc, "positional scheme", "model.posenc"),
+                                m.posenc_args()),
+        "model.attention_kwargs": ("attention kind", m.attention,
+                                   lookup(ATTENTIONS, m.attention, "attention kind",
+                                          "model.attention"), m.attention_args(0)),
+        "model.positions_kwargs": ("position sampler", m.positions,
+                                   lookup(SAMPLERS, m.positions, "position sampler",
+                                          "model.positions"), {}),
+        "task.kwargs": ("task", cfg.task.name, lookup(TASKS, cfg.task.name, "task", "task.name"),
+                        {}),
+    }
+    checked = {}
+    for section, (kind, name, cls, framework) in parts.items():
+        sources = {k: FRAMEWORK_ARG_SOURCES.get(k, "the model") for k in framework}
+        kwargs = getattr(m, section.split(".")[1]) if section.startswith("model.") else cfg.task.kwargs
+        checked[section] = check_kwargs(cls, kwargs, section=section, kind=kind, name=name,
+                                        framework=sources)
+    m.posenc_kwargs, m.attention_kwargs = checked["model.posenc_kwargs"], checked["model.attention_kwargs"]
+    m.positions_kwargs, cfg.task.kwargs = checked["model.positions_kwargs"], checked["task.kwargs"]
+
+    def what(section):
+        kind, name, _, _ = parts[section]
+        key = {"task.kwargs": "task.name"}.get(section, section.removesuffix("_kwargs"))
+        return f"{kind} '{name}' ({key}, {section}={checked[section]})"
+
+    # build each component once (as prepare() will), without touching the caller's RNG
+    with torch.random.fork_rng(devices=[]):
+        task = construct(parts["task.kwargs"][2], cfg.task.kwargs, what=what("task.kwargs"))
+        sampler = construct(parts["model.positions_kwargs"][2], m.positions_kwargs,
+                            what=what("model.positions_kwargs"))
+        posenc = construct(parts["model.posenc_kwargs"][2], m.posenc_kwargs,
+                           what=what("model.posenc_kwargs"), **m.posenc_args())
+        for layer in sorted({0, m.n_layers - 1}):      # kinds may depend on the layer index
+            construct(parts["model.attention_kwargs"][2], m.attention_kwargs,
+                      what=what("model.attention_kwargs"), **m.attention_args(layer))
+    if task.vocab_size > m.vocab_size:
+        m.vocab_size = task.vocab_size
+    if m.causal != task.causal:
+        raise ConfigError(f"task '{cfg.task.name}' needs model.causal={str(task.causal).lower()} "
+                          f"({'a causal decoder' if task.causal else 'a bidirectional encoder'}); "
+                          f"set model.causal={str(task.causal).lower()}")
+    splits = cfg.eval.splits or task.splits()
+    for split in splits:
+        try:
+            task.check_split(split)
+        except ValueError as e:
+            raise ConfigError(f"eval.splits: {e}") from None
+    try:
+        posenc.check_positions(sampler.max_position(task.max_input_length(splits)))
+    except ConfigError:
+        raise
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    for section, (kind, name, cls, _) in parts.items():
+        hook = getattr(cls, "check_config", None)     # optional cross-section checks of a class
+        if hook is not None:
+            try:
+                hook(cfg)
+            except ConfigError:
+                raise
+            except ValueError as e:
+                raise ConfigError(f"{kind} '{name}': {e}") from None
+    return task
+
+
+def config_diff(old: dict, new: dict, ignore=()) -> list[tuple[str, object, object]]:
+    """``[(dotted key, old value, new value)]`` where two config dicts differ, skipping the keys
+    in ``ignore`` (a key ending in ``.*`` ignores a whole section)."""
+    def flat(d, prefix=""):
+        out = {}
+        for k, v in d.items():
+            key = f"{prefix}{k}"
+            if isinstance(v, dict):
+                out.update(flat(v, key + "."))
+            else:
+                out[key] = v
+        return out
+
+    def ignored(key):
+        return any(key == p or (p.endswith(".*") and key.startswith(p[:-1])) for p in ignore)
+
+    a = flat(json.loads(json.dumps(old, default=str)))
+    b = flat(json.loads(json.dumps(new, default=str)))
+    missing = object()
+    return [(k, a.get(k, "(unset)"), b.get(k, "(unset)")) for k in sorted(set(a) | set(b))
+            if not ignored(k) and a.get(k, missing) != b.get(k, missing)]
 
 
 def save_json_atomic(obj, path: str) -> None:
@@ -194,3 +332,9 @@ def save_json_atomic(obj, path: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+__all__ = ["ExperimentConfig", "TaskConfig", "TrainConfig", "EvalConfig", "resolve", "validate",
+           "apply_overrides", "load_config_file", "parse_value", "config_diff", "save_json_atomic",
+           "TRAIN_RULES", "EVAL_RULES", "TASK_RULES", "EXPERIMENT_RULES", "RUNTIME_KEYS",
+           "RESUME_IGNORED"]

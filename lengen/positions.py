@@ -6,8 +6,16 @@ Randomized positions (Ruoss et al. 2023), label encodings (Li & McClelland 2023)
 interpolation and head/tail index warping are all samplers, so they compose with every scheme
 instead of being re-implemented inside each one.
 
-One sample is drawn per batch (shared by all sequences of the batch), as in the public reference
-code of Ruoss et al. Each sampler states what it does at training and at evaluation time.
+At training one sample is drawn per batch (shared by all sequences of the batch), as in the public
+reference code of Ruoss et al.; at evaluation one per block of evaluation sequences. Each sampler
+states what it does at training and at evaluation time.
+
+Random draws come from the ``generator`` passed in (torch's global RNG only when none is given):
+training draws from its own generator saved in every checkpoint, and evaluation draws once per
+block of sequences from a generator derived from (eval seed, split, block), so evaluated numbers
+never depend on the evaluation batch size and evaluation never moves the training RNG (see
+:mod:`lengen.eval.evaluate`). ``random_at_eval`` tells evaluation whether a sampler draws at all
+in eval mode.
 
 To add a sampler: subclass :class:`PositionSampler`, implement ``sample`` and ``max_position``,
 and add one line to ``SAMPLERS``.
@@ -20,7 +28,15 @@ import torch
 class PositionSampler:
     """Makes the ``[T]`` float positions tensor for a sequence of length ``T``."""
 
-    def sample(self, length: int, *, training: bool, device=None, generator=None) -> torch.Tensor:
+    #: True when ``sample(..., training=False)`` draws random numbers. Evaluation then draws
+    #: positions per block of sequences from its own generator; samplers that are deterministic at
+    #: evaluation set it False (a sampler that forgets is still evaluated correctly, only in
+    #: smaller batches).
+    random_at_eval: bool = True
+
+    def sample(self, length: int, *, training: bool, device=None, generator=None,
+               batch_size: int | None = None) -> torch.Tensor:
+        """-> positions ``[T]`` (or ``[B, T]`` for a per-sequence sampler given ``batch_size``)."""
         raise NotImplementedError
 
     def max_position(self, length: int) -> float:
@@ -37,7 +53,9 @@ class PositionSampler:
 class IdentitySampler(PositionSampler):
     """Positions ``0, 1, ..., T-1`` at training and evaluation (the usual convention)."""
 
-    def sample(self, length, *, training, device=None, generator=None):
+    random_at_eval = False
+
+    def sample(self, length, *, training, device=None, generator=None, batch_size=None):
         return torch.arange(length, device=device, dtype=torch.float32)
 
     def max_position(self, length):
@@ -64,7 +82,8 @@ class RandomizedSampler(PositionSampler):
     Training: ``T`` distinct integers drawn uniformly from ``[0, max_length)`` without
     replacement and sorted; one draw per call, i.e. per batch, shared by its sequences.
     Evaluation: ``eval_mode='randomized'`` (default, the paper and its code: a fresh draw, so test
-    positions are in distribution) or ``'identity'`` (positions 0..T-1).
+    positions are in distribution; drawn per block of evaluation sequences from the block's own
+    generator, see :mod:`lengen.eval.evaluate`) or ``'identity'`` (positions 0..T-1).
     ``T > max_length`` is an error (the paper needs L >= the longest test length; it uses 2048).
     ``sort=False`` leaves the drawn positions in random order (the paper's Table 3 ablation; the
     method itself always sorts).
@@ -80,13 +99,17 @@ class RandomizedSampler(PositionSampler):
                              f"Valid: {', '.join(self.EVAL_MODES)}")
         self.max_length, self.eval_mode, self.sort = int(max_length), eval_mode, bool(sort)
 
+    @property
+    def random_at_eval(self) -> bool:
+        return self.eval_mode == "randomized"
+
     def check(self, length: int) -> None:
         if length > self.max_length:
             raise ValueError(
                 f"{type(self).__name__} draws positions from [0, {self.max_length}) but the input "
                 f"has {length} tokens; raise model.positions_kwargs.max_length to >= {length}")
 
-    def sample(self, length, *, training, device=None, generator=None):
+    def sample(self, length, *, training, device=None, generator=None, batch_size=None):
         if not training and self.eval_mode == "identity":
             return torch.arange(length, device=device, dtype=torch.float32)
         self.check(length)
@@ -120,7 +143,7 @@ class LabelSampler(RandomizedSampler):
 
     EVAL_MODES = ("randomized", "spread", "identity")
 
-    def sample(self, length, *, training, device=None, generator=None):
+    def sample(self, length, *, training, device=None, generator=None, batch_size=None):
         if not training and self.eval_mode == "spread":
             self.check(length)
             span = torch.linspace(0, self.max_length - 1, length, dtype=torch.float64,

@@ -1,18 +1,177 @@
-"""Registry lookups with errors that list the valid names."""
+"""Registries: lookups with errors that list the valid names, validation of an entry's keyword
+arguments, and one-line descriptions of entries (``lengen list``).
+
+Registry classes (positional schemes, attention kinds, samplers, tasks) need no schema:
+:func:`check_kwargs` reads the constructor signature, following ``**kw`` up the class chain (a
+subclass that forwards ``**kw`` to its base accepts the base's keywords too), so a class added
+later is validated with no code of its own. Simple annotations (``int``, ``float | None``,
+``bool``, ``str``, ``dict``, ``tuple``) are checked and coerced; float values must be finite. A
+class may declare ranges on top in a ``KWARG_RULES = {"name": Rule}`` class attribute (merged
+along the class chain), further checks in its constructor (constructors are called once at
+validation time, see :func:`construct`), and checks across config sections in a classmethod
+``check_config(cfg)``.
+"""
 from __future__ import annotations
 
-import difflib
+import inspect
+import re
+import sys
+
+from lengen.checks import (AnyOf, Bool, Float, Int, Mapping, Rule, Seq, Str, did_you_mean)
+from lengen.errors import ConfigError
 
 
-class UnknownNameError(ValueError):
+class UnknownNameError(ConfigError):
     """A registry name that does not exist; the message lists the valid ones."""
 
 
-def lookup(registry: dict, name: str, kind: str):
-    """Return ``registry[name]`` or raise a ValueError naming the valid choices."""
-    if name in registry:
-        return registry[name]
+def lookup(registry: dict, name: str, kind: str, key: str | None = None):
+    """Return ``registry[name]`` or raise a ConfigError naming the valid choices (and the config
+    ``key`` that holds the name, when given)."""
+    try:
+        if name in registry:
+            return registry[name]
+    except TypeError:                     # an unhashable name (a list or mapping from YAML)
+        pass
     valid = ", ".join(sorted(registry))
-    close = difflib.get_close_matches(str(name), list(registry), n=1)
-    hint = f" Did you mean '{close[0]}'?" if close else ""
-    raise UnknownNameError(f"unknown {kind} '{name}'. Valid {kind}s: {valid}.{hint}")
+    where = f" ({key})" if key else ""
+    raise UnknownNameError(f"unknown {kind} '{name}'{where}. Valid {kind}s: {valid}."
+                           f"{did_you_mean(name, registry)}")
+
+
+def _first_sentence(text: str) -> str:
+    para = " ".join((text or "").strip().split("\n\n")[0].split())
+    para = re.sub(r":\w+:`~?([^`]+)`", r"\1", para).replace("``", "")
+    # the first sentence: a full stop followed by a capital, not after "et al." / "e.g." / "i.e."
+    m = re.search(r"(?<!\bal)(?<!\be\.g)(?<!\bi\.e)(?<!\bvs)[.!?](?=\s+[A-Z])", para)
+    return para[:m.start() + 1] if m else para
+
+
+def describe(obj, registry: dict | None = None, width: int = 100) -> str:
+    """One line describing a registry entry: the first sentence of its own docstring; for a class
+    without one, its module's docstring when that module defines no other entry of ``registry``
+    (one class per file), else ''."""
+    doc = obj.__dict__.get("__doc__") if isinstance(obj, type) else getattr(obj, "__doc__", None)
+    if not doc:
+        siblings = [o for o in (registry or {}).values() if getattr(o, "__module__", None)
+                    == obj.__module__]
+        if len(siblings) <= 1:
+            doc = sys.modules[obj.__module__].__doc__
+    line = _first_sentence(doc or "")
+    return line if len(line) <= width else line[:width - 3].rstrip() + "..."
+
+
+def constructor_params(cls) -> dict[str, inspect.Parameter]:
+    """Keyword parameters ``cls(**kw)`` accepts: its ``__init__``'s named parameters, plus, while
+    an ``__init__`` takes ``**kw``, those of the next ``__init__`` up the class chain (the usual
+    ``super().__init__(**kw)`` forwarding). ``object`` and ``torch.nn.Module`` end the chain (their
+    ``*args, **kwargs`` accept nothing useful)."""
+    import torch
+
+    params: dict[str, inspect.Parameter] = {}
+    for klass in cls.__mro__:
+        if klass in (object, torch.nn.Module):
+            break
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        forwards = False
+        for name, p in list(inspect.signature(init).parameters.items())[1:]:   # skip self
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+                params.setdefault(name, p)
+            elif p.kind is p.VAR_KEYWORD:
+                forwards = True
+        if not forwards:
+            break
+    return params
+
+
+_TYPE_RULES = {"int": Int, "float": Float, "bool": Bool, "str": Str, "dict": Mapping}
+
+
+def annotation_rule(annotation) -> Rule | None:
+    """A rule for a simple annotation (``int``, ``float | None``, ``str | tuple`` ...), or None
+    when the annotation is absent or not one of these (then only the constructor checks)."""
+    if annotation is inspect.Parameter.empty:
+        return None
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+    parts = [p.strip() for p in str(text).split("|")]
+    optional = "None" in parts
+    rules = []
+    for p in parts:
+        if p == "None":
+            continue
+        if p in ("tuple", "list"):
+            rules.append(Seq(AnyOf(Int(), Float(), Str(), Bool()), what="a list"))
+        elif p in _TYPE_RULES:
+            rules.append(_TYPE_RULES[p]())
+        else:
+            return None
+    if not rules:
+        return None
+    return AnyOf(*rules, optional=optional)
+
+
+def kwarg_rules(cls) -> dict[str, Rule]:
+    """``KWARG_RULES`` merged along the class chain (a subclass's entry wins)."""
+    rules: dict[str, Rule] = {}
+    for klass in reversed(cls.__mro__):
+        rules.update(klass.__dict__.get("KWARG_RULES", {}))
+    return rules
+
+
+def check_kwargs(cls, kwargs, *, section: str, kind: str, name: str,
+                 framework: dict[str, str] | None = None) -> dict:
+    """Validate the user's keyword arguments for registry class ``cls`` (``kind`` '``name``',
+    configured in ``section``) and return them coerced. ``framework`` maps the keywords the
+    model passes itself to the config key they come from; users may not set those."""
+    framework = framework or {}
+    kwargs = Mapping().check(kwargs, section, {})
+    params = constructor_params(cls)
+    settable = {k: p for k, p in params.items() if k not in framework}
+    rules = kwarg_rules(cls)
+    out = {}
+    for key, value in kwargs.items():
+        if not isinstance(key, str):
+            raise ConfigError(f"{section} has a non-string key {key!r}; keys are argument names "
+                              f"of {kind} '{name}': {', '.join(sorted(settable)) or 'none'}.")
+        if key in framework:
+            raise ConfigError(f"{section}.{key} cannot be set: the model passes {key} to {kind} "
+                              f"'{name}' itself, from {framework[key]}. Remove {key} from "
+                              f"{section} and set {framework[key]} instead.")
+        if key not in settable:
+            valid = ", ".join(sorted(settable)) or f"none ({kind} '{name}' takes no arguments)"
+            raise ConfigError(f"unknown key '{key}' in {section} for {kind} '{name}'. Valid keys: "
+                              f"{valid}.{did_you_mean(key, settable)}")
+        p = settable[key]
+        example = None if p.default is p.empty else p.default
+        rule = annotation_rule(p.annotation)
+        if rule is not None:
+            value = rule.check(value, f"{section}.{key}", example)
+        if key in rules:
+            value = rules[key].check(value, f"{section}.{key}", example)
+        out[key] = value
+    missing = [k for k, p in settable.items() if p.default is p.empty and k not in out]
+    if missing:
+        raise ConfigError(f"{kind} '{name}' needs {section}.{missing[0]} (required keys: "
+                          f"{', '.join(missing)}); add it, e.g. {section}.{missing[0]}=...")
+    return out
+
+
+def construct(cls, kwargs: dict, *, what: str, **framework_values):
+    """``cls(**framework_values, **kwargs)``, turning a constructor's complaint (ValueError,
+    TypeError, a missing data file, a missing optional package, a torch error such as a negative
+    or unallocatable size) into a ConfigError that names ``what`` (e.g. "positional scheme 'rope'
+    (model.posenc, model.posenc_kwargs={})")."""
+    try:
+        return cls(**framework_values, **kwargs)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError, OSError, ImportError, RuntimeError, ArithmeticError,
+            MemoryError) as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ConfigError(f"cannot build {what}: {msg}") from e
+
+
+__all__ = ["UnknownNameError", "lookup", "describe", "check_kwargs", "constructor_params",
+           "annotation_rule", "kwarg_rules", "construct"]

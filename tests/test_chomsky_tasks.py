@@ -393,7 +393,7 @@ def test_splits_and_split_parsing():
     assert batch.inputs.shape == (2, 2000)
     with pytest.raises(ValueError):
         build_task("reverse_string", max_train_length=40, max_eval_length=40)
-    batches = list(task.eval_batches("len=50", 10, 4, torch.Generator().manual_seed(0)))
+    batches = list(task.eval_batches("len=50", 10, 4, 0))
     assert [b.inputs.shape[0] for b in batches] == [4, 4, 2]
 
 

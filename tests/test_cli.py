@@ -73,7 +73,7 @@ def test_scalar_overrides_are_coerced_to_field_types():
 
     cfg = resolve({}, ["train.lr=3e-3", "train.steps=1e3", "model.dropout=0"])
     assert cfg.train.lr == 0.003 and cfg.train.steps == 1000 and isinstance(cfg.train.steps, int)
-    with pytest.raises(ValueError, match="train.steps expects int, got 2.5"):
+    with pytest.raises(ValueError, match="train.steps must be an integer >= 1, got 2.5"):
         resolve({}, ["train.steps=2.5"])
-    with pytest.raises(ValueError, match="train.lr expects float"):
+    with pytest.raises(ValueError, match="train.lr must be a finite number > 0, got 'fast'"):
         resolve({}, ["train.lr=fast"])

@@ -123,7 +123,7 @@ def test_same_seed_same_batches_different_seed_different():
 @pytest.mark.parametrize("n,bs,sizes", [(10, 4, [4, 4, 2]), (8, 4, [4, 4]), (3, 5, [3])])
 def test_eval_batches_total(n, bs, sizes, gen):
     task = FlipFlop(n_pairs=8, eval_n_pairs=12)
-    batches = list(task.eval_batches("dense", n, bs, gen))
+    batches = list(task.eval_batches("dense", n, bs, 0))
     assert [b.inputs.shape[0] for b in batches] == sizes
     assert all(b.inputs.shape[1] == 23 for b in batches)   # eval length, not training length
     for b in batches:

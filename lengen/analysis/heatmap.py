@@ -4,7 +4,8 @@
     plot_attention("runs/tra", split="sparse", layer=-1, head=0, out="tra.png")
 
 The sequence is the ``index``-th sequence of the run's own evaluation set for ``split`` (same
-seed and batch size as ``eval.json``, so a sequence can be matched with the reported accuracy);
+seed, and same evaluation positions, as ``eval.json``, so a sequence can be matched with the
+reported accuracy);
 ``first_error=True`` picks the first evaluation sequence the model gets wrong instead. Weights
 come from the attention kind's naive reference op (``Transformer.record_attention``), i.e. the
 exact probabilities of the mechanism: for TRA, keys removed by the threshold have weight exactly 0;
@@ -24,11 +25,6 @@ import numpy as np
 import torch
 
 
-def _eval_sequences(task, split, cfg, seed):
-    gen = torch.Generator().manual_seed(cfg.eval.seed if seed is None else seed)
-    yield from task.eval_batches(split, cfg.eval.sequences, cfg.eval.batch_size, gen)
-
-
 def token_labels(task, tokens) -> list[str]:
     """Characters for a task's token ids where the task has a character alphabet, else ids."""
     chars = getattr(task, "chars", None)
@@ -43,6 +39,8 @@ def attention_map(run_dir: str, split: str = "sparse", *, layer: int = -1, head:
     """Weights ``[T, T]`` (numpy) of one layer/head on one evaluation sequence, with its tokens.
 
     Returns ``{weights, tokens, labels, correct, index, split, layer, head, run, cfg}``."""
+    from lengen.eval.evaluate import eval_stream, forward
+    from lengen.eval.metrics import restrict_to_outputs
     from lengen.train.loop import load_run
 
     cfg, task, model = load_run(run_dir, device=device)
@@ -53,29 +51,36 @@ def attention_map(run_dir: str, split: str = "sparse", *, layer: int = -1, head:
     if index < 0 or index >= cfg.eval.sequences:
         raise ValueError(f"index {index} out of range: the evaluation set of this run has "
                          f"{cfg.eval.sequences} sequences per split")
-    chosen, seen = None, 0
-    for batch in _eval_sequences(task, split, cfg, seed):
-        batch = batch.to(device)
+    out_slice = getattr(task, "output_slice", None)
+
+    def correct_rows(logits, batch):
+        logits, targets = restrict_to_outputs(logits, batch.targets, out_slice, batch.eval_mask)
+        return ((logits.argmax(-1) == targets) | ~batch.eval_mask).all(dim=1)
+
+    chosen = None
+    seed = cfg.eval.seed if seed is None else seed
+    for start, batch, pos in eval_stream(model, task, split, cfg.eval.sequences,
+                                         cfg.eval.batch_size, seed, device):
         if first_error:
-            pred = model(batch.inputs).argmax(-1)
-            ok = ((pred == batch.targets) | ~batch.eval_mask).all(dim=1)
-            wrong = (~ok).nonzero()
+            wrong = (~correct_rows(forward(model, batch.inputs, pos), batch)).nonzero()
             if len(wrong):
-                chosen = (batch, int(wrong[0]))
-                index = seen + int(wrong[0])
+                chosen = (batch, int(wrong[0]), pos)
+                index = start + int(wrong[0])
                 break
-        elif seen + batch.inputs.shape[0] > index:
-            chosen = (batch, index - seen)
+        elif start + batch.inputs.shape[0] > index:
+            chosen = (batch, index - start, pos)
             break
-        seen += batch.inputs.shape[0]
     if chosen is None:
         raise ValueError(f"the model gets every one of the {cfg.eval.sequences} '{split}' evaluation "
                          f"sequences right; pass an index instead of first_error")
-    batch, i = chosen
-    inputs = batch.inputs[i:i + 1]
+    batch, i, pos = chosen
+    batch = batch.rows(i, i + 1)
+    if pos is not None and pos.dim() == 2:
+        pos = pos[i:i + 1]
+    inputs = batch.inputs
     model.record_attention(True)
     try:
-        logits = model(inputs)
+        logits = forward(model, inputs, pos)
         weights = model.blocks[layer].attn.last_weights
     finally:
         model.record_attention(False)
@@ -84,8 +89,7 @@ def attention_map(run_dir: str, split: str = "sparse", *, layer: int = -1, head:
     if not -weights.shape[1] <= head < weights.shape[1]:
         raise ValueError(f"head {head} out of range: layer {layer} has {weights.shape[1]} "
                          f"attention maps")
-    mask = batch.eval_mask[i]
-    correct = bool(((logits[0].argmax(-1) == batch.targets[i]) | ~mask).all())
+    correct = bool(correct_rows(logits, batch)[0])
     tokens = inputs[0].tolist()
     return {"weights": weights[0, head].float().cpu().numpy(), "tokens": tokens,
             "labels": token_labels(task, tokens), "correct": correct, "index": index, "split": split,

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lengen.attention.base import Attention
+from lengen.checks import Float
 from lengen.ops.diff import diff_attention_chunked, diff_attention_naive
 from lengen.ops.diff.fast_cpu import diff_attention_fast_cpu
 
@@ -38,6 +39,9 @@ def default_lambda_init(layer_idx: int) -> float:
 
 
 class DifferentialAttention(Attention):
+    KWARG_RULES = {"lambda_init": Float(min=0, lt=1, optional=True), "lambda_std": Float(min=0),
+                   "norm_eps": Float(gt=0)}
+
     def __init__(self, *, n_heads: int, lambda_init: float | None = None, lambda_std: float = 0.1,
                  norm_eps: float = 1e-5, **kw):
         if n_heads % 2:

@@ -35,7 +35,8 @@ class ForgettingAttention(Attention):
 
     def attend(self, q, k, v, x, bias_fn):
         # fp32 gates whatever the model dtype: the ops cumsum them, and bf16 rounding would add up
-        log_f = F.logsigmoid(self.forget_gate(x).float()).transpose(1, 2)           # [B, H, T]
+        acc = torch.promote_types(x.dtype, torch.float32)
+        log_f = F.logsigmoid(self.forget_gate(x).to(acc)).transpose(1, 2)          # [B, H, T]
         if self.record_weights:
             return self._keep(fot_attention_naive(q, k, v, log_f, bias_fn=bias_fn, return_weights=True))
         if self.use_lean():

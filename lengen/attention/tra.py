@@ -48,7 +48,8 @@ class ThresholdRelativeAttention(Attention):
         return (rms_normalize(q), rms_normalize(k)) if self.qk_norm else (q, k)
 
     def attend(self, q, k, v, x, bias_fn):
-        log_gate = F.logsigmoid(self.gate(x).float()).transpose(1, 2)     # [B, H, T], fp32
+        acc = torch.promote_types(x.dtype, torch.float32)           # fp32 at least
+        log_gate = F.logsigmoid(self.gate(x).to(acc)).transpose(1, 2)     # [B, H, T]
         if self.record_weights:
             return self._keep(tra_attention_naive(q, k, v, log_gate, bias_fn=bias_fn, return_weights=True))
         if self.use_lean():

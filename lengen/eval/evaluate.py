@@ -5,6 +5,13 @@ step}`` for metrics ``seq_acc`` (whole-sequence accuracy), ``token_acc`` (per-re
 flip-flop), ``glitch_rate`` (1 - token_acc) and ``nll``. Runs under ``torch.inference_mode`` with
 the model in eval mode, so dropout is off and attention takes its memory-lean path. Tasks with an
 ``output_slice`` are scored over their output classes only (see :mod:`lengen.eval.metrics`).
+
+Reproducible by construction: the evaluated sequences are a function of (seed, split, index)
+(:meth:`lengen.tasks.base.Task.eval_batches`), and a sampler that draws positions at evaluation
+(``random_at_eval``, e.g. randomized positions) draws them once per block of ``EVAL_BLOCK``
+sequences from a generator seeded by (seed, split, block), passed to the model explicitly. So the
+numbers do not depend on the evaluation batch size, and evaluation never draws from torch's global
+RNG (periodic evaluation cannot shift training).
 """
 from __future__ import annotations
 
@@ -15,21 +22,62 @@ import os
 import torch
 
 from lengen.eval.metrics import batch_stats, finalize, restrict_to_outputs
+from lengen.tasks.base import EVAL_BLOCK, block_seed, check_eval_sizes
+
+
+def block_positions(model, split: str, seed: int, block: int, length: int, device=None):
+    """Evaluation positions of block ``block`` of ``split`` (model in eval mode): ``[T]``, or
+    ``[EVAL_BLOCK, T]`` from a per-sequence sampler."""
+    gen = torch.Generator().manual_seed(block_seed(seed, split, block, "positions"))
+    return model.sample_positions(length, batch_size=EVAL_BLOCK, device=device, generator=gen)
+
+
+def eval_stream(model, task, split: str, n_sequences: int, batch_size: int, seed: int,
+                device="cpu"):
+    """Yield ``(index of the first sequence, batch on device, positions or None)`` over the
+    evaluation set of ``split``. With a sampler that draws at evaluation, batches are cut at
+    block boundaries so each piece gets its block's positions; otherwise positions are None (the
+    model's deterministic default). Call with the model in eval mode."""
+    sampler = getattr(model, "sampler", None)
+    random = sampler is not None and getattr(sampler, "random_at_eval", True)
+    start, cached = 0, (None, None)
+    for batch in task.eval_batches(split, n_sequences, batch_size, seed):
+        batch = batch.to(device)
+        n, T = batch.inputs.shape
+        i = 0
+        while i < n:
+            if not random:
+                yield start, batch, None
+                break
+            block, offset = divmod(start + i, EVAL_BLOCK)
+            stop = min(n, i + EVAL_BLOCK - offset)
+            if cached[0] != (block, T):
+                cached = ((block, T), block_positions(model, split, seed, block, T, device))
+            pos = cached[1]
+            if pos.dim() == 2:                       # per-sequence positions: this piece's rows
+                pos = pos[offset:offset + stop - i]
+            yield start + i, batch.rows(i, stop), pos
+            i = stop
+        start += n
+
+
+def forward(model, inputs, positions):
+    """``model(inputs)``, passing ``positions`` only when there are some (plain modules work)."""
+    return model(inputs) if positions is None else model(inputs, positions=positions)
 
 
 @torch.inference_mode()
 def evaluate_split(model, task, split: str, n_sequences: int, batch_size: int, seed: int,
                    device="cpu") -> dict:
+    check_eval_sizes(n_sequences, batch_size, seed)
     was_training = model.training
     model.eval()
-    gen = torch.Generator().manual_seed(seed)
     total = None
     length = 0
     try:
-        for batch in task.eval_batches(split, n_sequences, batch_size, gen):
-            batch = batch.to(device)
+        for _, batch, pos in eval_stream(model, task, split, n_sequences, batch_size, seed, device):
             length = max(length, batch.inputs.shape[1])
-            logits, targets = restrict_to_outputs(model(batch.inputs), batch.targets,
+            logits, targets = restrict_to_outputs(forward(model, batch.inputs, pos), batch.targets,
                                                   getattr(task, "output_slice", None),
                                                   batch.eval_mask)
             s = batch_stats(logits, targets, batch.eval_mask)
@@ -44,6 +92,9 @@ def evaluate_split(model, task, split: str, n_sequences: int, batch_size: int, s
 def evaluate(model, task, splits: list[str], *, n_sequences: int, batch_size: int, seed: int = 1234,
              device="cpu", meta: dict | None = None, progress: bool = False) -> list[dict]:
     """Evaluate on each split; returns long-format rows (one per split x metric)."""
+    check_eval_sizes(n_sequences, batch_size, seed)
+    if isinstance(splits, str):
+        splits = [splits]
     for split in splits:
         task.check_split(split)
     rows = []
@@ -77,4 +128,6 @@ def write_text_atomic(text: str, path: str) -> None:
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w") as f:
         f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)

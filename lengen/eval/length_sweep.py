@@ -23,8 +23,10 @@ the training range shaded.
 
 Evaluation runs with the model in eval mode: dropout off (the reference leaves it on at test time;
 we do not). Position samplers follow their documented ``eval_mode``: Ruoss et al.'s randomized
-positions keep drawing a fresh sorted subset of [0, L) per batch at test time
-(``RandomizedSampler(eval_mode='randomized')``, the default), or use 0..T-1 with ``'identity'``.
+positions keep drawing a fresh sorted subset of [0, L) at test time
+(``RandomizedSampler(eval_mode='randomized')``, the default; one draw per block of evaluation
+sequences from a generator seeded by (seed, split, block), so a length's score does not depend on
+the batch size), or use 0..T-1 with ``'identity'``.
 
     lengths = sweep_lengths(41, 500, stride=20)              # 41, 61, ..., 481, 500
     rows = evaluate_lengths(model, task, lengths, n_sequences=500, batch_size=100)

@@ -44,7 +44,7 @@ def batch_stats(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor)
             "sequences_correct": int(right.all(dim=1).sum()),
             "tokens": int(mask.sum()),
             "tokens_correct": int(((pred == targets) & mask).sum()),
-            "nll_sum": float((nll * mask.flatten().float()).sum())}
+            "nll_sum": float((nll.double() * mask.flatten().double()).sum())}
 
 
 def finalize(s: dict) -> dict:

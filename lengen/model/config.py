@@ -1,11 +1,21 @@
-"""Model configuration (a plain dataclass; every field has a default and a comment)."""
+"""Model configuration (a plain dataclass; every field has a default, a comment and a rule).
+
+``MODEL_RULES`` is the table of valid values, checked when a ``ModelConfig`` is made (from a
+config file, overrides or Python), so an impossible size fails before any module is built.
+Registry names (``posenc``, ``attention``, ``positions``) and their ``*_kwargs`` are checked
+against the registries by :func:`lengen.config.validate`.
+"""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from lengen.checks import Bool, Choice, Float, Int, Mapping, Str, check_fields
+from lengen.errors import ConfigError
+
 MLPS = ("swiglu", "geglu", "relu")
 NORMS = ("rms", "layer")
 NORM_POSITIONS = ("pre", "post", "sandwich")
+ATTN_IMPLS = ("auto", "naive", "lean")     # = lengen.attention.base.IMPLS (tested equal)
 
 
 @dataclass
@@ -35,14 +45,68 @@ class ModelConfig:
     init_std: float = 0.02
 
     def __post_init__(self):
+        self.validate()
         if self.d_ff is None:
             self.d_ff = 2 * self.d_model
-        for name, value, valid in (("mlp", self.mlp, MLPS), ("norm", self.norm, NORMS),
-                                   ("norm_position", self.norm_position, NORM_POSITIONS)):
-            if value not in valid:
-                raise ValueError(f"unknown model.{name} '{value}'. Valid: {', '.join(valid)}")
+
+    def validate(self) -> None:
+        """Check every field against ``MODEL_RULES`` (coercing YAML strings such as ``1e3``),
+        then the cross-field constraints."""
+        check_fields(self, MODEL_RULES, "model")
         if self.d_model % self.n_heads:
-            raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
+            raise ConfigError(f"model.d_model={self.d_model} must be divisible by model.n_heads="
+                              f"{self.n_heads} (each head gets d_model / n_heads dimensions); "
+                              f"change one of them")
+
+    # -- arguments the model passes to registry classes itself (never from *_kwargs) ------------
+    def posenc_args(self) -> dict:
+        """Keyword arguments every positional scheme receives from the model."""
+        return dict(d_model=self.d_model, n_heads=self.n_heads,
+                    head_dim=self.d_model // self.n_heads, causal=self.causal)
+
+    def attention_args(self, layer_idx: int) -> dict:
+        """Keyword arguments every attention kind receives from the model (per layer)."""
+        return dict(d_model=self.d_model, n_heads=self.n_heads, causal=self.causal,
+                    impl=self.attn_impl, block_size=self.attn_block_size, layer_idx=layer_idx,
+                    n_layers=self.n_layers)
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+#: where each argument of ``posenc_args`` / ``attention_args`` comes from (for error messages)
+FRAMEWORK_ARG_SOURCES = {
+    "d_model": "model.d_model", "n_heads": "model.n_heads",
+    "head_dim": "model.d_model / model.n_heads", "causal": "model.causal",
+    "impl": "model.attn_impl", "block_size": "model.attn_block_size",
+    "layer_idx": "the layer's index (0 .. model.n_layers - 1)", "n_layers": "model.n_layers",
+}
+
+
+_NAME = "a registry name (see `lengen list`)"
+
+#: the valid values of every ModelConfig field
+MODEL_RULES = {
+    "vocab_size": Int(min=1),
+    "d_model": Int(min=1),
+    "n_layers": Int(min=1),
+    "n_heads": Int(min=1),
+    "d_ff": Int(min=1, optional=True),
+    "mlp": Choice(*MLPS),
+    "norm": Choice(*NORMS),
+    "norm_position": Choice(*NORM_POSITIONS),
+    "final_norm": Bool(),
+    "dropout": Float(min=0, lt=1),
+    "tie_embeddings": Bool(),
+    "embed_scale": Bool(),
+    "causal": Bool(),
+    "posenc": Str(what=_NAME),
+    "posenc_kwargs": Mapping(),
+    "attention": Str(what=_NAME),
+    "attention_kwargs": Mapping(),
+    "positions": Str(what=_NAME),
+    "positions_kwargs": Mapping(),
+    "attn_impl": Choice(*ATTN_IMPLS),
+    "attn_block_size": Int(min=1),
+    "init_std": Float(gt=0),
+}

@@ -58,10 +58,8 @@ class Block(nn.Module):
     def __init__(self, cfg: ModelConfig, layer_idx: int):
         super().__init__()
         self.norm_position = cfg.norm_position
-        self.attn = build_attention(cfg.attention, d_model=cfg.d_model, n_heads=cfg.n_heads,
-                                    causal=cfg.causal, impl=cfg.attn_impl,
-                                    block_size=cfg.attn_block_size, layer_idx=layer_idx,
-                                    n_layers=cfg.n_layers, **cfg.attention_kwargs)
+        self.attn = build_attention(cfg.attention, **cfg.attention_args(layer_idx),
+                                    **cfg.attention_kwargs)
         self.mlp = MLP(cfg)
         self.norm1, self.norm2 = make_norm(cfg), make_norm(cfg)
         if cfg.norm_position == "sandwich":
@@ -84,9 +82,7 @@ class Transformer(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.posenc = build_posenc(cfg.posenc, d_model=cfg.d_model, n_heads=cfg.n_heads,
-                                   head_dim=cfg.d_model // cfg.n_heads, causal=cfg.causal,
-                                   **cfg.posenc_kwargs)
+        self.posenc = build_posenc(cfg.posenc, **cfg.posenc_args(), **cfg.posenc_kwargs)
         self.sampler = build_sampler(cfg.positions, **cfg.positions_kwargs)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
@@ -111,13 +107,20 @@ class Transformer(nn.Module):
         table that is too small), instead of failing, or silently clamping, mid-training."""
         self.posenc.check_positions(self.sampler.max_position(length))
 
-    def sample_positions(self, length: int, device=None) -> torch.Tensor:
-        return self.sampler.sample(length, training=self.training, device=device)
+    def sample_positions(self, length: int, *, batch_size: int | None = None, device=None,
+                         generator: torch.Generator | None = None) -> torch.Tensor:
+        """Positions for ``length`` tokens from the sampler, in this module's train/eval mode:
+        ``[T]`` (or ``[B, T]`` from a per-sequence sampler given ``batch_size``). Random draws
+        come from ``generator``, else torch's global RNG."""
+        return self.sampler.sample(length, training=self.training, device=device,
+                                   generator=generator, batch_size=batch_size)
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
-        """tokens: [B, T] int64 -> logits [B, T, V]. positions: [T] float (default: sampler)."""
+        """tokens: [B, T] int64 -> logits [B, T, V]. positions: [T] float (default: drawn from
+        the sampler with torch's global RNG; training and evaluation pass them explicitly)."""
         B, T = tokens.shape
-        pos = self.sample_positions(T, tokens.device) if positions is None else positions
+        pos = (self.sample_positions(T, batch_size=B, device=tokens.device) if positions is None
+               else positions)
         x = self.embed(tokens)                                   # [B, T, D]
         if self.cfg.embed_scale:
             x = x * math.sqrt(self.cfg.d_model)

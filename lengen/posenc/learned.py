@@ -11,10 +11,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from lengen.checks import Float, Int
 from lengen.posenc.base import PositionalScheme
 
 
 class LearnedAbsolute(PositionalScheme):
+    KWARG_RULES = {"max_positions": Int(min=1), "init_std": Float(min=0)}
+
     def __init__(self, *, max_positions: int = 1024, init_std: float = 0.02, **kw):
         super().__init__(**kw)
         self.max_positions = int(max_positions)

@@ -3,4 +3,4 @@ from lengen.posenc.base import PositionalScheme
 
 
 class NoPE(PositionalScheme):
-    """Every hook is the identity."""
+    """No positional encoding (Kazemnejad et al. 2023): every hook is the identity."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from lengen.checks import Float
 from lengen.posenc.base import PositionalScheme
 
 
@@ -22,6 +23,8 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 
 
 class RoPE(PositionalScheme):
+    KWARG_RULES = {"base": Float(gt=0)}
+
     def __init__(self, *, base: float = 10000.0, **kw):
         super().__init__(**kw)
         if self.head_dim % 2:

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import torch
 
+from lengen.checks import Float
 from lengen.posenc.base import PositionalScheme
 
 
 class SinCos(PositionalScheme):
+    KWARG_RULES = {"base": Float(gt=0)}
+
     def __init__(self, *, base: float = 10000.0, **kw):
         super().__init__(**kw)
         if self.d_model % 2:

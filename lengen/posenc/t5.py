@@ -14,6 +14,7 @@ import math
 import torch
 from torch import nn
 
+from lengen.checks import Int
 from lengen.posenc.base import PositionalScheme
 
 
@@ -37,13 +38,17 @@ def relative_bucket(rel: torch.Tensor, *, bidirectional: bool, num_buckets: int,
 
 
 class T5Bias(PositionalScheme):
-    """The bias of pair (i, j) depends only on the rounded relative distance, so ``bias`` buckets
+    """T5 relative position bias (Raffel et al. 2020): one learned scalar per head and distance bucket.
+
+    The bias of pair (i, j) depends only on the rounded relative distance, so ``bias`` buckets
     each *distinct* distance once and expands the per-distance values ``[H, n_dist]`` to
     ``[H, Tq, Tk]``: a Toeplitz view (``unfold``) when positions step evenly by an integer, a
     gather otherwise. The table lookup then touches n_dist rows instead of Tq * Tk (its backward
     was the cost: an embedding backward over Tq * Tk indices), and the expansion's backward is a
     sum over diagonals / a scatter-add of the [H, Tq, Tk] gradient. Values and gradients are those
     of looking every pair up (``_reference_bias``)."""
+
+    KWARG_RULES = {"num_buckets": Int(min=2), "max_distance": Int(min=1)}
 
     has_bias = True
     #: the general (non-progression) path caches its [Tq, Tk] distance index for the last

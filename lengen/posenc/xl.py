@@ -39,11 +39,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from lengen.checks import Float, Int
 from lengen.posenc.base import PositionalScheme
 from lengen.posenc.t5 import integer_progression
 
 
 class TransformerXLRelative(PositionalScheme):
+    KWARG_RULES = {"rel_dim": Int(min=2, optional=True), "base": Float(gt=0), "init_std": Float(min=0)}
+
     has_bias = True
 
     def __init__(self, *, rel_dim: int | None = None, base: float = 10000.0, init_std: float = 0.02,

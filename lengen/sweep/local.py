@@ -15,10 +15,12 @@ Layout of ``out_dir``::
     out_dir/sweep.json         per-run status (done | cached | failed), seconds, worker
 
 All of these are rewritten atomically after every finished run, so a killed sweep leaves complete
-files behind. Rerunning the same sweep skips finished runs (``eval.json`` present: rows are read
-back, nothing is recomputed), resumes unfinished ones from their last checkpoint (``train`` does
-that) and retries failed ones. A finished run whose stored config differs from the sweep's is
-reported as failed instead of being silently reused.
+files behind. Rerunning the same sweep skips finished runs (a readable ``eval.json`` and the same
+config up to ``lengen.config.RUNTIME_KEYS``: rows are read back, nothing is recomputed), resumes
+unfinished ones from their last checkpoint (``train`` does that) and retries failed ones. A
+finished run whose ``eval.json`` is unreadable (truncated, corrupt) or whose evaluation settings
+changed is re-evaluated from its final checkpoint without retraining; one whose training config
+differs is reported as failed instead of being silently reused.
 """
 from __future__ import annotations
 
@@ -29,20 +31,42 @@ import traceback
 
 from lengen.sweep.grid import RunSpec, as_specs
 
-# train.* fields that do not change what a run computes (ignored when matching a finished run)
-_HARMLESS = {"threads", "progress", "device", "tensorboard", "log_every"}
-
-
-def _normalise(cfg_dict: dict) -> dict:
-    d = json.loads(json.dumps(cfg_dict, default=str))
-    for k in _HARMLESS:
-        d.get("train", {}).pop(k, None)
-    return d
-
 
 def _read_json(path):
     with open(path) as f:
         return json.load(f)
+
+
+def _read_rows(path):
+    """Rows of a finished run's eval.json, or None when missing or unreadable."""
+    try:
+        rows = _read_json(path)
+    except (OSError, ValueError):
+        return None
+    return rows if isinstance(rows, list) and all(isinstance(r, dict) for r in rows) else None
+
+
+def finished_rows(cfg_dict: dict, run_dir: str):
+    """``(rows, None)`` when ``run_dir`` holds this very run finished (readable eval.json, same
+    config up to the runtime keys); ``(None, reason)`` otherwise, where reason says whether the
+    run needs training/resuming (``"train"``), only re-evaluation (``"eval"``: evaluation settings
+    changed or eval.json unreadable), or cannot be reused (any other text: the differing keys)."""
+    from lengen.config import RESUME_IGNORED, RUNTIME_KEYS, config_diff
+    from lengen.train.rundir import read_stored_config
+
+    path = os.path.join(run_dir, "eval.json")
+    if not os.path.exists(path):
+        return None, "train"
+    stored = read_stored_config(run_dir)
+    if stored is None:
+        return None, "train"          # train() explains what is wrong with the directory
+    if config_diff(stored, cfg_dict, RESUME_IGNORED):
+        keys = ", ".join(k for k, _, _ in config_diff(stored, cfg_dict, RESUME_IGNORED)[:6])
+        return None, f"different config ({keys})"
+    rows = _read_rows(path)
+    if rows is None or config_diff(stored, cfg_dict, RUNTIME_KEYS):
+        return None, "eval"
+    return rows, None
 
 
 def run_one(spec: RunSpec | dict, out_dir: str, *, quiet: bool = True, threads: int = 0) -> dict:
@@ -67,17 +91,25 @@ def run_one(spec: RunSpec | dict, out_dir: str, *, quiet: bool = True, threads: 
 
             torch.set_num_threads(threads)
         cfg = resolve(spec.config)
-        done = os.path.join(run_dir, "eval.json")
-        if os.path.exists(done):
-            stored = _read_json(os.path.join(run_dir, "config.json"))
-            if _normalise(stored) != _normalise(cfg.to_dict()):
-                raise ValueError(f"{run_dir} holds a finished run with a different config; "
-                                 f"delete that directory or sweep into another output folder")
-            result.update(status="cached", rows=_read_json(done))
+        rows, why = finished_rows(cfg.to_dict(), run_dir)
+        if rows is not None:
+            result.update(status="cached", rows=rows)
+        elif why not in ("train", "eval"):
+            raise ValueError(f"{run_dir} holds a finished run with a {why}; delete that "
+                             f"directory or sweep into another output folder")
         else:
+            from lengen.errors import CheckpointError
             from lengen.train import train
+            from lengen.train.runs import reevaluate
 
-            _, _, rows = train(cfg, run_dir, quiet=quiet)
+            rows = None
+            if why == "eval":             # finished: evaluate its weights again, no training
+                try:
+                    rows = reevaluate(cfg, run_dir, quiet=quiet)
+                except CheckpointError:
+                    rows = None           # unusable weights file: train() rewrites it
+            if rows is None:
+                _, _, rows = train(cfg, run_dir, quiet=quiet)
             if rows is None:
                 raise RuntimeError("training stopped before the last step")
             result.update(status="done", rows=rows)
@@ -233,7 +265,9 @@ def run_sweep(runs, out_dir: str, *, workers: int = 1, backend: str = "local", t
         # finished runs are only read back: do that here instead of starting workers for them
         todo = []
         for spec in specs:
-            if os.path.exists(os.path.join(out_dir, spec.name, "eval.json")):
+            rows, _ = finished_rows(resolve(spec.config).to_dict(),
+                                    os.path.join(out_dir, spec.name))
+            if rows is not None:
                 on_result(run_fn(spec, out_dir, **dict(opts, threads=0)))
             else:
                 todo.append(spec)
@@ -342,9 +376,9 @@ def collect(out_dir: str) -> list[dict]:
     looking at a sweep that is still running or was run elsewhere."""
     rows = []
     for name in sorted(os.listdir(out_dir)):
-        path = os.path.join(out_dir, name, "eval.json")
-        if os.path.exists(path):
-            rows += [dict(r, status="ok") for r in _read_json(path)]
+        found = _read_rows(os.path.join(out_dir, name, "eval.json"))
+        if found is not None:
+            rows += [dict(r, status="ok") for r in found]
     return rows
 
 

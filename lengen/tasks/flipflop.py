@@ -15,9 +15,13 @@ w=0, r=1, i=2, '0'=3, '1'=4.
 """
 from __future__ import annotations
 
+import os
+import warnings
+
 import torch
 
-from lengen.tasks.base import Batch, Task
+from lengen.checks import Float, Int, did_you_mean
+from lengen.tasks.base import Batch, Task, check_eval_sizes
 
 W, R, I, ZERO, ONE = 0, 1, 2, 3, 4
 CHARS = "wri01"
@@ -54,25 +58,47 @@ def to_batch(seq: torch.Tensor) -> Batch:
 
 
 class FlipFlop(Task):
+    """Flip-flop language modelling (Liu et al. 2023): remember the last written bit across
+    ignore instructions; IID / sparse / dense splits."""
+
     name = "flipflop"
     vocab_size = 5
+    KWARG_RULES = {"n_pairs": Int(min=2), "p_ignore": Float(min=0, max=1),
+                   "eval_n_pairs": Int(min=2, optional=True)}
 
     def __init__(self, n_pairs: int = 256, p_ignore: float = 0.8, eval_n_pairs: int | None = None,
                  split_p_ignore: dict | None = None, data_files: dict | None = None):
-        """``data_files`` maps a split (or ``train``) to a file in the official format (see
-        :mod:`lengen.tasks.flipflop_data`); those splits are then sampled from the file instead of
-        generated."""
+        """``data_files`` maps ``train`` or a split name to a file in the official format (see
+        :mod:`lengen.tasks.flipflop_data`); those splits are then read from the file instead of
+        generated. ``split_p_ignore`` adds or changes generated splits (name -> p_ignore)."""
+        if n_pairs < 2 or (eval_n_pairs is not None and eval_n_pairs < 2):
+            raise ValueError("flip-flop needs at least 2 pairs (a first write and a last read): "
+                             "n_pairs and eval_n_pairs must be >= 2")
+        if not 0.0 <= p_ignore <= 1.0:
+            raise ValueError(f"p_ignore must be in [0, 1], got {p_ignore}")
         self.n_pairs, self.p_ignore = n_pairs, p_ignore
         self.eval_n_pairs = eval_n_pairs or n_pairs
+        for split, p in (split_p_ignore or {}).items():
+            if not isinstance(split, str) or isinstance(p, bool) or \
+                    not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+                raise ValueError(f"split_p_ignore maps a split name to a probability in [0, 1]; "
+                                 f"got {split!r}: {p!r}")
         self.split_p = dict(SPLITS, **(split_p_ignore or {}))
+        valid = ["train"] + list(self.split_p)
         self.data = {}
         for split, path in (data_files or {}).items():
+            if split not in valid:
+                raise ValueError(f"unknown data_files key '{split}'; valid keys: "
+                                 f"{', '.join(valid)} (a file for a new split needs the split "
+                                 f"declared in split_p_ignore).{did_you_mean(split, valid)}")
+            if not isinstance(path, (str, os.PathLike)):
+                raise ValueError(f"data_files.{split} must be a file path, got {path!r}")
             from lengen.tasks.flipflop_data import load_flipflop
 
-            self.data[split] = load_flipflop(path)
+            self.data[split] = load_flipflop(os.fspath(path))
 
     def splits(self):
-        return list(self.split_p) + [s for s in self.data if s not in self.split_p and s != "train"]
+        return list(self.split_p)
 
     def max_input_length(self, splits=None):
         lengths = [2 * self.n_pairs - 1, 2 * self.eval_n_pairs - 1]
@@ -94,11 +120,17 @@ class FlipFlop(Task):
             return to_batch(self._from_file(split, batch_size, generator))
         return to_batch(generate_flipflop(batch_size, self.eval_n_pairs, self.split_p[split], generator))
 
-    def eval_batches(self, split, n_sequences, batch_size, generator):
-        """File-backed splits are read in order (the first ``n_sequences`` rows), not resampled."""
+    def eval_batches(self, split, n_sequences, batch_size, seed):
+        """File-backed splits are read in order (the first ``n_sequences`` rows, whatever the
+        seed), not resampled; generated splits as :meth:`Task.eval_batches`."""
         if split not in self.data:
-            yield from super().eval_batches(split, n_sequences, batch_size, generator)
+            yield from super().eval_batches(split, n_sequences, batch_size, seed)
             return
+        check_eval_sizes(n_sequences, batch_size, seed)
         rows = self.data[split][:n_sequences]
+        if rows.shape[0] < n_sequences:
+            warnings.warn(f"flip-flop split '{split}' has {rows.shape[0]} rows in its data file; "
+                          f"evaluating those instead of the {n_sequences} sequences asked for",
+                          stacklevel=2)
         for s in range(0, rows.shape[0], batch_size):
             yield to_batch(rows[s:s + batch_size])

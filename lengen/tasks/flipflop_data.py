@@ -56,19 +56,36 @@ def validate_row(text, row: int, expected_len: int | None) -> str | None:
 
 
 def _read_texts(source: str) -> list:
+    if os.path.isdir(source):
+        raise ValueError(f"{source} is a directory; give a flip-flop data file (.parquet, .jsonl "
+                         f"or .txt) or a hub name such as synthseq/flipflop:val")
+    ext = os.path.splitext(source)[1].lower()
+    if not os.path.exists(source) and (ext in (".parquet", ".jsonl", ".json", ".txt")
+                                       or os.path.dirname(source) and
+                                       os.path.isdir(os.path.dirname(source))):
+        raise FileNotFoundError(f"flip-flop data file {source} does not exist; check the path "
+                                f"(or give a hub name such as synthseq/flipflop:val)")
     if os.path.exists(source):
-        ext = os.path.splitext(source)[1].lower()
         if ext == ".parquet":
             try:
                 import pyarrow.parquet as pq
             except ImportError as e:  # pragma: no cover - depends on the environment
                 raise ImportError("reading Parquet needs pyarrow: pip install 'lengen[data]'") from e
-            table = pq.read_table(source)
+            try:
+                table = pq.read_table(source)
+            except Exception as e:  # noqa: BLE001 - pyarrow's error types vary by version
+                raise ValueError(f"{source} is not a readable Parquet file ({type(e).__name__}: "
+                                 f"{e})") from None
             if "text" not in table.column_names:
                 raise ValueError(f"{source}: no 'text' column (columns: {table.column_names})")
             return table.column("text").to_pylist()
-        with open(source) as f:
-            lines = [ln.rstrip("\r\n") for ln in f if ln.strip()]  # blank lines skipped
+        try:
+            with open(source, encoding="utf-8") as f:
+                lines = [ln.rstrip("\r\n") for ln in f if ln.strip()]  # blank lines skipped
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{source} is not a text file (byte {e.start} is not UTF-8); flip-flop "
+                             f"data files are .parquet, .jsonl or one sequence per text line, "
+                             f"e.g. w1i0r1") from None
         if ext in (".jsonl", ".json"):
             texts = []
             for n, ln in enumerate(lines):
@@ -88,8 +105,30 @@ def _read_texts(source: str) -> list:
     return datasets.load_dataset(name, split=split or "train")["text"]
 
 
+# (path, mtime, size, limit) -> tokens, so validating a config and then building its task (or the
+# runs of a sweep) read a file once; at most one entry per split kind (train, iid, sparse, dense)
+_CACHE: dict = {}
+_CACHE_SIZE = 4
+
+
 def load_flipflop(source: str, limit: int | None = None) -> torch.Tensor:
-    """Load and validate official-format sequences -> tokens [N, T] int64."""
+    """Load and validate official-format sequences -> tokens [N, T] int64. A file read before
+    (same path, size and modification time) is not read again."""
+    key = None
+    if os.path.isfile(source):
+        st = os.stat(source)
+        key = (os.path.abspath(source), st.st_mtime_ns, st.st_size, limit)
+        if key in _CACHE:
+            return _CACHE[key]
+    tokens = _load_flipflop(source, limit)
+    if key is not None:
+        while len(_CACHE) >= _CACHE_SIZE:
+            _CACHE.pop(next(iter(_CACHE)))
+        _CACHE[key] = tokens
+    return tokens
+
+
+def _load_flipflop(source: str, limit: int | None) -> torch.Tensor:
     texts = _read_texts(source)
     if limit is not None:
         texts = texts[:limit]

@@ -114,10 +114,9 @@ def prompts_and_answers(batch: Batch) -> tuple[list[torch.Tensor], list[torch.Te
 
 def seeded_eval_batches(task: Task, split: str, n_sequences: int, batch_size: int, seed: int):
     """The evaluation batches of ``split`` for an int ``seed``, exactly as
-    :func:`lengen.eval.evaluate.evaluate_split` draws them, so teacher-forced and generated exact
-    match score the same sequences. (Thin bridge: once ``Task.eval_batches`` takes the int seed
-    itself, CONTRACT item 4, this becomes ``task.eval_batches(split, n, batch_size, seed)``.)"""
-    return task.eval_batches(split, n_sequences, batch_size, torch.Generator().manual_seed(seed))
+    :func:`lengen.eval.evaluate.evaluate_split` draws them (``Task.eval_batches``), so
+    teacher-forced and generated exact match score the same sequences."""
+    return task.eval_batches(split, n_sequences, batch_size, seed)
 
 
 class SequenceTask(Task):

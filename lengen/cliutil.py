@@ -1,0 +1,82 @@
+"""Argument types and error reporting for the ``lengen`` command line (kept out of
+:mod:`lengen.cli` so that module stays the parser and the command table)."""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+import sys
+
+_OVERRIDE = re.compile(r"^[A-Za-z_][\w-]*(\.[\w-]+)*=")
+
+
+def looks_like_override(text: str) -> bool:
+    """``train.steps=3``-shaped (a dotted key, then ``=``)."""
+    return bool(_OVERRIDE.match(text)) and not text.startswith("-")
+
+
+def int_at_least(low: int):
+    """argparse ``type=`` for an integer ``>= low`` (argparse then names the flag)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        return value
+
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
+def positive_float(text: str) -> float:
+    """argparse ``type=`` for a finite number ``> 0``."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
+def not_an_override(flag: str, value: str | None) -> None:
+    """``--run-dir train.steps=3`` means the override was swallowed as the flag's value."""
+    from lengen.errors import ConfigError
+
+    if value is not None and looks_like_override(value):
+        raise ConfigError(f"{flag} got '{value}', which looks like a key=value override; give "
+                          f"{flag} its value first (e.g. {flag} runs/x {value})")
+
+
+def message(e: BaseException) -> str:
+    """An exception as one line for the user (OSErrors as 'reason: file')."""
+    if isinstance(e, OSError) and e.strerror and e.filename:
+        return f"{e.strerror}: {e.filename}"
+    return str(e) or type(e).__name__
+
+
+def is_user_error(e: BaseException) -> bool:
+    """Errors whose message tells the user what to fix (exit status 2, no traceback); anything
+    else is reported as unexpected (exit status 1, with a pointer to --debug)."""
+    import yaml
+
+    from lengen.errors import LengenError
+
+    return isinstance(e, (LengenError, ValueError, OSError, ImportError, yaml.YAMLError))
+
+
+def silence_stdout() -> None:
+    """After a broken pipe (``lengen list | head``): point stdout at /dev/null so the
+    interpreter's final flush does not print a second error."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+__all__ = ["int_at_least", "positive_float", "looks_like_override", "not_an_override", "message",
+           "is_user_error", "silence_stdout"]

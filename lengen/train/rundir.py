@@ -1,0 +1,191 @@
+"""Run directories: one process at a time, never two runs mixed in one, nothing deleted silently.
+
+* :class:`RunDirLock` holds an exclusive ``fcntl.flock`` on ``RUN_DIR/.lock`` for the whole of a
+  training or evaluation; a second process fails at once, naming the holder's pid. (POSIX only;
+  where ``fcntl`` is missing the lock is a no-op. ``flock`` may not lock across the nodes of a
+  network file system.)
+* :func:`check_same_run` refuses to resume when the stored config differs from the new one in any
+  key that changes what is computed (``lengen.config.RESUME_IGNORED`` lists the harmless ones).
+* :func:`move_aside` (``--fresh``) moves an old run into ``RUN_DIR/previous/<time>/`` instead of
+  deleting it.
+* :func:`write_rows` writes evaluation rows (``eval.json`` / ``eval.csv``) atomically.
+* :func:`truncate_metrics` drops ``metrics.jsonl`` lines written after the checkpoint a run resumes
+  from (a hard kill leaves some behind, and a torn last line), so the resumed run's lines are
+  not duplicated.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+
+from lengen.errors import RunDirError
+
+LOCK_NAME = ".lock"
+PREVIOUS = "previous"
+#: what a run writes; a directory holding any of these holds a run
+RUN_FILES = ("config.json", "metrics.jsonl", "checkpoints", "model.safetensors", "eval.json",
+             "eval.csv", "tb")
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None
+
+
+class RunDirLock:
+    """``with RunDirLock(run_dir, "train"): ...`` - exclusive use of ``run_dir``."""
+
+    def __init__(self, run_dir: str, purpose: str = "train"):
+        self.run_dir, self.purpose, self.fd = run_dir, purpose, None
+        self.path = os.path.join(run_dir, LOCK_NAME)
+
+    def __enter__(self):
+        if os.path.exists(self.run_dir) and not os.path.isdir(self.run_dir):
+            raise RunDirError(f"run directory {self.run_dir} is a file, not a directory; choose "
+                              f"another --run-dir")
+        try:
+            os.makedirs(self.run_dir, exist_ok=True)
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise RunDirError(f"cannot use run directory {self.run_dir}: {e.strerror or e}") from None
+        if fcntl is None:
+            return self
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(self.fd, 200, 0).decode(errors="replace").strip() or "unknown"
+            os.close(self.fd)
+            self.fd = None
+            raise RunDirError(f"run directory {self.run_dir} is in use by another lengen process "
+                              f"({holder}); wait for it to finish or stop it, or use another "
+                              f"--run-dir (lock file {self.path})") from None
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, f"pid {os.getpid()} on {socket.gethostname()}, {self.purpose} since "
+                           f"{time.strftime('%Y-%m-%d %H:%M:%S')}".encode(), 0)
+        return self
+
+    def __exit__(self, *exc):
+        if self.fd is not None:
+            if fcntl is not None:
+                os.ftruncate(self.fd, 0)
+                fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = None
+        return False
+
+
+def has_run(run_dir: str) -> bool:
+    return os.path.isdir(run_dir) and any(os.path.exists(os.path.join(run_dir, f))
+                                          for f in RUN_FILES)
+
+
+def move_aside(run_dir: str) -> str | None:
+    """Move everything in ``run_dir`` except the lock and earlier ``previous/`` runs into
+    ``run_dir/previous/<time>-<pid>/``; returns that folder (None if there was nothing)."""
+    if not os.path.isdir(run_dir):
+        return None
+    entries = [e for e in os.listdir(run_dir) if e not in (LOCK_NAME, PREVIOUS)]
+    if not entries:
+        return None
+    dest = os.path.join(run_dir, PREVIOUS, f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+    os.makedirs(dest)
+    for e in entries:
+        os.replace(os.path.join(run_dir, e), os.path.join(dest, e))
+    return dest
+
+
+def read_stored_config(run_dir: str) -> dict | None:
+    """The config a run directory's run was started with: ``config.json``, or when that is
+    missing or unreadable, the newest checkpoint's ``meta.json``. None when neither exists."""
+    from lengen.train.checkpoint import list_checkpoints
+
+    sources = [os.path.join(run_dir, "config.json")]
+    sources += [os.path.join(p, "meta.json") for p in list_checkpoints(run_dir)]
+    for path in sources:
+        try:
+            with open(path) as f:
+                d = json.load(f)
+        except (OSError, ValueError):
+            continue
+        d = d.get("config") if path.endswith("meta.json") else d
+        if isinstance(d, dict):
+            return d
+    return None
+
+
+def check_same_run(run_dir: str, new: dict) -> None:
+    """Raise RunDirError if ``run_dir`` holds a run whose config differs from ``new`` in a key
+    that changes what is computed (or whose config cannot be read at all)."""
+    from lengen.config import RESUME_IGNORED, config_diff
+
+    if not has_run(run_dir):
+        return
+    fix = (f"Rerun with the stored settings (in {os.path.join(run_dir, 'config.json')}) to "
+           f"resume, pass --fresh (fresh=True) to move the old run to "
+           f"{os.path.join(run_dir, PREVIOUS)}/ and start over, or use another --run-dir")
+    stored = read_stored_config(run_dir)
+    if stored is None:
+        raise RunDirError(f"{run_dir} holds run files but no readable config.json or checkpoint "
+                          f"config, so it cannot be checked against this run. {fix}")
+    diff = config_diff(stored, new, RESUME_IGNORED)
+    if diff:
+        shown = "; ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in diff[:6])
+        more = f" (and {len(diff) - 6} more)" if len(diff) > 6 else ""
+        raise RunDirError(f"{run_dir} holds a run with a different config ({shown}{more}); "
+                          f"resuming would mix two runs. {fix}")
+
+
+def truncate_metrics(run_dir: str, step: int, log=None) -> int:
+    """Keep only ``metrics.jsonl`` lines with ``step <= step`` (and drop unparsable ones);
+    returns how many were dropped."""
+    path = os.path.join(run_dir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return 0
+    with open(path, "rb") as f:
+        lines = f.read().split(b"\n")
+    keep, dropped = [], 0
+    for ln in lines:
+        if not ln.strip():
+            continue
+        try:
+            ok = int(json.loads(ln)["step"]) <= step
+        except (ValueError, KeyError, TypeError):
+            ok = False
+        if ok:
+            keep.append(ln)
+        else:
+            dropped += 1
+    if dropped:
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "wb") as f:
+            f.write(b"".join(ln + b"\n" for ln in keep))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        (log or (lambda m: print(m, file=sys.stderr)))(
+            f"lengen: dropped {dropped} line(s) of {path} written after step {step} by the "
+            f"interrupted run (they are recomputed identically)")
+    return dropped
+
+
+def run_meta(cfg, run_dir: str) -> dict:
+    """The columns every evaluation row of a run carries (run name, task, scheme, seeds)."""
+    return {"run": cfg.name or os.path.basename(os.path.normpath(run_dir)), "task": cfg.task.name,
+            "pe": cfg.model.posenc, "attention": cfg.model.attention,
+            "positions": cfg.model.positions, "seed": cfg.train.seed, "data_seed": cfg.train.data_seed}
+
+
+def write_rows(rows, run_dir, stem: str = "eval"):
+    """``RUN_DIR/<stem>.json`` and ``.csv``, each written through a temporary file and renamed."""
+    from lengen.config import save_json_atomic
+    from lengen.eval.evaluate import rows_to_csv, write_text_atomic
+
+    save_json_atomic(rows, os.path.join(run_dir, f"{stem}.json"))
+    write_text_atomic(rows_to_csv(rows), os.path.join(run_dir, f"{stem}.csv"))
+
+
+__all__ = ["RunDirLock", "has_run", "move_aside", "read_stored_config", "check_same_run",
+           "truncate_metrics", "run_meta", "write_rows", "RUN_FILES", "PREVIOUS"]

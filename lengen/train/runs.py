@@ -1,0 +1,87 @@
+"""Operations on existing run directories: evaluate a run's weights again (``lengen eval``) and
+re-evaluate a finished run with new evaluation settings without retraining (sweeps). Both hold the
+run directory's lock while they run. ``load_run`` (in :mod:`lengen.train.loop`) reads a run.
+"""
+from __future__ import annotations
+
+import os
+from contextlib import nullcontext
+
+import torch
+
+from lengen.checks import check_device_available
+from lengen.config import ExperimentConfig, save_json_atomic
+from lengen.errors import ConfigError
+from lengen.eval.evaluate import evaluate
+from lengen.train.loop import load_run, prepare
+from lengen.train.rundir import RunDirLock, check_same_run, run_meta, write_rows
+
+
+def evaluate_run(run_dir: str, *, splits=None, sequences: int | None = None,
+                 batch_size: int | None = None, seed: int | None = None, device="cpu",
+                 out: str = "eval", progress: bool = False, plot: bool = True) -> list[dict]:
+    """Evaluate a run directory's weights (the run's eval settings unless given) and write
+    ``RUN_DIR/<out>.json`` and ``.csv`` (and ``<out>.png``, accuracy vs length, when ``plot`` and
+    the splits are two or more ``len=K`` lengths). Holds the run directory's lock while it runs."""
+    from lengen.checks import Int, Str
+    from lengen.config import SEED
+
+    for key, value in (("sequences", sequences), ("batch_size", batch_size)):
+        if value is not None:
+            Int(min=1).check(value, key)
+    if seed is not None:
+        SEED.check(seed, "seed")
+    Str(r"[A-Za-z0-9_][A-Za-z0-9._-]*", "a file name stem such as eval or ood").check(out, "out")
+    # lock only an existing directory (load_run reports a missing one; never create it here)
+    with RunDirLock(run_dir, "evaluation") if os.path.isdir(run_dir) else nullcontext():
+        cfg, task, model = load_run(run_dir, device=device)
+        if isinstance(splits, str):
+            splits = [splits]
+        splits = list(splits or cfg.eval.splits or task.splits())
+        for split in splits:
+            try:
+                task.check_split(split)
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
+        try:
+            model.check_length(task.max_input_length(splits))
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        rows = evaluate(model, task, splits, n_sequences=sequences or cfg.eval.sequences,
+                        batch_size=batch_size or cfg.eval.batch_size,
+                        seed=cfg.eval.seed if seed is None else seed, device=device,
+                        meta=run_meta(cfg, run_dir), progress=progress)
+        write_rows(rows, run_dir, stem=out)
+        if plot:
+            from lengen.analysis.length_curves import plot_task_sweep
+
+            plot_task_sweep(rows, task, os.path.join(run_dir, f"{out}.png"))
+    return rows
+
+
+def reevaluate(cfg: ExperimentConfig, run_dir: str, *, quiet: bool = True) -> list[dict]:
+    """Evaluate a finished run's final weights (``model.safetensors``) with ``cfg``'s evaluation
+    settings, and rewrite ``eval.json`` / ``eval.csv`` and ``config.json``, without training.
+    ``cfg`` may differ from the stored config only in keys that do not change training
+    (``RESUME_IGNORED``). Raises CheckpointError when the weights file is unusable (then
+    :func:`train` rewrites it from the last checkpoint)."""
+    from lengen.train.checkpoint import load_weights
+
+    task, model = prepare(cfg)
+    check_device_available(cfg.train.device, "train.device")
+    with RunDirLock(run_dir, "evaluation"):
+        check_same_run(run_dir, cfg.to_dict())
+        load_weights(model, os.path.join(run_dir, "model.safetensors"))
+        device = torch.device(cfg.train.device)
+        model.to(device)
+        rows = evaluate(model, task, cfg.eval.splits or task.splits(),
+                        n_sequences=cfg.eval.sequences, batch_size=cfg.eval.batch_size,
+                        seed=cfg.eval.seed, device=device,
+                        meta=dict(run_meta(cfg, run_dir), step=cfg.train.steps),
+                        progress=not quiet and cfg.train.progress)
+        save_json_atomic(cfg.to_dict(), os.path.join(run_dir, "config.json"))
+        write_rows(rows, run_dir)
+    return rows
+
+
+__all__ = ["evaluate_run", "reevaluate"]
