@@ -1,13 +1,17 @@
 """Position samplers: positions are data.
 
 Every positional scheme in :mod:`lengen.posenc` reads an explicit, possibly fractional, positions
-tensor of shape ``[T]`` instead of assuming ``arange(T)``. A *position sampler* makes that tensor.
+tensor instead of assuming ``arange(T)``: ``[T]`` (shared by every sequence of the batch) or
+``[B, T]`` (one row per sequence). A *position sampler* makes that tensor.
 Randomized positions (Ruoss et al. 2023), label encodings (Li & McClelland 2023), position
 interpolation and head/tail index warping are all samplers, so they compose with every scheme
 instead of being re-implemented inside each one.
 
-One sample is drawn per batch (shared by all sequences of the batch), as in the public reference
-code of Ruoss et al. Each sampler states what it does at training and at evaluation time.
+The samplers here draw one sample per batch (shared by all sequences of the batch, ``[T]``), as in
+the public reference code of Ruoss et al., whatever ``batch_size`` is. A per-instance sampler
+(e.g. warping the positions of some sequences only) sets ``per_instance = True`` and returns
+``[B, T]`` when ``batch_size`` is given. Each sampler states what it does at training and at
+evaluation time.
 
 To add a sampler: subclass :class:`PositionSampler`, implement ``sample`` and ``max_position``,
 and add one line to ``SAMPLERS``.
@@ -18,9 +22,14 @@ import torch
 
 
 class PositionSampler:
-    """Makes the ``[T]`` float positions tensor for a sequence of length ``T``."""
+    """Makes the float positions tensor for sequences of length ``T``: ``[T]``, or ``[B, T]``
+    from a per-instance sampler asked for ``batch_size=B``."""
 
-    def sample(self, length: int, *, training: bool, device=None, generator=None) -> torch.Tensor:
+    #: True when ``sample(..., batch_size=B)`` returns one row per sequence ([B, T])
+    per_instance: bool = False
+
+    def sample(self, length: int, *, training: bool, device=None, generator=None,
+               batch_size: int | None = None) -> torch.Tensor:
         raise NotImplementedError
 
     def max_position(self, length: int) -> float:
@@ -37,7 +46,7 @@ class PositionSampler:
 class IdentitySampler(PositionSampler):
     """Positions ``0, 1, ..., T-1`` at training and evaluation (the usual convention)."""
 
-    def sample(self, length, *, training, device=None, generator=None):
+    def sample(self, length, *, training, device=None, generator=None, batch_size=None):
         return torch.arange(length, device=device, dtype=torch.float32)
 
     def max_position(self, length):
@@ -86,7 +95,7 @@ class RandomizedSampler(PositionSampler):
                 f"{type(self).__name__} draws positions from [0, {self.max_length}) but the input "
                 f"has {length} tokens; raise model.positions_kwargs.max_length to >= {length}")
 
-    def sample(self, length, *, training, device=None, generator=None):
+    def sample(self, length, *, training, device=None, generator=None, batch_size=None):
         if not training and self.eval_mode == "identity":
             return torch.arange(length, device=device, dtype=torch.float32)
         self.check(length)
@@ -120,7 +129,7 @@ class LabelSampler(RandomizedSampler):
 
     EVAL_MODES = ("randomized", "spread", "identity")
 
-    def sample(self, length, *, training, device=None, generator=None):
+    def sample(self, length, *, training, device=None, generator=None, batch_size=None):
         if not training and self.eval_mode == "spread":
             self.check(length)
             span = torch.linspace(0, self.max_length - 1, length, dtype=torch.float64,
