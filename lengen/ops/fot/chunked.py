@@ -1,5 +1,10 @@
 """Forgetting attention through SDPA over query blocks: the decay bias c_i - c_j of a block is
-[B, H, block, T] at most, so peak memory grows linearly in T (default at evaluation)."""
+[B, H, block, T] at most, so peak memory grows linearly in T (default at evaluation).
+
+:func:`fot_attention_blocks` takes the cumulative log-forget ``c`` of every key directly, so a
+cached decoding step (``q_offset``: the query rows are the last ``Tq`` keys) can pass the ``c``
+carried in its cache and each new row gets ``c_i - c_j`` against every cached key exactly.
+"""
 from __future__ import annotations
 
 import torch
@@ -8,16 +13,31 @@ import torch.nn.functional as F
 from lengen.ops.common import causal_mask, query_blocks
 
 
+def cumulative_log_forget(log_f: torch.Tensor, c_before: torch.Tensor | None = None) -> torch.Tensor:
+    """c = cumsum(log_f) in at least fp32 (fp64 inputs stay fp64), continuing from the last entry
+    of ``c_before`` ([B, H, Tc], cached keys) when given. log_f: [B, H, T] -> [B, H, T]."""
+    c = log_f.to(torch.promote_types(log_f.dtype, torch.float32)).cumsum(-1)
+    if c_before is not None and c_before.shape[-1]:
+        c = c + c_before[..., -1:].to(c.dtype)
+    return c
+
+
 def fot_attention_chunked(q, k, v, log_f, *, bias_fn=None, scale=None, block_size=256):
+    c = cumulative_log_forget(log_f).to(q.dtype)                      # [B, H, T]
+    return fot_attention_blocks(q, k, v, c, bias_fn=bias_fn, scale=scale, block_size=block_size)
+
+
+def fot_attention_blocks(q, k, v, c, *, bias_fn=None, scale=None, block_size=256, q_offset=0):
+    """q: [B, H, Tq, hd]; k, v: [B, H, Tk, hd] with Tk = q_offset + Tq; c: [B, H, Tk] cumulative
+    log-forget of every key (the query rows use c[..., q_offset:])."""
     T = q.shape[-2]
-    # cumsum in at least fp32 (fp64 inputs stay fp64)
-    c = log_f.to(torch.promote_types(log_f.dtype, torch.float32)).cumsum(-1).to(q.dtype)  # [B, H, T]
     outs = []
     for s, e in query_blocks(T, block_size):
-        mask = c[..., s:e, None] - c[..., None, :e]            # [B, H, tq, e]
+        ke = q_offset + e                                      # keys visible to the block
+        mask = c[..., q_offset + s:ke, None] - c[..., None, :ke]   # [B, H, tq, ke]
         if bias_fn is not None:
-            mask = mask + bias_fn(s, e)[..., :e]
-        mask = mask.masked_fill(~causal_mask(e - s, e, s, q.device), float("-inf"))
-        outs.append(F.scaled_dot_product_attention(q[:, :, s:e], k[:, :, :e], v[:, :, :e],
+            mask = mask + bias_fn(s, e)[..., :ke]
+        mask = mask.masked_fill(~causal_mask(e - s, ke, q_offset + s, q.device), float("-inf"))
+        outs.append(F.scaled_dot_product_attention(q[:, :, s:e], k[:, :, :ke], v[:, :, :ke],
                                                    attn_mask=mask, scale=scale))
     return torch.cat(outs, dim=2)
