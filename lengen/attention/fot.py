@@ -18,6 +18,7 @@ from torch import nn
 from lengen.attention.base import Attention
 from lengen.ops.select import pick
 from lengen.ops.fot import fot_attention_chunked, fot_attention_naive
+from lengen.ops.fot.chunked import cumulative_log_forget, fot_attention_blocks
 from lengen.ops.fot.fast_cpu import fot_attention_fast_cpu
 
 
@@ -42,6 +43,14 @@ class ForgettingAttention(Attention):
         if self.impl == "auto":
             return training_op(q, bias_fn)(q, k, v, log_f, bias_fn=bias_fn)
         return fot_attention_naive(q, k, v, log_f, bias_fn=bias_fn)
+
+    def attend_cached(self, q, k, v, x, bias_fn, q_offset, cache):
+        log_f = F.logsigmoid(self.forget_gate(x).float()).transpose(1, 2).to(q.dtype)  # [B, H, T]
+        # carry c = cumsum(log f) (fp32 at least) in the cache, so a new row i gets c_i - c_j
+        # against every cached key j without summing the history again
+        c = cache.append("c", cumulative_log_forget(log_f, cache.get("c")))    # [B, H, Tk]
+        return fot_attention_blocks(q, k, v, c.to(q.dtype), bias_fn=bias_fn,
+                                    block_size=self.block_size, q_offset=q_offset)
 
 
 def training_op(q: torch.Tensor, bias_fn=None):

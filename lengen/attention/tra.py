@@ -57,6 +57,12 @@ class ThresholdRelativeAttention(Attention):
             return training_op(q, bias_fn)(q, k, v, log_gate, bias_fn=bias_fn)
         return tra_attention_naive(q, k, v, log_gate, bias_fn=bias_fn)
 
+    def attend_cached(self, q, k, v, x, bias_fn, q_offset, cache):
+        # the new rows' gates; their surviving-key counts run over every cached key in the op
+        log_gate = F.logsigmoid(self.gate(x).float()).transpose(1, 2).to(q.dtype)  # [B, H, T]
+        return tra_attention_chunked(q, k, v, log_gate, bias_fn=bias_fn,
+                                     block_size=self.block_size, q_offset=q_offset)
+
 
 def training_op(q: torch.Tensor, bias_fn=None):
     """The op ``impl='auto'`` trains with on this device (see :mod:`lengen.ops.select`)."""
