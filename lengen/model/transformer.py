@@ -4,7 +4,8 @@ Single-device and free of logging or config parsing; compile, mixed precision an
 from outside. Positions are data: ``forward`` takes an explicit positions tensor, ``[T]`` (shared by
 the batch) or ``[B, T]`` (one row per sequence), or draws one from the configured sampler
 (``lengen.positions``), so randomized / interpolated positions compose with every scheme.
-``forward(..., cache=)`` runs cached decoding steps (:mod:`lengen.model.cache`). The positional scheme is one module shared by all layers; attention modules call its
+``forward(..., cache=)`` runs cached decoding steps (:mod:`lengen.model.cache`) and ``generate``
+continues prompts (:mod:`lengen.model.generate`). The positional scheme is one module shared by all layers; attention modules call its
 hooks (see ``lengen.posenc.base``).
 
 Decoder (``causal=True``): next-token logits at every position. Encoder (``causal=False``):
@@ -169,6 +170,18 @@ class Transformer(nn.Module):
             for block, layer in zip(self.blocks, cache.layers):
                 x = block(x, pos, self.posenc, cache=layer, key_pos=key_pos)
         return self.head(self.norm_f(x))                         # [B, T, V]
+
+    def generate(self, prompts, max_new_tokens: int, eos_id: int | None = None, *,
+                 positions: torch.Tensor | None = None, temperature: float = 0.0,
+                 top_k: int | None = None, generator: torch.Generator | None = None,
+                 use_cache: bool = True) -> list[torch.Tensor]:
+        """Continue each prompt by up to ``max_new_tokens`` tokens (greedy at temperature 0);
+        see :func:`lengen.model.generate.generate`."""
+        from lengen.model.generate import generate
+
+        return generate(self, prompts, max_new_tokens, eos_id, positions=positions,
+                        temperature=temperature, top_k=top_k, generator=generator,
+                        use_cache=use_cache)
 
     def record_attention(self, on: bool = True) -> None:
         """Make every attention layer keep its last weights ([B, H, T, T]) in ``last_weights``."""
