@@ -258,3 +258,66 @@ def test_forward_with_cache_checks():
     encoder = build("softmax", "rope", causal=False)
     with pytest.raises(ValueError, match=r"causal decoder"):
         encoder(torch.tensor([[1, 2]]), cache=encoder.new_cache())
+
+
+# ---- the query-blocked ops with q_offset against the dense references ------------------------
+def op_inputs(T, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)       # noqa: E731
+    return dict(q=r(2, 4, T, 8), k=r(2, 4, T, 8), v=r(2, 4, T, 8),
+                gate=torch.nn.functional.logsigmoid(r(2, 4, T)), bias=r(2, 4, T, T), pe=r(8, 12))
+
+
+def op_pairs():
+    """name -> (naive(x, bias_fn), chunked(x, bias_fn, rows from o, block)) on the same inputs."""
+    from lengen.ops.cope import cope_attention_chunked, cope_attention_naive
+    from lengen.ops.diff import diff_attention_chunked, diff_attention_naive
+    from lengen.ops.fot import fot_attention_naive
+    from lengen.ops.fot.chunked import cumulative_log_forget, fot_attention_blocks
+    from lengen.ops.softmax import softmax_attention_chunked, softmax_attention_naive
+    from lengen.ops.tra import tra_attention_chunked, tra_attention_naive
+
+    def carried_c(log_f, o):
+        """c of keys 0..o-1 as a cache holds it, continued over the new rows o.. as a step does."""
+        before = cumulative_log_forget(log_f[..., :o])
+        return torch.cat([before, cumulative_log_forget(log_f[..., o:], before)], -1)
+
+    def v2(x):                                                 # diff's [B, H/2, T, 2hd] values
+        B, H, T, d = x["v"].shape
+        return x["v"].view(B, H // 2, 2, T, d).transpose(2, 3).reshape(B, H // 2, T, 2 * d)
+    return {
+        "softmax": (lambda x, bf: softmax_attention_naive(x["q"], x["k"], x["v"], bias_fn=bf),
+                    lambda x, bf, o, blk: softmax_attention_chunked(
+                        x["q"][:, :, o:], x["k"], x["v"], bias_fn=bf, block_size=blk, q_offset=o)),
+        "tra": (lambda x, bf: tra_attention_naive(x["q"], x["k"], x["v"], x["gate"], bias_fn=bf),
+                lambda x, bf, o, blk: tra_attention_chunked(
+                    x["q"][:, :, o:], x["k"], x["v"], x["gate"][..., o:], bias_fn=bf,
+                    block_size=blk, q_offset=o)),
+        "fot": (lambda x, bf: fot_attention_naive(x["q"], x["k"], x["v"], x["gate"], bias_fn=bf),
+                lambda x, bf, o, blk: fot_attention_blocks(
+                    x["q"][:, :, o:], x["k"], x["v"], carried_c(x["gate"], o), bias_fn=bf,
+                    block_size=blk, q_offset=o)),
+        "cope": (lambda x, bf: cope_attention_naive(x["q"], x["k"], x["v"], x["pe"], bias_fn=bf),
+                 lambda x, bf, o, blk: cope_attention_chunked(
+                     x["q"][:, :, o:], x["k"], x["v"], x["pe"], bias_fn=bf, block_size=blk,
+                     q_offset=o)),
+        "diff": (lambda x, bf: diff_attention_naive(x["q"], x["k"], v2(x), torch.tensor(0.3),
+                                                    bias_fn=bf),
+                 lambda x, bf, o, blk: diff_attention_chunked(
+                     x["q"][:, :, o:], x["k"], v2(x), torch.tensor(0.3), bias_fn=bf,
+                     block_size=blk, q_offset=o)),
+    }
+
+
+@pytest.mark.parametrize("name", ["softmax", "tra", "fot", "cope", "diff"])
+@pytest.mark.parametrize("T", [1, 63, 111])
+@pytest.mark.parametrize("bias", ["none", "shared", "per-sequence"])
+def test_ops_with_q_offset_equal_the_reference_rows(name, T, bias):
+    naive, chunked = op_pairs()[name]
+    x = op_inputs(T)
+    full_bias = {"none": None, "shared": x["bias"][0], "per-sequence": x["bias"]}[bias]
+    ref = naive(x, None if full_bias is None else (lambda s, e: full_bias[..., s:e, :]))
+    for o in sorted({0, T // 2, T - 1}):
+        bf = None if full_bias is None else (lambda s, e, o=o: full_bias[..., o + s:o + e, :])
+        for blk in (7, 256):
+            torch.testing.assert_close(chunked(x, bf, o, blk), ref[:, :, o:], **TIGHT)
