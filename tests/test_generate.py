@@ -147,8 +147,8 @@ def test_sampling_is_reproducible_and_respects_top_k():
     prompts = [torch.tensor([1, 2, 3]), torch.tensor([4]), torch.tensor([0, 5])]
 
     def sample(seed, **kw):
-        return model.generate(prompts, 15, temperature=2.0, generator=torch.Generator().manual_seed(seed),
-                              **kw)
+        return model.generate(prompts, 15, temperature=2.0,
+                              generator=torch.Generator().manual_seed(seed), **kw)
     a, b, c = sample(0), sample(0), sample(1)
     assert all(torch.equal(x, y) for x, y in zip(a, b))
     assert any(not torch.equal(x, y) for x, y in zip(a, c))
@@ -164,7 +164,8 @@ def test_sampling_is_reproducible_and_respects_top_k():
         top2 = logits.topk(2, -1).indices
         assert (top2 == out[:, None]).any(-1).all()
     # and the draws are not all greedy (temperature 2 over 15 tokens x 3 prompts)
-    assert any(not torch.equal(x, y) for x, y in zip(sample(5, top_k=2), model.generate(prompts, 15)))
+    greedy = model.generate(prompts, 15)
+    assert any(not torch.equal(x, y) for x, y in zip(sample(5, top_k=2), greedy))
 
 
 def test_sampler_positions_drawn_once_in_eval_mode_from_the_generator():
@@ -177,7 +178,8 @@ def test_sampler_positions_drawn_once_in_eval_mode_from_the_generator():
     assert all(torch.equal(x, y) for x, y in zip(run(0), run(0, use_cache=False)))
     # the same draw, made by hand: eval-mode sampler, T_max = longest prompt + max_new_tokens
     pos = model.sampler.sample(13, training=False, generator=torch.Generator().manual_seed(0))
-    assert all(torch.equal(x, y) for x, y in zip(run(0), model.generate(prompts, 10, positions=pos)))
+    given = model.generate(prompts, 10, positions=pos)
+    assert all(torch.equal(x, y) for x, y in zip(run(0), given))
 
 
 def test_runs_in_eval_mode_and_restores_the_mode():

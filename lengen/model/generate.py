@@ -183,7 +183,8 @@ def _check_request(model, rows, max_new_tokens, eos_id, temperature, top_k) -> N
     if not cfg.causal:
         raise ValueError("generate needs a causal decoder (model.causal=true): an encoder's "
                          "outputs depend on tokens that do not exist yet")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens <= 0:
+    if (isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int)
+            or max_new_tokens <= 0):
         raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
     V = cfg.vocab_size
     for i, r in enumerate(rows):

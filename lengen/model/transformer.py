@@ -5,8 +5,8 @@ from outside. Positions are data: ``forward`` takes an explicit positions tensor
 the batch) or ``[B, T]`` (one row per sequence), or draws one from the configured sampler
 (``lengen.positions``), so randomized / interpolated positions compose with every scheme.
 ``forward(..., cache=)`` runs cached decoding steps (:mod:`lengen.model.cache`) and ``generate``
-continues prompts (:mod:`lengen.model.generate`). The positional scheme is one module shared by all layers; attention modules call its
-hooks (see ``lengen.posenc.base``).
+continues prompts (:mod:`lengen.model.generate`). The positional scheme is one module shared by
+all layers; attention modules call its hooks (see ``lengen.posenc.base``).
 
 Decoder (``causal=True``): next-token logits at every position. Encoder (``causal=False``):
 bidirectional attention; tasks append output placeholder tokens and read logits there.
@@ -147,6 +147,9 @@ class Transformer(nn.Module):
         cached ones: they attend to every cached token and are appended to the cache; a
         non-empty cache needs their explicit positions."""
         B, T = tokens.shape
+        if cache is not None and not self.cfg.causal:
+            raise ValueError("a KV cache needs a causal decoder (model.causal=true); an "
+                             "encoder's earlier outputs depend on later tokens")
         if positions is None:
             if cache is not None and cache.length:
                 raise ValueError("forward with a non-empty cache needs the new tokens' positions: "
@@ -163,9 +166,6 @@ class Transformer(nn.Module):
             for block in self.blocks:
                 x = block(x, pos, self.posenc)
         else:
-            if not self.cfg.causal:
-                raise ValueError("a KV cache needs a causal decoder (model.causal=true); an "
-                                 "encoder's earlier outputs depend on later tokens")
             key_pos = cache.extend_positions(pos)                # [Tc + T] or [B, Tc + T]
             for block, layer in zip(self.blocks, cache.layers):
                 x = block(x, pos, self.posenc, cache=layer, key_pos=key_pos)

@@ -13,7 +13,8 @@ import torch.nn.functional as F
 from lengen.ops.common import causal_mask, query_blocks
 
 
-def cumulative_log_forget(log_f: torch.Tensor, c_before: torch.Tensor | None = None) -> torch.Tensor:
+def cumulative_log_forget(log_f: torch.Tensor,
+                          c_before: torch.Tensor | None = None) -> torch.Tensor:
     """c = cumsum(log_f) in at least fp32 (fp64 inputs stay fp64), continuing from the last entry
     of ``c_before`` ([B, H, Tc], cached keys) when given. log_f: [B, H, T] -> [B, H, T]."""
     c = log_f.to(torch.promote_types(log_f.dtype, torch.float32)).cumsum(-1)
