@@ -71,7 +71,9 @@ def test_cached_step_logits_equal_full_recomputation(attention, posenc, pos_kind
     torch.testing.assert_close(got, full, **TIGHT)
 
 
-@pytest.mark.parametrize("pos_kind", POSITION_KINDS)
+# explicit shared fractional positions are covered step by step above; here the sampler's and
+# per-row ones (fractional and randomized rows), with EOS on the per-row case
+@pytest.mark.parametrize("pos_kind", ["sampler", "per-row"])
 @pytest.mark.parametrize("attention,posenc", GRID, ids=IDS)
 def test_generate_cached_equals_recomputed(attention, posenc, pos_kind):
     model = build(attention, posenc, attn_impl="auto")              # recomputation: eval lean path
@@ -84,6 +86,8 @@ def test_generate_cached_equals_recomputed(attention, posenc, pos_kind):
     assert [len(x) for x in cached] == [n_new] * 4
     for a, b in zip(cached, recomputed):
         assert torch.equal(a, b)
+    if pos_kind != "per-row":
+        return
     # with an EOS that some rows produce: they stop (and leave the batch), the others go on
     eos = int(cached[0][2])
     cached = model.generate(prompts, n_new, eos, positions=pos)
