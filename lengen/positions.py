@@ -1,7 +1,8 @@
 """Position samplers: positions are data.
 
 Every positional scheme in :mod:`lengen.posenc` reads an explicit, possibly fractional, positions
-tensor of shape ``[T]`` instead of assuming ``arange(T)``. A *position sampler* makes that tensor.
+tensor instead of assuming ``arange(T)``: ``[T]`` (shared by every sequence of the batch) or
+``[B, T]`` (one row per sequence). A *position sampler* makes that tensor.
 Randomized positions (Ruoss et al. 2023), label encodings (Li & McClelland 2023), position
 interpolation and head/tail index warping are all samplers, so they compose with every scheme
 instead of being re-implemented inside each one.
@@ -17,6 +18,10 @@ never depend on the evaluation batch size and evaluation never moves the trainin
 :mod:`lengen.eval.evaluate`). ``random_at_eval`` tells evaluation whether a sampler draws at all
 in eval mode.
 
+Per-instance samplers (e.g. warping the positions of some sequences only) set ``per_instance =
+True`` and return ``[B, T]`` when ``batch_size`` is given; the others return one ``[T]`` draw
+whatever ``batch_size`` is.
+
 To add a sampler: subclass :class:`PositionSampler`, implement ``sample`` and ``max_position``,
 and add one line to ``SAMPLERS``.
 """
@@ -26,8 +31,11 @@ import torch
 
 
 class PositionSampler:
-    """Makes the ``[T]`` float positions tensor for a sequence of length ``T``."""
+    """Makes the float positions tensor for sequences of length ``T``: ``[T]``, or ``[B, T]``
+    from a per-instance sampler asked for ``batch_size=B``."""
 
+    #: True when ``sample(..., batch_size=B)`` returns one row per sequence ([B, T])
+    per_instance: bool = False
     #: True when ``sample(..., training=False)`` draws random numbers. Evaluation then draws
     #: positions per block of sequences from its own generator; samplers that are deterministic at
     #: evaluation set it False (a sampler that forgets is still evaluated correctly, only in

@@ -96,6 +96,26 @@ def test_t5_fast_paths_are_taken(monkeypatch):
     t5.bias(pos[4:9], pos)
 
 
+@CAUSAL
+@pytest.mark.parametrize("chunk", CHUNKS)
+def test_t5_per_sequence_positions_match_pairwise_rows(causal, chunk):
+    """[B, T] positions (no shared progression: the gather fallback) against the pairwise lookup
+    of each row: values and the table gradient. Row 0 is the identity, whose [T] bias uses the
+    Toeplitz view: the same values."""
+    T = 40
+    pos = torch.stack([make_pos(k, T) for k in ("identity", "randomized", "fractional")])
+    pq = pos[:, chunk[0]:chunk[1] or T]
+    t5 = make_t5(causal)
+    G = torch.randn(3, H, pq.shape[-1], T, dtype=torch.float64,
+                    generator=torch.Generator().manual_seed(2))
+    b, g = t5_value_and_grad(t5, t5.bias, pq, pos, G)
+    assert b.shape == (3, H, pq.shape[-1], T)
+    rows = [t5_value_and_grad(t5, t5._reference_bias, pq[r], pos[r], G[r]) for r in range(3)]
+    torch.testing.assert_close(b, torch.stack([rb for rb, _ in rows]), rtol=0, atol=0)
+    torch.testing.assert_close(g, sum(rg for _, rg in rows), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(b[0], t5.bias(pq[0], pos[0]).detach(), rtol=0, atol=0)
+
+
 def test_t5_wide_distances_fall_back_to_pairs():
     t5 = make_t5(False)
     pos = torch.tensor([0.0, 1000.0, 3.0])                # 2001 distances > 9 pairs
@@ -210,3 +230,33 @@ def test_xl_identity_positions_use_the_strided_table(monkeypatch):
         pos = make_pos(kind, 20)
         xl.bias(pos, pos, q, q)
     assert seen == [True, True, False]
+
+
+@CAUSAL
+@pytest.mark.parametrize("path", ["auto", "table", "trig"])
+@pytest.mark.parametrize("chunk", CHUNKS)
+def test_xl_per_sequence_positions_match_pairwise_rows(causal, path, chunk):
+    """[B, T] positions (the gathered table or the trig path) against the pairwise definition of
+    each row, values and every gradient; one query side shared with per-sequence keys too."""
+    T = 37
+    kinds = ("identity", "randomized", "stepped") if path == "table" else \
+        ("identity", "randomized", "fractional")
+    pos = torch.stack([make_pos(k, T) for k in kinds])
+    xl = make_xl(causal, path)
+    g = torch.Generator().manual_seed(5)
+    for pq in (pos[:, chunk[0]:chunk[1] or T], pos[0, chunk[0]:chunk[1] or T]):
+        tq = pq.shape[-1]
+        q = torch.randn(3, H, tq, D, generator=g, dtype=torch.float64)
+        k = torch.randn(3, H, T, D, generator=g, dtype=torch.float64)
+        G = torch.randn(3, H, tq, T, generator=g, dtype=torch.float64)
+
+        def pairwise_rows(pq_, pk_, q_, k_):
+            rows = [xl_pairwise(xl, pq_[r] if pq_.dim() == 2 else pq_, pk_[r], q_[r:r + 1],
+                                k_[r:r + 1]) for r in range(3)]
+            return torch.cat(rows)
+        b, grads = xl_value_and_grads(xl, xl.bias, pq, pos, q, k, G)
+        rb, rgrads = xl_value_and_grads(xl, pairwise_rows, pq, pos, q, k, G)
+        tol = dict(rtol=1e-9, atol=1e-9)
+        torch.testing.assert_close(b, rb, **tol)
+        for n in rgrads:
+            torch.testing.assert_close(grads[n], rgrads[n], **tol, msg=lambda m: f"grad {n}: {m}")

@@ -173,3 +173,47 @@ def test_nope_hooks_are_identity():
     qr, kr = pe.rotate(q, k, pos)
     assert torch.equal(qr, q) and torch.equal(kr, k)
     assert pe.bias(pos, pos) is None and not pe.has_bias
+
+
+# ---- per-sequence positions [B, T] -------------------------------------------------------------
+def per_row_positions(T=9):
+    return torch.stack([torch.arange(T) * 0.5 + 1.0, torch.arange(T) + 4.0,
+                        torch.tensor([0.0, 2, 3, 7, 8, 20, 21, 22, 40])[:T]])
+
+
+@pytest.mark.parametrize("scheme", [SinCos, LearnedAbsolute, NoPE])
+def test_embed_per_sequence_rows_equal_each_row_alone(scheme):
+    pe = scheme(**dims())
+    pos = per_row_positions()
+    x = torch.randn(3, 9, 16, generator=torch.Generator().manual_seed(0))
+    out = pe.embed(x, pos)
+    for r in range(3):
+        torch.testing.assert_close(out[r], pe.embed(x[r:r + 1], pos[r])[0], rtol=0, atol=0)
+
+
+def test_rope_per_sequence_rows_equal_each_row_alone():
+    rope = RoPE(**dims())
+    pos = per_row_positions()
+    g = torch.Generator().manual_seed(1)
+    q, k = torch.randn(3, 2, 9, 8, generator=g), torch.randn(3, 2, 9, 8, generator=g)
+    qr, kr = rope.rotate(q, k, pos)
+    for r in range(3):
+        qa, ka = rope.rotate(q[r:r + 1], k[r:r + 1], pos[r])
+        torch.testing.assert_close(qr[r:r + 1], qa, rtol=0, atol=0)
+        torch.testing.assert_close(kr[r:r + 1], ka, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("causal,asym", [(True, False), (False, False), (False, True)])
+def test_alibi_per_sequence_bias_shapes_and_rows(causal, asym):
+    alibi = ALiBi(encoder_asymmetric=asym, **dims(n_heads=4, causal=causal))
+    pos = per_row_positions()
+    b = alibi.bias(pos, pos)
+    assert b.shape == (3, 4, 9, 9)
+    assert alibi.bias(pos[0], pos[0]).shape == (4, 9, 9)
+    for r in range(3):
+        torch.testing.assert_close(b[r], alibi.bias(pos[r], pos[r]), rtol=0, atol=0)
+    # a shared query side against per-sequence keys (a decoding step) broadcasts over the batch
+    mixed = alibi.bias(pos[0, -2:], pos)
+    assert mixed.shape == (3, 4, 2, 9)
+    for r in range(3):
+        torch.testing.assert_close(mixed[r], alibi.bias(pos[0, -2:], pos[r]), rtol=0, atol=0)

@@ -163,3 +163,44 @@ def test_unsorted_option_draws_the_same_subset_in_random_order():
     assert not (ev[1:] > ev[:-1]).all()            # eval draws are unsorted too
     assert "unsorted" in RandomizedSampler(sort=False).describe()
     assert "unsorted" not in RandomizedSampler().describe()
+
+
+@pytest.mark.parametrize("name", ["identity"] + KINDS)
+def test_batch_size_keeps_one_shared_draw(name):
+    """The registered samplers are not per-instance: with batch_size they still return one [T]
+    draw, the same one (same RNG use) as without it."""
+    s = build_sampler(name)
+    assert not s.per_instance
+    for training in (True, False):
+        a = s.sample(20, training=training, generator=torch.Generator().manual_seed(0))
+        b = s.sample(20, training=training, generator=torch.Generator().manual_seed(0),
+                     batch_size=4)
+        assert b.shape == (20,) and torch.equal(a, b)
+
+
+class RowShiftSampler:
+    """A per-instance sampler for the test: row b is 0..T-1 shifted by 3b."""
+    per_instance = True
+
+    def sample(self, length, *, training, device=None, generator=None, batch_size=None):
+        base = torch.arange(length, dtype=torch.float32, device=device)
+        if batch_size is None:
+            return base
+        return base + 3.0 * torch.arange(batch_size, dtype=torch.float32, device=device)[:, None]
+
+    def max_position(self, length):
+        return float(length - 1 + 3 * 64)
+
+
+def test_per_instance_sampler_rows_reach_the_model():
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(vocab_size=8, d_model=16, n_heads=2, n_layers=1,
+                                    posenc="sincos")).eval()   # absolute: a shift shows
+    model.sampler = RowShiftSampler()
+    assert model.sample_positions(5, batch_size=3).shape == (3, 5)
+    x = torch.randint(0, 8, (3, 12))
+    with torch.no_grad():
+        want = model(x, model.sampler.sample(12, training=False, batch_size=3))
+        torch.testing.assert_close(model(x), want, rtol=0, atol=0)
+        # rows really got different positions: row 1 alone at 0..T-1 differs
+        assert (model(x[1:2], torch.arange(12.0))[0] - want[1]).abs().max() > 1e-4

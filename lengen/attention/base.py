@@ -2,7 +2,10 @@
 
 Every attention kind has the same call signature ``forward(x, pos, posenc) -> [B, T, D]`` and
 calls the positional scheme's hooks the same way (``rotate`` on q/k, ``bias`` on the logits), so
-the model never branches on which scheme or kind is active. Subclasses implement ``attend``.
+the model never branches on which scheme or kind is active. Positions are ``[T]`` or ``[B, T]``.
+Subclasses implement ``attend`` and, for cached decoding (``forward(..., cache=, key_pos=)``, see
+:mod:`lengen.model.cache`), ``attend_cached``: the same maths through the kind's query-blocked op
+with the new rows placed after the cached keys (``q_offset``), whatever ``impl`` says.
 
 Path selection (``impl``): ``naive`` always uses the dense reference op, ``lean`` always the
 query-blocked op, ``auto`` (default) trains with the fastest op tested equal to the reference for
@@ -42,16 +45,48 @@ class Attention(nn.Module):
     def use_lean(self) -> bool:
         return self.impl == "lean" or (self.impl == "auto" and not self.training)
 
-    def forward(self, x: torch.Tensor, pos: torch.Tensor, posenc) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, pos: torch.Tensor, posenc, *, cache=None,
+                key_pos: torch.Tensor | None = None) -> torch.Tensor:
+        """x: [B, T, D], pos: [T] or [B, T] -> [B, T, D]. With ``cache`` (a
+        :class:`lengen.model.cache.LayerCache`) x holds only the new tokens, ``key_pos`` the
+        positions of every key (cached and new) and the step attends to the cached keys too."""
         B, T, _ = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         # q, k, v: [B, H, T, hd]
         q, k = self.prepare_qk(q, k)
         q, k = posenc.rotate(q, k, pos)
-        # bias for query rows s..e-1: blocked paths never build the full [.., T, T] bias
-        bias_fn = (lambda s, e: posenc.bias(pos[s:e], pos, q[:, :, s:e], k)) if posenc.has_bias else None
-        y = self.attend(q, k, v, x, bias_fn)                    # [B, H, T, hd]
+        if cache is not None:
+            y = self.decode(q, k, v, x, posenc, pos, key_pos, cache)
+        else:
+            # bias for query rows s..e-1: blocked paths never build the full [.., T, T] bias
+            # (pos: [T] or [B, T]; the bias is then [H, tq, T] or [B, H, tq, T])
+            bias_fn = ((lambda s, e: posenc.bias(pos[..., s:e], pos, q[:, :, s:e], k))
+                       if posenc.has_bias else None)
+            y = self.attend(q, k, v, x, bias_fn)                # [B, H, T, hd]
         return self.proj(y.transpose(1, 2).reshape(B, T, self.d_model))
+
+    def decode(self, q, k, v, x, posenc, pos, key_pos, cache):
+        """A cached step: append the new keys/values, then attend from the new query rows (the
+        last ``T`` keys) to every cached key with the kind's query-blocked op (``q_offset``).
+        Attention weights are not recorded here."""
+        offset = key_pos.shape[-1] - q.shape[-2]               # tokens cached before this step
+        if cache.length("k") != offset:
+            raise ValueError(f"layer cache holds {cache.length('k')} tokens but the positions say "
+                             f"{offset}; use one cache per sequence batch, fed every step")
+        k_all = cache.append("k", k)                           # [B, H, offset + T, hd]
+        v_all = cache.append("v", self.value_heads(v))
+        bias_fn = ((lambda s, e: posenc.bias(pos[..., s:e], key_pos, q[:, :, s:e], k_all))
+                   if posenc.has_bias else None)
+        return self.attend_cached(q, k_all, v_all, x, bias_fn, offset, cache)
+
+    def value_heads(self, v):
+        """The value layout the kind attends with, which the cache keeps (Diff pairs heads into
+        [B, H/2, T, 2hd]; the others use v as it is)."""
+        return v
+
+    def attend_cached(self, q, k, v, x, bias_fn, q_offset, cache):
+        """Attention of the new rows q ([B, H, T, hd], keys q_offset.. of k) over all of k, v."""
+        raise NotImplementedError
 
     def reset_parameters(self) -> None:
         """Kind-specific initialisation, run after the model's generic init (override)."""

@@ -52,6 +52,11 @@ class ContextualPositionAttention(Attention):
             return training_op(q, bias_fn)(q, k, v, self.pos_emb, bias_fn=bias_fn)
         return cope_attention_naive(q, k, v, self.pos_emb, bias_fn=bias_fn)
 
+    def attend_cached(self, q, k, v, x, bias_fn, q_offset, cache):
+        # gates and counted positions of the new rows over every cached key, in the op
+        return cope_attention_chunked(q, k, v, self.pos_emb, bias_fn=bias_fn,
+                                      block_size=self.block_size, q_offset=q_offset)
+
 
 def training_op(q: torch.Tensor, bias_fn=None):
     """The op ``impl='auto'`` trains with: the tiled op for CPU tensors, the dense reference

@@ -69,10 +69,13 @@ class DifferentialAttention(Attention):
         l2 = torch.exp((self.lambda_q2.to(acc) * self.lambda_k2.to(acc)).sum())
         return l1 - l2 + self.lambda_init
 
-    def attend(self, q, k, v, x, bias_fn):
+    def value_heads(self, v):
+        """[B, H, T, hd] -> [B, H/2, T, 2hd]: heads 2h and 2h+1 share one value of width 2*hd."""
         B, H, T, hd = v.shape
-        # heads 2h and 2h+1 share one value of width 2*hd: [B, H, T, hd] -> [B, H/2, T, 2hd]
-        v = v.view(B, H // 2, 2, T, hd).transpose(2, 3).reshape(B, H // 2, T, 2 * hd)
+        return v.view(B, H // 2, 2, T, hd).transpose(2, 3).reshape(B, H // 2, T, 2 * hd)
+
+    def attend(self, q, k, v, x, bias_fn):
+        v = self.value_heads(v)                                    # [B, H/2, T, 2hd]
         lam = self.lambda_full().to(q.dtype)
         if self.record_weights:
             y = self._keep(diff_attention_naive(q, k, v, lam, causal=self.causal, bias_fn=bias_fn,
@@ -84,8 +87,18 @@ class DifferentialAttention(Attention):
             y = training_op(q, bias_fn)(q, k, v, lam, causal=self.causal, bias_fn=bias_fn)
         else:
             y = diff_attention_naive(q, k, v, lam, causal=self.causal, bias_fn=bias_fn)
-        y = F.rms_norm(y, (2 * hd,), self.norm_weight, self.norm_eps)
-        return y * (1 - self.lambda_init)                            # [B, H/2, T, 2hd]
+        return self.head_norm(y)
+
+    def attend_cached(self, q, k, v, x, bias_fn, q_offset, cache):
+        lam = self.lambda_full().to(q.dtype)                         # v: [B, H/2, Tk, 2hd]
+        return self.head_norm(diff_attention_chunked(q, k, v, lam, causal=True, bias_fn=bias_fn,
+                                                     block_size=self.block_size,
+                                                     q_offset=q_offset))
+
+    def head_norm(self, y):
+        """Per-head RMSNorm over 2*hd, then * (1 - lambda_init): [B, H/2, T, 2hd]."""
+        y = F.rms_norm(y, (y.shape[-1],), self.norm_weight, self.norm_eps)
+        return y * (1 - self.lambda_init)
 
 
 def training_op(q: torch.Tensor, bias_fn=None):

@@ -18,6 +18,7 @@ from torch import nn
 from lengen.attention.base import Attention
 from lengen.ops.select import pick
 from lengen.ops.fot import fot_attention_chunked, fot_attention_naive
+from lengen.ops.fot.chunked import cumulative_log_forget, fot_attention_blocks
 from lengen.ops.fot.fast_cpu import fot_attention_fast_cpu
 
 
@@ -33,10 +34,14 @@ class ForgettingAttention(Attention):
     def reset_parameters(self):
         nn.init.constant_(self.forget_gate.bias, self.gate_bias_init)
 
-    def attend(self, q, k, v, x, bias_fn):
-        # fp32 gates whatever the model dtype: the ops cumsum them, and bf16 rounding would add up
+    def log_forget(self, x):
+        """log f = logsigmoid(w x + b) -> [B, H, T] in fp32 at least, whatever the model dtype:
+        the ops cumsum it, and bf16 rounding would add up over T."""
         acc = torch.promote_types(x.dtype, torch.float32)
-        log_f = F.logsigmoid(self.forget_gate(x).to(acc)).transpose(1, 2)          # [B, H, T]
+        return F.logsigmoid(self.forget_gate(x).to(acc)).transpose(1, 2)
+
+    def attend(self, q, k, v, x, bias_fn):
+        log_f = self.log_forget(x)                                             # [B, H, T]
         if self.record_weights:
             return self._keep(fot_attention_naive(q, k, v, log_f, bias_fn=bias_fn, return_weights=True))
         if self.use_lean():
@@ -44,6 +49,14 @@ class ForgettingAttention(Attention):
         if self.impl == "auto":
             return training_op(q, bias_fn)(q, k, v, log_f, bias_fn=bias_fn)
         return fot_attention_naive(q, k, v, log_f, bias_fn=bias_fn)
+
+    def attend_cached(self, q, k, v, x, bias_fn, q_offset, cache):
+        log_f = self.log_forget(x)                                             # [B, H, T]
+        # carry c = cumsum(log f) (fp32 at least) in the cache, so a new row i gets c_i - c_j
+        # against every cached key j without summing the history again
+        c = cache.append("c", cumulative_log_forget(log_f, cache.get("c")))    # [B, H, Tk]
+        return fot_attention_blocks(q, k, v, c, bias_fn=bias_fn,
+                                    block_size=self.block_size, q_offset=q_offset)
 
 
 def training_op(q: torch.Tensor, bias_fn=None):

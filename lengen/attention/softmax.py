@@ -29,3 +29,7 @@ class SoftmaxAttention(Attention):
         # the full [H, T, T] bias
         return softmax_attention_chunked(q, k, v, causal=self.causal, bias_fn=bias_fn,
                                          block_size=q.shape[-2])
+
+    def attend_cached(self, q, k, v, x, bias_fn, q_offset, cache):
+        return softmax_attention_chunked(q, k, v, causal=True, bias_fn=bias_fn,
+                                         block_size=self.block_size, q_offset=q_offset)

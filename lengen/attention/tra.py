@@ -47,9 +47,13 @@ class ThresholdRelativeAttention(Attention):
     def prepare_qk(self, q, k):
         return (rms_normalize(q), rms_normalize(k)) if self.qk_norm else (q, k)
 
+    def log_gate(self, x):
+        """log delta = logsigmoid(w_f x + b) (eq. 8) -> [B, H, T], fp32 at least."""
+        acc = torch.promote_types(x.dtype, torch.float32)
+        return F.logsigmoid(self.gate(x).to(acc)).transpose(1, 2)
+
     def attend(self, q, k, v, x, bias_fn):
-        acc = torch.promote_types(x.dtype, torch.float32)           # fp32 at least
-        log_gate = F.logsigmoid(self.gate(x).to(acc)).transpose(1, 2)     # [B, H, T]
+        log_gate = self.log_gate(x)                                        # [B, H, T]
         if self.record_weights:
             return self._keep(tra_attention_naive(q, k, v, log_gate, bias_fn=bias_fn, return_weights=True))
         if self.use_lean():
@@ -57,6 +61,12 @@ class ThresholdRelativeAttention(Attention):
         if self.impl == "auto":
             return training_op(q, bias_fn)(q, k, v, log_gate, bias_fn=bias_fn)
         return tra_attention_naive(q, k, v, log_gate, bias_fn=bias_fn)
+
+    def attend_cached(self, q, k, v, x, bias_fn, q_offset, cache):
+        # the new rows' gates; their surviving-key counts run over every cached key in the op
+        log_gate = self.log_gate(x)                                        # [B, H, T]
+        return tra_attention_chunked(q, k, v, log_gate, bias_fn=bias_fn,
+                                     block_size=self.block_size, q_offset=q_offset)
 
 
 def training_op(q: torch.Tensor, bias_fn=None):

@@ -1,10 +1,12 @@
 """The transformer: a config, blocks, and a decoder/encoder, readable top to bottom.
 
 Single-device and free of logging or config parsing; compile, mixed precision and DDP are applied
-from outside. Positions are data: ``forward`` takes an explicit positions tensor, or draws one from
-the configured sampler (``lengen.positions``), so randomized / interpolated positions compose with
-every scheme. The positional scheme is one module shared by all layers; attention modules call its
-hooks (see ``lengen.posenc.base``).
+from outside. Positions are data: ``forward`` takes an explicit positions tensor, ``[T]`` (shared by
+the batch) or ``[B, T]`` (one row per sequence), or draws one from the configured sampler
+(``lengen.positions``), so randomized / interpolated positions compose with every scheme.
+``forward(..., cache=)`` runs cached decoding steps (:mod:`lengen.model.cache`) and ``generate``
+continues prompts (:mod:`lengen.model.generate`). The positional scheme is one module shared by
+all layers; attention modules call its hooks (see ``lengen.posenc.base``).
 
 Decoder (``causal=True``): next-token logits at every position. Encoder (``causal=False``):
 bidirectional attention; tasks append output placeholder tokens and read logits there.
@@ -18,9 +20,21 @@ import torch.nn.functional as F
 from torch import nn
 
 from lengen.attention import build_attention
+from lengen.model.cache import KVCache
 from lengen.model.config import ModelConfig
 from lengen.positions import build_sampler
 from lengen.posenc import build_posenc
+
+
+def check_positions(positions: torch.Tensor, B: int, T: int) -> torch.Tensor:
+    """Explicit positions for tokens [B, T] must be [T] (shared) or [B, T] (per sequence)."""
+    if tuple(positions.shape) not in ((T,), (B, T)):
+        raise ValueError(f"positions must be [T] = [{T}] (shared by the batch) or [B, T] = "
+                         f"[{B}, {T}] (one row per sequence) for tokens [{B}, {T}]; got "
+                         f"{list(positions.shape)}")
+    if not positions.is_floating_point():
+        positions = positions.float()                      # integer positions are fine as data
+    return positions
 
 
 class RMSNorm(nn.Module):
@@ -66,14 +80,17 @@ class Block(nn.Module):
             self.post1, self.post2 = make_norm(cfg), make_norm(cfg)
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x, pos, posenc):
+    def forward(self, x, pos, posenc, cache=None, key_pos=None):
+        def attn(h):
+            return self.attn(h, pos, posenc, cache=cache, key_pos=key_pos)
+
         if self.norm_position == "pre":
-            x = x + self.drop(self.attn(self.norm1(x), pos, posenc))
+            x = x + self.drop(attn(self.norm1(x)))
             return x + self.drop(self.mlp(self.norm2(x)))
         if self.norm_position == "post":
-            x = self.norm1(x + self.drop(self.attn(x, pos, posenc)))
+            x = self.norm1(x + self.drop(attn(x)))
             return self.norm2(x + self.drop(self.mlp(x)))
-        x = x + self.drop(self.post1(self.attn(self.norm1(x), pos, posenc)))      # sandwich
+        x = x + self.drop(self.post1(attn(self.norm1(x))))                         # sandwich
         return x + self.drop(self.post2(self.mlp(self.norm2(x))))
 
 
@@ -108,26 +125,59 @@ class Transformer(nn.Module):
         self.posenc.check_positions(self.sampler.max_position(length))
 
     def sample_positions(self, length: int, *, batch_size: int | None = None, device=None,
-                         generator: torch.Generator | None = None) -> torch.Tensor:
-        """Positions for ``length`` tokens from the sampler, in this module's train/eval mode:
-        ``[T]`` (or ``[B, T]`` from a per-sequence sampler given ``batch_size``). Random draws
-        come from ``generator``, else torch's global RNG."""
+                         generator=None) -> torch.Tensor:
+        """Positions from the configured sampler (train or eval behaviour by ``self.training``):
+        [T], or [B, T] from a per-instance sampler given ``batch_size``. Draws from
+        ``generator``, else torch's global RNG."""
         return self.sampler.sample(length, training=self.training, device=device,
                                    generator=generator, batch_size=batch_size)
 
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
-        """tokens: [B, T] int64 -> logits [B, T, V]. positions: [T] float (default: drawn from
-        the sampler with torch's global RNG; training and evaluation pass them explicitly)."""
+    def new_cache(self, capacity: int = 0) -> KVCache:
+        """An empty KV cache for :meth:`forward` (``capacity``: tokens to reserve room for)."""
+        return KVCache(len(self.blocks), capacity)
+
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None, *,
+                cache: KVCache | None = None) -> torch.Tensor:
+        """tokens: [B, T] int64 -> logits [B, T, V]. positions: [T] or [B, T] float (default:
+        drawn from the sampler). With ``cache`` (from :meth:`new_cache`) the tokens continue the
+        cached ones: they attend to every cached token and are appended to the cache; a
+        non-empty cache needs their explicit positions."""
         B, T = tokens.shape
-        pos = (self.sample_positions(T, batch_size=B, device=tokens.device) if positions is None
-               else positions)
+        if cache is not None and not self.cfg.causal:
+            raise ValueError("a KV cache needs a causal decoder (model.causal=true); an "
+                             "encoder's earlier outputs depend on later tokens")
+        if positions is None:
+            if cache is not None and cache.length:
+                raise ValueError("forward with a non-empty cache needs the new tokens' positions: "
+                                 "pass positions=pos[..., Tc:Tc + T] of the positions drawn for "
+                                 "the whole sequence")
+            pos = self.sample_positions(T, batch_size=B, device=tokens.device)
+        else:
+            pos = check_positions(positions, B, T)
         x = self.embed(tokens)                                   # [B, T, D]
         if self.cfg.embed_scale:
             x = x * math.sqrt(self.cfg.d_model)
         x = self.drop(self.posenc.embed(x, pos))
-        for block in self.blocks:
-            x = block(x, pos, self.posenc)
+        if cache is None:
+            for block in self.blocks:
+                x = block(x, pos, self.posenc)
+        else:
+            key_pos = cache.extend_positions(pos)                # [Tc + T] or [B, Tc + T]
+            for block, layer in zip(self.blocks, cache.layers):
+                x = block(x, pos, self.posenc, cache=layer, key_pos=key_pos)
         return self.head(self.norm_f(x))                         # [B, T, V]
+
+    def generate(self, prompts, max_new_tokens: int, eos_id: int | None = None, *,
+                 positions: torch.Tensor | None = None, temperature: float = 0.0,
+                 top_k: int | None = None, generator: torch.Generator | None = None,
+                 use_cache: bool = True) -> list[torch.Tensor]:
+        """Continue each prompt by up to ``max_new_tokens`` tokens (greedy at temperature 0);
+        see :func:`lengen.model.generate.generate`."""
+        from lengen.model.generate import generate
+
+        return generate(self, prompts, max_new_tokens, eos_id, positions=positions,
+                        temperature=temperature, top_k=top_k, generator=generator,
+                        use_cache=use_cache)
 
     def record_attention(self, on: bool = True) -> None:
         """Make every attention layer keep its last weights ([B, H, T, T]) in ``last_weights``."""

@@ -18,6 +18,11 @@ descheduled core, which made a step ten times slower on a shared 2-core box. Wit
 torch thread, :func:`run_groups` hands whole tile groups to that many worker threads instead, each
 running its ops single-threaded (ATen releases the GIL inside kernels, so they run in parallel and
 the Python between ops overlaps with the other workers' kernels); groups touch disjoint outputs.
+
+Biases: a positional bias may be shared by the batch (``[H, T, Tk]``: read through a ``Bb = 1``
+view, its gradient summed over the batch in per-thread accumulators) or per sequence
+(``[B, H, T, Tk]``, from ``[B, T]`` positions: each group adds into its own batch rows);
+:func:`reduce_to` returns the gradient in the shape the bias came in.
 """
 from __future__ import annotations
 

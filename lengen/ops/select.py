@@ -2,7 +2,10 @@
 
 CPU tensors: the tiled ``fast_cpu`` op. CUDA tensors: the fused Triton kernel when triton is
 installed, no positional bias is needed (the kernels take no ``bias_fn``) and the head dim is at
-most 128; otherwise the dense reference. Every op chosen here is tested equal to the reference (tests/test_fast_cpu.py,
+most 128; otherwise the dense reference. Positions never reach the kernels: they take no bias,
+and RoPE rotates q and k before any op runs, so shared ``[T]`` and per-sequence ``[B, T]``
+positions need nothing from them (tests/test_batched_positions.py runs them under the
+interpreter). Every op chosen here is tested equal to the reference (tests/test_fast_cpu.py,
 tests/test_triton_kernels.py).
 """
 from __future__ import annotations

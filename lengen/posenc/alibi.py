@@ -38,8 +38,9 @@ class ALiBi(PositionalScheme):
         self.register_buffer("slopes", alibi_slopes(self.n_heads), persistent=False)
 
     def bias(self, pos_q, pos_k, q=None, k=None):
-        rel = pos_q.float()[:, None] - pos_k.float()[None, :]   # [Tq, Tk] = i - j
+        rel = self.pairwise(pos_q, pos_k, torch.float32)        # [(B,) Tq, Tk] = i - j
         dist = -rel.abs()
         if self.encoder_asymmetric and not self.causal:
             dist = dist + 0.5 * (rel > 0).float()
-        return self.slopes[:, None, None] * dist[None]          # [H, Tq, Tk]
+        # [H, Tq, Tk] for shared positions, [B, H, Tq, Tk] for per-sequence ones
+        return self.slopes[:, None, None] * dist.unsqueeze(-3)

@@ -7,7 +7,10 @@
 
 A scheme overrides only the hooks it needs; the defaults do nothing. Attention modules never ask
 which scheme is active, so a new scheme is one new file, one registry line and its tests.
-Positions are float tensors ``[T]`` made by a :mod:`lengen.positions` sampler.
+Positions are float tensors made by a :mod:`lengen.positions` sampler: ``[T]`` (shared by the
+batch) or ``[B, T]`` (one row per sequence). Every hook accepts both; a bias hook returns
+``[H, Tq, Tk]`` when both position tensors are ``[T]``-shaped and ``[B, H, Tq, Tk]`` when either
+is per sequence, and ``[B, T]`` with equal rows gives the ``[T]`` values.
 
 Hooks receive ``causal`` via the scheme's constructor (``causal=True`` for decoders), because some
 schemes (ALiBi, T5 buckets) are defined differently for bidirectional encoders.
@@ -28,18 +31,35 @@ class PositionalScheme(nn.Module):
 
     # -- hooks ---------------------------------------------------------------------------------
     def embed(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        """x: [B, T, D], pos: [T] -> [B, T, D]."""
+        """x: [B, T, D], pos: [T] or [B, T] -> [B, T, D]."""
         return x
 
     def rotate(self, q: torch.Tensor, k: torch.Tensor, pos: torch.Tensor):
-        """q, k: [B, H, T, hd], pos: [T] -> rotated (q, k)."""
+        """q, k: [B, H, T, hd], pos: [T] or [B, T] -> rotated (q, k)."""
         return q, k
 
     def bias(self, pos_q: torch.Tensor, pos_k: torch.Tensor, q: torch.Tensor | None = None,
              k: torch.Tensor | None = None) -> torch.Tensor | None:
-        """pos_q: [Tq], pos_k: [Tk], q: [B, H, Tq, hd], k: [B, H, Tk, hd] (after ``rotate``)
-        -> additive logit bias [H, Tq, Tk] or [B, H, Tq, Tk] (or None). Most schemes ignore q, k."""
+        """pos_q: [Tq] or [B, Tq], pos_k: [Tk] or [B, Tk], q: [B, H, Tq, hd], k: [B, H, Tk, hd]
+        (after ``rotate``) -> additive logit bias [H, Tq, Tk] (both positions shared) or
+        [B, H, Tq, Tk] (or None). Most schemes ignore q, k."""
         return None
+
+    # -- helpers -------------------------------------------------------------------------------
+    @staticmethod
+    def pairwise(pos_q: torch.Tensor, pos_k: torch.Tensor, dtype=None) -> torch.Tensor:
+        """pos_q - pos_k over all pairs: [Tq, Tk] for shared positions, [B, Tq, Tk] when either
+        is [B, T] (the other broadcasts over the batch)."""
+        if dtype is not None:
+            pos_q, pos_k = pos_q.to(dtype), pos_k.to(dtype)
+        return pos_q.unsqueeze(-1) - pos_k.unsqueeze(-2)
+
+    @staticmethod
+    def per_sequence(pos: torch.Tensor) -> bool:
+        """True for [B, T] positions, False for shared [T] ones (anything else is an error)."""
+        if pos.dim() not in (1, 2):
+            raise ValueError(f"positions must be [T] or [B, T], got shape {tuple(pos.shape)}")
+        return pos.dim() == 2
 
     # -- validation ----------------------------------------------------------------------------
     def check_positions(self, max_position: float) -> None:

@@ -3,6 +3,8 @@
 A table of ``max_positions`` vectors added to the token embeddings. Positions beyond the table are
 an error raised before training (``check_positions``), never silently clamped. Fractional
 positions (e.g. from position interpolation) linearly interpolate between the two neighbouring rows.
+Positions may be shared (``[T]``: one ``[T, D]`` lookup broadcast over the batch) or per sequence
+(``[B, T]``: a ``[B, T, D]`` lookup).
 With the ``label`` sampler (a sorted random subset of [0, L)) this is the label / randomized
 learned encoding of Li & McClelland (2023) and Ruoss et al. (2023).
 """
@@ -33,8 +35,8 @@ class LearnedAbsolute(PositionalScheme):
     def embed(self, x, pos):
         if pos.numel() and float(pos.max()) > self.max_positions - 1:
             raise ValueError(f"position {float(pos.max()):g} beyond learned table of size {self.max_positions}")
-        lo = pos.floor().long()                                # [T]
-        frac = (pos - lo.to(pos.dtype)).unsqueeze(-1).to(x.dtype)  # [T, 1]
+        lo = pos.floor().long()                                # [(B,) T]
+        frac = (pos - lo.to(pos.dtype)).unsqueeze(-1).to(x.dtype)  # [(B,) T, 1]
         hi = (lo + 1).clamp_max(self.max_positions - 1)
-        emb = self.table[lo] * (1 - frac) + self.table[hi] * frac  # [T, D]
+        emb = self.table[lo] * (1 - frac) + self.table[hi] * frac  # [(B,) T, D]
         return x + emb

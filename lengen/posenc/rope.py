@@ -2,7 +2,8 @@
 
 Rotates each pair of query/key channels by angle ``pos * base^(-2i/hd)``, so the score q_i.k_j
 depends only on ``pos_i - pos_j``. Pairs are the two halves of the head (the GPT-NeoX / Llama
-layout). Head dims must be even; fractional positions are allowed (position interpolation).
+layout). Head dims must be even; fractional positions are allowed (position interpolation), shared
+``[T]`` or per sequence ``[B, T]`` (each row rotates its own sequence's q and k).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: [B, H, T, hd]; cos/sin: [T, hd]."""
+    """x: [B, H, T, hd]; cos/sin: [T, hd] or [B, 1, T, hd]."""
     return x * cos + rotate_half(x) * sin
 
 
@@ -34,8 +35,11 @@ class RoPE(PositionalScheme):
         self.register_buffer("inv_freq", inv, persistent=False)
 
     def cos_sin(self, pos: torch.Tensor, dtype):
-        ang = pos.float()[:, None] * self.inv_freq[None, :]    # [T, hd/2]
-        ang = torch.cat([ang, ang], dim=-1)                    # [T, hd]
+        """pos [T] -> cos, sin [T, hd]; pos [B, T] -> [B, 1, T, hd] (broadcast over heads)."""
+        ang = pos.float()[..., None] * self.inv_freq           # [(B,) T, hd/2]
+        ang = torch.cat([ang, ang], dim=-1)                    # [(B,) T, hd]
+        if self.per_sequence(pos):
+            ang = ang.unsqueeze(1)                             # [B, 1, T, hd]
         return ang.cos().to(dtype), ang.sin().to(dtype)
 
     def rotate(self, q, k, pos):

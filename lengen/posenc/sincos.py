@@ -2,6 +2,7 @@
 
 ``PE(p, 2i) = sin(p / base^(2i/D))``, ``PE(p, 2i+1) = cos(p / base^(2i/D))`` added to the token
 embeddings. Defined for any position, so it never rejects a length (it may still not generalize).
+Positions ``[T]`` give one ``[T, D]`` table broadcast over the batch; ``[B, T]`` one per sequence.
 """
 from __future__ import annotations
 
@@ -22,6 +23,6 @@ class SinCos(PositionalScheme):
         self.register_buffer("inv_freq", inv, persistent=False)
 
     def embed(self, x, pos):
-        ang = pos.float()[:, None] * self.inv_freq[None, :]    # [T, D/2]
-        pe = torch.stack([ang.sin(), ang.cos()], dim=-1).flatten(-2)  # [T, D] interleaved sin/cos
+        ang = pos.float()[..., None] * self.inv_freq           # [T, D/2] or [B, T, D/2]
+        pe = torch.stack([ang.sin(), ang.cos()], dim=-1).flatten(-2)  # [(B,) T, D] interleaved
         return x + pe.to(x.dtype)

@@ -46,7 +46,12 @@ class T5Bias(PositionalScheme):
     gather otherwise. The table lookup then touches n_dist rows instead of Tq * Tk (its backward
     was the cost: an embedding backward over Tq * Tk indices), and the expansion's backward is a
     sum over diagonals / a scatter-add of the [H, Tq, Tk] gradient. Values and gradients are those
-    of looking every pair up (``_reference_bias``)."""
+    of looking every pair up (``_reference_bias``).
+
+    Per-sequence positions (``[B, T]`` for either side) return ``[B, H, Tq, Tk]``. The Toeplitz
+    view needs one shared progression, so they always take the gather path over a
+    ``[B, Tq, Tk]`` distance index (exact: the same table entries, fallback stated here), or the
+    pairwise lookup when their distances spread wider than the pairs."""
 
     KWARG_RULES = {"num_buckets": Int(min=2), "max_distance": Int(min=1)}
 
@@ -66,13 +71,18 @@ class T5Bias(PositionalScheme):
         return relative_bucket(rel, bidirectional=not self.causal, num_buckets=self.num_buckets,
                                max_distance=self.max_distance)
 
+    @staticmethod
+    def _rounded_distance(pos_q, pos_k):
+        """Rounded pos_k[j] - pos_q[i]: [Tq, Tk] long, or [B, Tq, Tk] for [B, T] positions."""
+        return (pos_k.float().unsqueeze(-2) - pos_q.float().unsqueeze(-1)).round().long()
+
     def _reference_bias(self, pos_q, pos_k):
-        """The pairwise definition: bucket every (i, j) and look each up -> [H, Tq, Tk]."""
-        rel = (pos_k.float()[None, :] - pos_q.float()[:, None]).round().long()  # [Tq, Tk]
-        return self.table(self._buckets(rel)).permute(2, 0, 1)
+        """The pairwise definition: bucket every (i, j) and look each up -> [(B,) H, Tq, Tk]."""
+        rel = self._rounded_distance(pos_q, pos_k)                 # [(B,) Tq, Tk]
+        return self.table(self._buckets(rel)).movedim(-1, -3)
 
     def bias(self, pos_q, pos_k, q=None, k=None):
-        Tq, Tk = pos_q.numel(), pos_k.numel()
+        Tq, Tk = pos_q.shape[-1], pos_k.shape[-1]
         if Tq == 0 or Tk == 0:
             return self._reference_bias(pos_q, pos_k)
         prog = integer_progression(pos_q, pos_k)
@@ -90,10 +100,11 @@ class T5Bias(PositionalScheme):
         rel = torch.arange(r_min, r_min + n, device=pos_q.device)
         vec = self.table(self._buckets(rel)).t()                             # [H, n]
         H = vec.shape[0]
-        return vec.gather(1, idx.view(1, -1).expand(H, -1)).view(H, Tq, Tk)
+        out = vec.gather(1, idx.reshape(1, -1).expand(H, -1)).view(H, *idx.shape)
+        return out.movedim(0, -3)                          # [H, Tq, Tk] or [B, H, Tq, Tk]
 
     def _distance_index(self, pos_q, pos_k):
-        """-> (rounded distance - r_min as [Tq, Tk] long, r_min, number of distances), or
+        """-> (rounded distance - r_min as [(B,) Tq, Tk] long, r_min, number of distances), or
         (None, 0, 0) when there are more distinct distance values than pairs."""
         c = self._index_cache
         if (c is not None and c[0].shape == pos_q.shape and c[1].shape == pos_k.shape
@@ -101,7 +112,7 @@ class T5Bias(PositionalScheme):
                 and c[1].dtype == pos_k.dtype
                 and torch.equal(c[0], pos_q) and torch.equal(c[1], pos_k)):
             return c[2:]
-        rel = (pos_k.float()[None, :] - pos_q.float()[:, None]).round().long()  # [Tq, Tk]
+        rel = self._rounded_distance(pos_q, pos_k)                       # [(B,) Tq, Tk]
         r_min, r_max = int(rel.min()), int(rel.max())
         n = r_max - r_min + 1
         out = (rel - r_min, r_min, n) if n <= rel.numel() else (None, 0, 0)
@@ -115,7 +126,9 @@ class T5Bias(PositionalScheme):
 def integer_progression(pos_q: torch.Tensor, pos_k: torch.Tensor):
     """(off, step) with pos_k[j] - pos_q[i] = off + step * (j - i) when both position vectors step
     by the same nonzero integer from integer starts (identity sampler, shifted or not) and are
-    small enough (< 2^23) that float32 differences are exact; else None."""
+    small enough (< 2^23) that float32 differences are exact; else None. Per-sequence ([B, T])
+    positions always give None: the fast paths built on a progression need one shared by the
+    batch, and their callers fall back to exact general paths."""
     if pos_q.dim() != 1 or pos_k.dim() != 1 or pos_q.is_complex() or pos_k.is_complex():
         return None
     Tq, Tk = pos_q.numel(), pos_k.numel()

@@ -33,6 +33,12 @@ Two exact evaluation paths for the (q + v).W_r R term, chosen per call by cost:
   matmul of a per-query ``[B, H, tq, d_rel]`` tensor with ``[d_rel, Tk]`` key features; used for
   fractional positions, or when U is so large (randomized positions over a big L) that the table
   would cost more than the trig matmul.
+
+Per-sequence positions (``[B, T]`` for either side): the bias is ``[B, H, tq, Tk]`` as always
+here. The Toeplitz view needs one progression shared by the batch, so such positions take the
+gathered table (each row's ``[B, tq, Tk]`` pair -> column index) or the trig path, by the same
+cost rule; both are exact, so ``[B, T]`` with equal rows gives the ``[T]`` values up to the
+summation order of the matmuls.
 """
 from __future__ import annotations
 
@@ -93,9 +99,9 @@ class TransformerXLRelative(PositionalScheme):
 
     # -- (b) + (d): (q_i + v) . W_r R(pos_i - pos_j), plus the per-key term -------------------------
     def position_term(self, qv, pos_q, pos_k, content=None):
-        """qv: [B, H, tq, hd], content: [B, H, Tk] or None -> qv_i . W_r R(pos_i - pos_j)
-        + content_j: [B, H, tq, Tk]."""
-        Tq, Tk = pos_q.numel(), pos_k.numel()
+        """qv: [B, H, tq, hd], content: [B, H, Tk] or None, pos_q [tq] or [B, tq], pos_k [Tk] or
+        [B, Tk] -> qv_i . W_r R(pos_i - pos_j) + content_j: [B, H, tq, Tk]."""
+        Tq, Tk = pos_q.shape[-1], pos_k.shape[-1]
         if content is None:
             content = qv.new_zeros(qv.shape[0], qv.shape[1], Tk)
         if self.path == "trig":
@@ -110,14 +116,14 @@ class TransformerXLRelative(PositionalScheme):
             r = (step * (Tq - 1) - off) - step * torch.arange(n_rel, dtype=torch.float64,
                                                                device=qv.device)
             return self.position_term_table(qv, None, r, content)
-        rel = pos_q.double()[:, None] - pos_k.double()[None, :]            # [tq, Tk], exact
+        rel = self.pairwise(pos_q, pos_k, torch.float64)          # [(B,) tq, Tk], exact
         integral = bool((rel == rel.round()).all())
         if self.path == "auto" and not integral:
             return self.position_term_trig(qv, pos_q, pos_k, content)
         r_min, r_max = int(rel.min()), int(rel.max())
         n_rel = r_max - r_min + 1
         table_cost = n_rel * self.head_dim                  # per (query, head): score U entries
-        trig_cost = pos_k.numel() * self.rel_dim            # per (query, head): d_rel x Tk matmul
+        trig_cost = Tk * self.rel_dim                       # per (query, head): d_rel x Tk matmul
         if self.path == "auto" and table_cost > trig_cost:
             return self.position_term_trig(qv, pos_q, pos_k, content)
         if not integral:
@@ -133,7 +139,7 @@ class TransformerXLRelative(PositionalScheme):
         return wr.view(-1, self.n_heads, self.head_dim).transpose(0, 1).to(dtype)
 
     def position_term_table(self, qv, idx, r, content):
-        """idx: [tq, Tk] column of each pair in r, or None for the Toeplitz map
+        """idx: [tq, Tk] or [B, tq, Tk] column of each pair in r, or None for the Toeplitz map
         c = (tq - 1) - i + j; r: [U] relative positions of the table's columns."""
         P = self.projected(r, qv.dtype)                                    # [H, U, hd]
         return _BandedScores.apply(qv, P, content.to(qv.dtype), idx, table_block_rows(qv))
@@ -145,13 +151,15 @@ class TransformerXLRelative(PositionalScheme):
         w = self.w_r.weight.view(self.n_heads, self.head_dim, self.rel_dim).to(acc)
         a = torch.einsum("bhtd,hdr->bhtr", qv.to(acc), w)     # (q+v) W_r: [B, H, tq, d_rel]
         a_sin, a_cos = a[..., :d2], a[..., d2:]
-        ang_q, ang_k = self.angles(pos_q, acc), self.angles(pos_k, acc)   # [tq | Tk, d_rel/2]
+        # [tq | Tk, d_rel/2], or [B, 1, tq | Tk, d_rel/2] (broadcast over heads) per sequence
+        ang_q, ang_k = (self.angles(p, acc) if p.dim() == 1 else self.angles(p, acc).unsqueeze(1)
+                        for p in (pos_q, pos_k))
         sq, cq, sk, ck = ang_q.sin(), ang_q.cos(), ang_k.sin(), ang_k.cos()
         # a_sin.sin((a-b)w) + a_cos.cos((a-b)w)
         #     = (a_sin sq + a_cos cq).ck + (a_cos sq - a_sin cq).sk
         left = torch.cat([a_sin * sq + a_cos * cq, a_cos * sq - a_sin * cq], dim=-1)
-        right = torch.cat([ck, sk], dim=-1)                                # [Tk, d_rel]
-        out = (left @ right.transpose(0, 1)).to(qv.dtype)                  # [B, H, tq, Tk]
+        right = torch.cat([ck, sk], dim=-1)                                # [(B, 1,) Tk, d_rel]
+        out = (left @ right.transpose(-1, -2)).to(qv.dtype)                # [B, H, tq, Tk]
         return out.add_(content.to(qv.dtype)[:, :, None, :])   # in place: one [.., tq, Tk] tensor
 
 
@@ -165,8 +173,9 @@ def table_block_rows(qv) -> int:
 class _BandedScores(torch.autograd.Function):
     """out[b, h, i, j] = qv[b, h, i] . P[h, col(i, j)] + content[b, h, j], block of query rows by
     block, with col(i, j) = (tq - 1) - i + j (idx None: a strided view of each block's scores) or
-    idx[i, j] (a gather). Only the [B, H, tq, Tk] output is allocated at full size; per block the
-    scores are one [H, B * rows, W] bmm against the block's window of columns."""
+    idx[(b,) i, j] (a gather; a [B, tq, Tk] idx gives each sequence its own columns). Only the
+    [B, H, tq, Tk] output is allocated at full size; per block the scores are one
+    [H, B * rows, W] bmm against the block's window of columns."""
 
     @staticmethod
     def forward(ctx, qv, P, content, idx, rows):
@@ -220,14 +229,14 @@ class _BandedScores(torch.autograd.Function):
 
 def _blocks(Tq, Tk, idx, rows):
     """Yield (i0, i1, lo, hi, cols): query rows i0..i1-1 use table columns lo..hi-1; cols is
-    None (Toeplitz) or the rows' [n, Tk] columns minus lo."""
+    None (Toeplitz) or the rows' [(B,) n, Tk] columns minus lo."""
     for i0 in range(0, Tq, rows):
         i1 = min(Tq, i0 + rows)
         if idx is None:
             lo = Tq - i1                               # column of (i1 - 1, 0)
             yield i0, i1, lo, lo + Tk + (i1 - i0) - 1, None
         else:
-            blk = idx[i0:i1]
+            blk = idx[..., i0:i1, :]
             lo, hi = int(blk.min()), int(blk.max()) + 1
             yield i0, i1, lo, hi, blk - lo
 

@@ -10,9 +10,12 @@ from lengen.ops.diff.naive import check_shapes, combine_halves
 from lengen.ops.softmax import softmax_attention_chunked
 
 
-def diff_attention_chunked(q, k, v, lam, *, causal=True, bias_fn=None, scale=None, block_size=256):
+def diff_attention_chunked(q, k, v, lam, *, causal=True, bias_fn=None, scale=None, block_size=256,
+                           q_offset=0):
+    """``q_offset``: the query rows are the last keys (cached decoding), as in
+    :func:`softmax_attention_chunked`."""
     check_shapes(q, v)
     v2 = v.repeat_interleave(2, dim=1)                           # [B, 2H, T, 2hd]: same v per half
     out = softmax_attention_chunked(q, k, v2, causal=causal, bias_fn=bias_fn, scale=scale,
-                                    block_size=block_size)       # [B, 2H, T, 2hd]
+                                    block_size=block_size, q_offset=q_offset)  # [B, 2H, T, 2hd]
     return combine_halves(out, lam)                              # [B, H, T, 2hd]

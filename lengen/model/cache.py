@@ -1,0 +1,130 @@
+"""The incremental key/value cache of a decoder: plain tensors, one set per layer.
+
+A decoding step runs only the new tokens through the model. Each attention layer appends its new
+keys and values (after q/k normalisation and RoPE rotation, so cached keys are never rotated
+again) to its :class:`LayerCache` and attends from the new query rows to every cached key; the
+model appends the new tokens' positions once to :attr:`KVCache.positions`, which bias schemes
+(ALiBi, T5, Transformer-XL) read for the key side. Attention kinds keep what their step needs
+beside k and v under their own names (FoT: its cumulative log-forget ``c``, so a new row gets
+``c_i - c_j`` against every cached key).
+
+Storage: every cached tensor has its time axis at dim 2 (``[B, H, T, ...]``; positions: their last
+dim) and lives in a buffer with spare room that doubles when full, so appending a token copies only
+that token, and the tensors handed to the ops are views of the filled part. :meth:`KVCache.select`
+keeps a subset of the batch rows in every buffer (one ``index_select`` each), e.g. to drop
+sequences that have finished.
+
+Usage (what :func:`lengen.model.generate.generate` does)::
+
+    cache = model.new_cache(capacity=T_total)
+    logits = model(prompt, pos[..., :Tp], cache=cache)           # prefill: [B, Tp, V]
+    logits = model(next_token, pos[..., Tp:Tp + 1], cache=cache)  # one step: [B, 1, V]
+"""
+from __future__ import annotations
+
+import torch
+
+
+class _Growing:
+    """A tensor growing along ``dim``, kept in a buffer with spare room (doubled when full)."""
+
+    def __init__(self, x: torch.Tensor, dim: int, capacity: int):
+        self.dim = dim % x.dim()
+        shape = list(x.shape)
+        shape[self.dim] = max(capacity, x.shape[self.dim], 1)
+        self.buf = x.new_empty(shape)
+        self.n = 0
+        self.append(x)
+
+    def view(self) -> torch.Tensor:
+        return self.buf.narrow(self.dim, 0, self.n)
+
+    def append(self, x: torch.Tensor) -> torch.Tensor:
+        t = x.shape[self.dim]
+        if self.n + t > self.buf.shape[self.dim]:
+            shape = list(self.buf.shape)
+            shape[self.dim] = max(2 * shape[self.dim], self.n + t)
+            buf = self.buf.new_empty(shape)
+            buf.narrow(self.dim, 0, self.n).copy_(self.view())
+            self.buf = buf
+        self.buf.narrow(self.dim, self.n, t).copy_(x)
+        self.n += t
+        return self.view()
+
+    def select(self, index: torch.Tensor) -> None:
+        self.buf = self.buf.index_select(0, index.to(self.buf.device))
+
+
+class LayerCache:
+    """One attention layer's cached tensors by name (``k``, ``v`` and kind-specific state), each
+    ``[B, H, T, ...]`` along dim 2."""
+
+    def __init__(self, capacity: int = 0):
+        self.capacity = capacity
+        self._items: dict[str, _Growing] = {}
+
+    def length(self, name: str = "k") -> int:
+        item = self._items.get(name)
+        return 0 if item is None else item.n
+
+    def get(self, name: str) -> torch.Tensor | None:
+        """The cached ``name`` tensor so far, or None before its first append."""
+        item = self._items.get(name)
+        return None if item is None else item.view()
+
+    def append(self, name: str, x: torch.Tensor) -> torch.Tensor:
+        """Append ``x`` ([B, H, t, ...]) along dim 2; returns everything cached under ``name``."""
+        item = self._items.get(name)
+        if item is None:
+            self._items[name] = item = _Growing(x, 2, self.capacity)
+            return item.view()
+        if x.shape[:2] != item.buf.shape[:2] or x.shape[3:] != item.buf.shape[3:]:
+            raise ValueError(f"cache '{name}' holds [B, H, T, ...] = {tuple(item.view().shape)}; "
+                             f"cannot append {tuple(x.shape)} (same batch, heads and width "
+                             f"needed; start a new cache for a new batch)")
+        return item.append(x)
+
+    def select(self, index: torch.Tensor) -> None:
+        for item in self._items.values():
+            item.select(index)
+
+
+class KVCache:
+    """The cache of a whole decoder: one :class:`LayerCache` per layer plus the positions of every
+    cached token (``[Tc]`` shared by the batch, or ``[B, Tc]``). ``length`` is the number of
+    tokens cached per sequence."""
+
+    def __init__(self, n_layers: int, capacity: int = 0):
+        self.capacity = int(capacity)
+        self.layers = [LayerCache(self.capacity) for _ in range(n_layers)]
+        self._pos: _Growing | None = None
+
+    @property
+    def length(self) -> int:
+        return 0 if self._pos is None else self._pos.n
+
+    @property
+    def positions(self) -> torch.Tensor | None:
+        return None if self._pos is None else self._pos.view()
+
+    def extend_positions(self, pos: torch.Tensor) -> torch.Tensor:
+        """Append the new tokens' positions ([t] or [B, t]); returns those of every cached key,
+        [Tc + t] or [B, Tc + t] (a shared history becomes per sequence once a step is)."""
+        if self._pos is None:
+            self._pos = _Growing(pos, -1, self.capacity)
+            return self._pos.view()
+        old = self._pos.view()
+        if old.dim() == 1 and pos.dim() == 2:            # shared so far, per sequence from now on
+            self._pos = _Growing(old.expand(pos.shape[0], -1), -1, self.capacity)
+        elif old.dim() == 2 and pos.dim() == 1:
+            pos = pos.expand(old.shape[0], -1)
+        elif old.dim() == 2 and pos.shape[0] != old.shape[0]:
+            raise ValueError(f"cached positions have {old.shape[0]} rows, new ones {pos.shape[0]}")
+        return self._pos.append(pos.to(old.dtype))
+
+    def select(self, index: torch.Tensor) -> None:
+        """Keep batch rows ``index`` (LongTensor) of every cached tensor, in that order."""
+        for layer in self.layers:
+            layer.select(index)
+        if self._pos is not None and self._pos.buf.dim() == 2:
+            self._pos.select(index)
