@@ -55,3 +55,39 @@ def test_summarize_rows(task):
     assert rows[("wrong_digits_count", 2, None)]["value"] == 1
     assert rows[("error_position_count", None, 1)]["value"] == 1
     assert all(r["run"] == "x" and r["split"] == "len=2" for r in rows.values())
+
+
+def test_error_analysis_from_real_generation():
+    """A briefly trained model: generated answers classified; counts add up; accuracy equals
+    teacher-forced exact match on the same sequences."""
+    import lengen
+    from lengen.eval import evaluate
+    from lengen.eval.addition_errors import addition_error_analysis
+    from lengen.model import Transformer
+
+    torch.manual_seed(0)
+    task = build_task("addition", max_train_length=3, hints=False)
+    model = Transformer(lengen.ModelConfig(vocab_size=task.vocab_size, d_model=32, n_layers=2,
+                                           n_heads=2, posenc="rope"))
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(150):
+        b = task.train_batch(32, g)
+        loss = torch.nn.functional.cross_entropy(model(b.inputs)[b.loss_mask],
+                                                 b.targets[b.loss_mask])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    rows, recs = addition_error_analysis(model, task, ["len=2", "len=3"], n_sequences=40,
+                                         batch_size=16, seed=5)
+    assert len(recs) == 80
+    tf = evaluate(model, task, ["len=2", "len=3"], n_sequences=40, batch_size=16, seed=5)
+    for split in ("len=2", "len=3"):
+        want = next(r["value"] for r in tf if r["split"] == split and r["metric"] == "seq_acc")
+        got = next(r["value"] for r in rows
+                   if r["split"] == split and r["metric"] == "seq_acc_generated")
+        assert got == pytest.approx(want)
+        wrong = [r for r in recs if r["split"] == split and not r["correct"]]
+        counts = sum(r["value"] for r in rows
+                     if r["split"] == split and r["metric"] == "wrong_digits_count")
+        assert counts == len(wrong)

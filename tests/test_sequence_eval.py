@@ -1,9 +1,10 @@
 """Exact match of decoder sequence tasks: teacher forced (the default) vs greedy generation, length
 sweeps and the accuracy-vs-length plot, ``lengen generate``.
 
-``Transformer.generate`` (CONTRACT item 2) is built on another branch; here a short reference
-greedy loop (full recomputation each step, argmax, stop at EOS) stands in for it, monkeypatched
-onto the model, so the plumbing is tested now.
+The oracle models below are plain modules without ``generate``; a short reference greedy loop
+(full recomputation each step, argmax, stop at EOS) is attached to them. Transformers use their
+own ``Transformer.generate`` (KV cache), which the trained-model test also checks against that
+reference loop.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from torch import nn
 import lengen
 from lengen.cli import main
 from lengen.eval import evaluate
+from lengen.eval.evaluate import eval_stream
 from lengen.eval.generation import (evaluate_generated, exact_match_generated, first_error,
                                     format_example, show_generations)
 from lengen.eval.length_sweep import evaluate_lengths, length_scores, score_metric
@@ -137,13 +139,17 @@ def test_teacher_forced_equals_generated_on_an_oracle(name):
     assert rows[0]["value"] == 1.0 and rows[1]["value"] == 0.0 and rows[0]["run"] == "oracle"
 
 
-def test_teacher_forced_equals_generated_on_a_trained_model():
+@pytest.mark.parametrize("attention,positions", [("softmax", "identity"), ("tra", "identity"),
+                                                 ("softmax", "randomized")])
+def test_teacher_forced_equals_generated_on_a_trained_model(attention, positions):
     """A small sort model trained briefly (so it is right on some sequences and wrong on others):
-    per sequence, teacher-forced exact match == reference greedy decoding."""
+    per sequence, teacher-forced exact match == real greedy decoding with the KV cache
+    (``Transformer.generate``), which also equals the reference recomputation loop."""
     torch.manual_seed(0)
     task = build_task("sort", max_train_length=5)
     cfg = lengen.ModelConfig(vocab_size=task.vocab_size, d_model=32, n_layers=2, n_heads=2,
-                             posenc="rope")
+                             posenc="rope", attention=attention, positions=positions,
+                             positions_kwargs={"max_length": 64} if positions != "identity" else {})
     model = Transformer(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     gen = torch.Generator().manual_seed(0)
@@ -153,18 +159,25 @@ def test_teacher_forced_equals_generated_on_a_trained_model():
         opt.zero_grad()
         loss.backward()
         opt.step()
-    with_generate(model.eval())
+    model.eval()
     accs = []
     for k in (2, 4, 6, 8):
         split = f"len={k}"
         per_row = []
-        with torch.no_grad():
-            for batch in seeded_eval_batches(task, split, 24, 8, 11):
-                pred = model(batch.inputs).argmax(-1)
+        with torch.no_grad():        # the evaluation's own sequences and (sampled) positions
+            for _, batch, pos in eval_stream(model, task, split, 24, 8, 11):
+                pred = model(batch.inputs, positions=pos).argmax(-1)
                 per_row += ((pred == batch.targets) | ~batch.eval_mask).all(1).tolist()
         got = exact_match_generated(model, task, split, 24, 8, seed=11)
         assert got["correct"] == per_row, split
         accs.append(got["seq_acc"])
+        if positions != "identity":
+            continue                 # below: cached vs recomputed decoding at positions 0..T-1
+        prompts, answers = task.examples(split, 24, seed=11, batch_size=8)
+        with torch.no_grad():
+            cached = model.generate(prompts, task.answer_length(k) + 1, eos_id=EOS)
+            ref = reference_generate(model, prompts, task.answer_length(k) + 1, eos_id=EOS)
+        assert [c.tolist() for c in cached] == [r.tolist() for r in ref], split
     assert max(accs) > 0.5 and min(accs) < 0.5, accs      # both right and wrong sequences
 
 
@@ -237,7 +250,7 @@ def test_length_sweep_of_a_sequence_task(tmp_path):
 # ------------------------------------------------------------------------------------------
 # command line: train, eval (rows + plot), generate
 # ------------------------------------------------------------------------------------------
-def test_cli_train_eval_generate(tmp_path, capsys, monkeypatch):
+def test_cli_train_eval_generate(tmp_path, capsys):
     run = str(tmp_path / "copy")
     assert main(["train", "--run-dir", run, "task.name=copy", "task.kwargs.max_train_length=4",
                  "task.kwargs.max_eval_length=6", "model.d_model=16", "model.n_layers=1",
@@ -250,8 +263,6 @@ def test_cli_train_eval_generate(tmp_path, capsys, monkeypatch):
     assert os.path.getsize(os.path.join(run, "eval.png")) > 1000
     assert "eval.png" in capsys.readouterr().out
 
-    # before CONTRACT item 2 lands the Transformer has no generate(): the reference loop
-    monkeypatch.setattr(Transformer, "generate", reference_generate, raising=False)
     assert main(["generate", run, "--split", "len=3", "--n", "2"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "copy: len=3, evaluation seed 1234, greedy decoding"

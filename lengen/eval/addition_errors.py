@@ -100,19 +100,17 @@ def summarize(records: list[dict], meta: dict | None = None) -> list[dict]:
 @torch.inference_mode()
 def addition_error_analysis(model, task, splits, *, n_sequences: int = 200, seed: int = 1234,
                             batch_size: int = 64, device="cpu", meta: dict | None = None):
-    """Greedy-decode ``n_sequences`` evaluation examples of each split (the same examples teacher
-    forcing scores) and classify every answer -> (rows of :func:`summarize`, per-example records)."""
+    """Greedy-decode ``n_sequences`` evaluation examples of each split (the same examples and
+    positions teacher forcing scores) and classify every answer -> (rows of :func:`summarize`,
+    per-example records)."""
+    from lengen.eval.generation import generated_batches
+
     records = []
     for split in splits:
-        prompts, answers = task.examples(split, n_sequences, seed, batch_size=batch_size)
-        for s in range(0, len(prompts), batch_size):
-            ps, ans = prompts[s:s + batch_size], answers[s:s + batch_size]
-            outs = model.generate([p.to(device) for p in ps],
-                                  max_new_tokens=max(a.numel() for a in ans), eos_id=EOS)
-            for p, a, o in zip(ps, ans, outs):
-                rec = classify(task, p, a, o.cpu())
-                rec["split"] = split
-                records.append(rec)
+        for prompts, answers, outputs in generated_batches(model, task, split, n_sequences,
+                                                           batch_size, seed, device):
+            for p, a, o in zip(prompts, answers, outputs):
+                records.append(dict(classify(task, p, a, o), split=split))
     return summarize(records, meta), records
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from lengen.tasks.sequence.base import EOS, SequenceTask, prompts_and_answers, seeded_eval_batches
+from lengen.tasks.sequence.base import EOS, SequenceTask, prompts_and_answers
 from lengen.tasks.splits import split_name
 
 MARK = ">>{}<<"     # how the first wrong output token is shown
@@ -33,9 +33,11 @@ def require_sequence_task(task) -> SequenceTask:
 
 
 def generate_answers(model, prompts: list[torch.Tensor], max_new_tokens: int,
-                     eos_id: int = EOS) -> list[torch.Tensor]:
+                     eos_id: int = EOS, positions: torch.Tensor | None = None
+                     ) -> list[torch.Tensor]:
     """Greedy continuations of ``prompts`` (1-D LongTensors), each up to and including its EOS,
-    at most ``max_new_tokens`` long, in eval mode without gradients."""
+    at most ``max_new_tokens`` long, in eval mode without gradients. ``positions`` ([T] or
+    [B, T] covering prompt + max_new_tokens) are passed on when given."""
     generate = getattr(model, "generate", None)
     if generate is None:
         raise RuntimeError("this model has no generate(); generation needs lengen's Transformer "
@@ -44,7 +46,8 @@ def generate_answers(model, prompts: list[torch.Tensor], max_new_tokens: int,
     model.eval()
     try:
         with torch.inference_mode():
-            out = generate(prompts, max_new_tokens, eos_id=eos_id)
+            kw = {} if positions is None else {"positions": positions}
+            out = generate(prompts, max_new_tokens, eos_id=eos_id, **kw)
     finally:
         model.train(was_training)
     return [o.reshape(-1).cpu() for o in out]
@@ -60,6 +63,31 @@ def first_error(output: torch.Tensor, target: torch.Tensor) -> int | None:
     return None if len(out) == len(tgt) else min(len(out), len(tgt))
 
 
+def generated_batches(model, task, split: str, n_sequences: int, batch_size: int, seed: int,
+                      device="cpu"):
+    """Yield ``(prompts, answers, outputs)`` per evaluation batch of ``split``: greedy decoding of
+    the very sequences, at the very positions, that teacher-forced evaluation scores
+    (:func:`lengen.eval.evaluate.eval_stream`; randomized samplers draw per evaluation block), so
+    the two can be compared row by row."""
+    from lengen.eval.evaluate import eval_stream
+
+    was_training = getattr(model, "training", False)
+    model.eval()
+    try:
+        stream = list(eval_stream(model, task, split, n_sequences, batch_size, seed, device))
+    finally:
+        model.train(was_training)
+    for _, batch, pos in stream:
+        prompts, answers = prompts_and_answers(batch)
+        if pos is not None:
+            # teacher forcing feeds prompt + answer; generation needs one more column (for the
+            # EOS it writes last and never feeds back): any finite value will do
+            pos = torch.cat([pos, pos[..., -1:]], -1)
+        outputs = generate_answers(model, [p.to(device) for p in prompts],
+                                   max(a.numel() for a in answers), positions=pos)
+        yield [p.cpu() for p in prompts], [a.cpu() for a in answers], outputs
+
+
 def exact_match_generated(model, task, split: str, n_sequences: int, batch_size: int,
                           seed: int, device="cpu") -> dict:
     """Greedy-decoding exact match of answer + EOS over the first ``n_sequences`` evaluation
@@ -70,11 +98,9 @@ def exact_match_generated(model, task, split: str, n_sequences: int, batch_size:
     task.check_split(split)
     model.check_length(task.max_input_length([split]))
     correct = []
-    for batch in seeded_eval_batches(task, split, n_sequences, batch_size, seed):
-        prompts, answers = prompts_and_answers(batch)
-        outputs = generate_answers(model, [p.to(device) for p in prompts],
-                                   max(a.numel() for a in answers))
-        correct += [torch.equal(o, a) for o, a in zip(outputs, answers)]
+    for _, answers, outputs in generated_batches(model, task, split, n_sequences, batch_size,
+                                                 seed, device):
+        correct += [torch.equal(o, a.cpu()) for o, a in zip(outputs, answers)]
     n = len(correct)
     return {"seq_acc": sum(correct) / max(n, 1), "sequences": n,
             "sequences_correct": sum(correct), "correct": correct}
