@@ -238,3 +238,14 @@ def test_empty_split_is_an_error(tmp_path):
     os.truncate(corpus.files["test"][0], 0)                 # emptied after the corpus checked it
     with pytest.raises(ValueError, match="no text"):
         cached_tokens(corpus, "test", Bytes(), str(tmp_path / "c"), quiet=True)
+
+
+def test_local_bpe_trains_on_the_offline_corpus(tmp_path):
+    # HF tokenizers consumes the training iterator on another thread: the corpus must allow it
+    from lengen.data.corpus import KJV
+
+    tok = build_tokenizer("bpe", corpus=KJV(), cache_dir=str(tmp_path), vocab_size=512,
+                          train_chars=100_000)
+    text = "And God said, Let there be light: and there was light.\n"
+    ids = tok.encode(text)
+    assert tok.decode(ids) == text and len(ids) < len(text) / 2 and tok.vocab_size == 512
