@@ -226,6 +226,11 @@ def test_bad_input_fails_before_training(cache, tmp_path):
         kjv_task(cache, tokenizer="gpt-2")
     with pytest.raises(ValueError, match="no split 'dev'"):
         kjv_task(cache, eval_split="dev")
+    with pytest.raises(ValueError, match="seq_len must be an integer, got 'long'"):
+        kjv_task(cache, seq_len="long")
+    with pytest.raises(ValueError, match="eval_lengths must be >= 1"):
+        kjv_task(cache, eval_lengths=[64, 0])
+    assert kjv_task(cache, max_chars="6e4").max_chars == 60_000   # YAML reads 6e4 as a string
 
 
 def text_cfg(cache, **overrides):

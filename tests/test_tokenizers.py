@@ -69,6 +69,23 @@ def test_gpt2_files_come_from_the_package_and_are_hash_checked(tmp_path):
         build_tokenizer("gpt2", files_dir=str(d))
 
 
+def test_offline_encoding_equals_tiktokens_own_gpt2(tmp_path, monkeypatch, gpt2):
+    """tiktoken's registered "gpt2" encoding, fed the same files through its download cache
+    (files named by the sha1 of their URL), encodes exactly like ours."""
+    import hashlib
+
+    import tiktoken
+
+    url = "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/"
+    for f, p in gpt2_files().items():
+        shutil.copy(p, tmp_path / hashlib.sha1((url + f).encode()).hexdigest())
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    official = tiktoken.get_encoding("gpt2")
+    lines = TEXT.splitlines(keepends=True) + ["  indented\tcode = x[1:2]  # 'quoted' it's\n"]
+    assert gpt2.encode_lines(lines) == official.encode_ordinary_batch(lines)
+    assert official.n_vocab == gpt2.vocab_size
+
+
 # ---------------------------------------------------------------- bytes, chars
 
 def test_bytes_round_trip_and_specials():

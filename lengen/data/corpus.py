@@ -20,8 +20,9 @@ Registered corpora (``task.kwargs.corpus``):
   ``b % 10 == 9``, to train otherwise (959 / 115 / 115 chapters; each held-out passage is 5
   consecutive chapters, a few thousand tokens, like a WikiText article).
 * ``wikitext-103`` / ``wikitext-2`` (raw, Merity et al. 2017) from files a user has, given as
-  ``data_dir``: the Hugging Face hub's Parquet layout (``wikitext-103-raw-v1/train-0000{0,1}-of-00002.parquet``,
-  ``validation-00000-of-00001.parquet``, ``test-...``; column ``text``, one row per line), or the
+  ``data_dir``: the Hugging Face hub's Parquet layout
+  (``wikitext-103-raw-v1/train-0000{0,1}-of-00002.parquet``, ``validation-00000-of-00001.parquet``,
+  ``test-...``; column ``text``, one row per line), or the
   original ``wiki.{train,valid,test}.raw``; or, with no ``data_dir``, through
   ``datasets.load_dataset("Salesforce/wikitext", "wikitext-103-raw-v1")`` when the hub is reachable.
   A hub row keeps its trailing newline; a row without one (the hub stores blank lines as ``""``)

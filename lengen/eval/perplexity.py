@@ -17,8 +17,8 @@ Memory: the model runs in eval mode, where every attention kind takes its query-
 positions only, a block of rows at a time (at most ``2^22`` logits, 16 MB, per block: small
 enough for the allocator to reuse the block instead of mapping fresh pages each time, which cost as
 much system time as the matmul at 64 MB), so the ``[B, K, V]`` logits tensor (823 MB for one
-4096-token window of GPT-2's 50,257 ids) is never built. :func:`reference_nll` scores the same batch from the model's full logits (the slow
-reference the blocked path is tested against).
+4096-token window of GPT-2's 50,257 ids) is never built. :func:`reference_nll` scores the same
+batch from the model's full logits (the slow reference the blocked path is tested against).
 """
 from __future__ import annotations
 
@@ -84,7 +84,8 @@ def perplexity_split(model, task, split: str, *, n_sequences: int | None = None,
     try:
         for batch in task.eval_batches(split, n_sequences, batch_size, 0):
             s = score_batch(model, batch.to(device))
-            nll_sum, tokens, windows = nll_sum + s["nll_sum"], tokens + s["tokens"], windows + batch.inputs.shape[0]
+            nll_sum, tokens = nll_sum + s["nll_sum"], tokens + s["tokens"]
+            windows += batch.inputs.shape[0]
     finally:
         model.train(was_training)
     nll = nll_sum / max(tokens, 1)

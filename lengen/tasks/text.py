@@ -59,6 +59,19 @@ from lengen.tasks.chomsky.base import parse_split, split_name
 PROTOCOLS = ("nonoverlapping", "sliding")
 
 
+def _int(name: str, value, minimum: int = 1) -> int:
+    """A task kwarg as an int >= minimum (YAML may hand over 1e6 as a string or a float)."""
+    try:
+        f = float(value)
+        if not f.is_integer():
+            raise ValueError
+    except (TypeError, ValueError):
+        raise ValueError(f"task.kwargs.{name} must be an integer, got {value!r}") from None
+    if f < minimum:
+        raise ValueError(f"task.kwargs.{name} must be >= {minimum}, got {value!r}")
+    return int(f)
+
+
 def eval_windows(n_tokens: int, length: int, stride: int | None = None,
                  max_windows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Windows over a split of ``n_tokens`` tokens ``x``: window ``w`` reads
@@ -95,13 +108,13 @@ class Text(Task):
                  tokenizer_kwargs: dict | None = None):
         from lengen.data import build_tokenizer, cached_tokens, load_corpus
 
-        if int(seq_len) < 1:
-            raise ValueError(f"task.kwargs.seq_len must be >= 1, got {seq_len}")
-        self.seq_len = int(seq_len)
-        lengths = eval_lengths if eval_lengths is not None else [self.seq_len * m for m in (1, 2, 4, 8, 16, 32)]
-        self.eval_lengths = [int(k) for k in lengths]
-        if not self.eval_lengths or min(self.eval_lengths) < 1:
-            raise ValueError(f"task.kwargs.eval_lengths must be positive ints, got {eval_lengths}")
+        self.seq_len = _int("seq_len", seq_len)
+        lengths = ([self.seq_len * m for m in (1, 2, 4, 8, 16, 32)] if eval_lengths is None
+                   else eval_lengths)
+        if isinstance(lengths, (int, float, str)) or not lengths:
+            raise ValueError(f"task.kwargs.eval_lengths must be a non-empty list of ints, "
+                             f"got {eval_lengths!r}")
+        self.eval_lengths = [_int("eval_lengths", k) for k in lengths]
         if eval_protocol not in PROTOCOLS:
             raise ValueError(f"unknown task.kwargs.eval_protocol '{eval_protocol}'. "
                              f"Valid: {', '.join(PROTOCOLS)}")
@@ -110,15 +123,15 @@ class Text(Task):
             if stride is None:
                 raise ValueError("eval_protocol=sliding needs task.kwargs.stride (targets scored per "
                                  "window after the first, <= every evaluation length), e.g. stride=64")
-            self._check_stride(int(stride), self.eval_lengths)
-            self.stride = int(stride)
+            self.stride = _int("stride", stride)
+            self._check_stride(self.stride, self.eval_lengths)
         elif stride is not None:
             raise ValueError("task.kwargs.stride applies to eval_protocol=sliding only")
         else:
             self.stride = None
-        if int(max_eval_tokens) < 1 or int(eval_batch_tokens) < 1:
-            raise ValueError("task.kwargs.max_eval_tokens and eval_batch_tokens must be >= 1")
-        self.max_eval_tokens, self.eval_batch_tokens = int(max_eval_tokens), int(eval_batch_tokens)
+        self.max_eval_tokens = _int("max_eval_tokens", max_eval_tokens)
+        self.eval_batch_tokens = _int("eval_batch_tokens", eval_batch_tokens)
+        max_chars = None if max_chars is None else _int("max_chars", max_chars)
 
         corpus_kwargs = {k: v for k, v in (("data_dir", data_dir), ("data_files", data_files))
                          if v is not None}
