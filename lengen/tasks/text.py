@@ -29,21 +29,7 @@ batch holds at most ``eval_batch_tokens`` tokens (at least one window), so long 
 batches; with the lean attention paths of eval mode and the blocked output head of
 :mod:`lengen.eval.perplexity`, memory grows linearly in ``K``.
 
-Task kwargs (``task.kwargs.*``):
-
-* ``corpus``: ``kjv`` (offline default: a stand-in for WikiText-103, see
-  :mod:`lengen.data.corpus`), ``wikitext-103``, ``wikitext-2``, ``files``; ``data_dir`` (WikiText
-  files) or ``data_files`` (``files``: ``{train: PATH, validation: PATH, test: PATH}``).
-* ``tokenizer``: ``gpt2`` (default; tiktoken, offline), ``bytes``, ``chars``, ``bpe`` (trained
-  locally); ``tokenizer_kwargs`` (e.g. ``{vocab_size: 4096}`` for ``bpe``). ``vocab_size`` of the
-  task (and so of the model) comes from the tokenizer.
-* ``seq_len`` (128): training window, in tokens (model input length).
-* ``eval_lengths``: default ``seq_len * [1, 2, 4, 8, 16, 32]``; ``eval_split`` (``validation``).
-* ``eval_protocol`` / ``stride``: see above. ``max_eval_tokens`` (32768): scored tokens per length.
-* ``eval_batch_tokens`` (16384): tokens per evaluation forward pass.
-* ``max_chars``: keep only the first characters of each split (quick runs and tests).
-* ``cache_dir``: where tokenized splits are cached (default ``~/.cache/lengen``, see
-  :mod:`lengen.data.token_cache`).
+Task kwargs: see :class:`Text`.
 
     lengen train task.name=text train.steps=200                  # offline, GPT-2 BPE
     lengen train task.name=text task.kwargs.corpus=wikitext-103 task.kwargs.data_dir=data/wikitext
@@ -94,6 +80,25 @@ def eval_windows(n_tokens: int, length: int, stride: int | None = None,
 
 
 class Text(Task):
+    """Next-token language modelling on a tokenized corpus; splits ``len=K`` (module docstring).
+
+    Task kwargs (``task.kwargs.*``):
+
+    * ``corpus``: ``kjv`` (offline default: a stand-in for WikiText-103, see
+      :mod:`lengen.data.corpus`), ``wikitext-103``, ``wikitext-2``, ``files``; ``data_dir`` (WikiText
+      files) or ``data_files`` (``files``: ``{train: PATH, validation: PATH, test: PATH}``).
+    * ``tokenizer``: ``gpt2`` (default; tiktoken, offline), ``bytes``, ``chars``, ``bpe`` (trained
+      locally); ``tokenizer_kwargs`` (e.g. ``{vocab_size: 4096}`` for ``bpe``). ``vocab_size`` of the
+      task (and so of the model) comes from the tokenizer.
+    * ``seq_len`` (128): training window, in tokens (model input length).
+    * ``eval_lengths``: default ``seq_len * [1, 2, 4, 8, 16, 32]``; ``eval_split`` (``validation``).
+    * ``eval_protocol`` (``nonoverlapping`` | ``sliding``) and ``stride`` (sliding only): see the
+      module docstring. ``max_eval_tokens`` (32768): at most this many scored targets per length.
+    * ``eval_batch_tokens`` (16384): tokens per evaluation forward pass.
+    * ``max_chars``: keep only the first characters of each split (quick runs and tests).
+    * ``cache_dir``: where tokenized splits are cached (default ``~/.cache/lengen``, see
+      :mod:`lengen.data.token_cache`).
+    """
     name = "text"
     causal = True
     #: evaluation routes to lengen.eval.perplexity (rows 'ppl' and 'nll' per length)
