@@ -149,6 +149,9 @@ def print_rows(rows) -> None:
     for r in rows:
         table.setdefault(r["split"], {})[r["metric"]] = r["value"]
     metrics = ["seq_acc", "token_acc", "glitch_rate", "nll"]
+    present = list(dict.fromkeys(r["metric"] for r in rows))
+    if not set(present) <= set(metrics):        # e.g. language modelling: ppl, nll
+        metrics = present
     print(f"{'split':<10}" + "".join(f"{m:>13}" for m in metrics))
     for split, vals in table.items():
         print(f"{split:<10}" + "".join(f"{vals.get(m, float('nan')):>13.4f}" for m in metrics))

@@ -2,9 +2,11 @@
 
 Each row: ``{run, task, split, length, metric, value, pe, attention, positions, seed, data_seed,
 step}`` for metrics ``seq_acc`` (whole-sequence accuracy), ``token_acc`` (per-read accuracy for
-flip-flop), ``glitch_rate`` (1 - token_acc) and ``nll``. Runs under ``torch.inference_mode`` with
-the model in eval mode, so dropout is off and attention takes its memory-lean path. Tasks with an
-``output_slice`` are scored over their output classes only (see :mod:`lengen.eval.metrics`).
+flip-flop), ``glitch_rate`` (1 - token_acc) and ``nll``; language-modelling tasks get ``ppl``
+and ``nll`` per evaluation length (:mod:`lengen.eval.perplexity`). Runs under
+``torch.inference_mode`` with the model in eval mode, so dropout is off and attention takes its
+memory-lean path. Tasks with an ``output_slice`` are scored over their output classes only (see
+:mod:`lengen.eval.metrics`).
 
 Reproducible by construction: the evaluated sequences are a function of (seed, split, index)
 (:meth:`lengen.tasks.base.Task.eval_batches`), and a sampler that draws positions at evaluation
@@ -91,10 +93,18 @@ def evaluate_split(model, task, split: str, n_sequences: int, batch_size: int, s
 
 def evaluate(model, task, splits: list[str], *, n_sequences: int, batch_size: int, seed: int = 1234,
              device="cpu", meta: dict | None = None, progress: bool = False) -> list[dict]:
-    """Evaluate on each split; returns long-format rows (one per split x metric)."""
+    """Evaluate on each split; returns long-format rows (one per split x metric). Tasks whose
+    ``evaluation`` is ``"perplexity"`` (language modelling) get rows ``ppl`` and ``nll`` per
+    length from :func:`lengen.eval.perplexity.evaluate_perplexity` instead."""
     check_eval_sizes(n_sequences, batch_size, seed)
     if isinstance(splits, str):
         splits = [splits]
+    if getattr(task, "evaluation", "accuracy") == "perplexity":
+        from lengen.eval.perplexity import evaluate_perplexity
+
+        return evaluate_perplexity(model, task, splits, n_sequences=n_sequences,
+                                   batch_size=batch_size, seed=seed, device=device, meta=meta,
+                                   progress=progress)
     for split in splits:
         task.check_split(split)
     rows = []

@@ -6,10 +6,13 @@ from lengen.tasks.chomsky import (BinaryAddition, BinaryMultiplication, BucketSo
                                   ParityCheck, ReverseString, SolveEquation, StackManipulation)
 from lengen.tasks.flipflop import FlipFlop
 from lengen.tasks.sequence import Addition, Copy, Reverse, Sort, Summation
+from lengen.tasks.text import Text
 
 # Literal registry: the CLI name is the key.
 TASKS: dict[str, type[Task]] = {
     "flipflop": FlipFlop,
+    # language modelling on real text (decoder; perplexity per evaluation length)
+    "text": Text,
     # Chomsky hierarchy (Deletang et al. 2023; Ruoss et al. 2023): encoder tasks
     "even_pairs": EvenPairs,
     "modular_arithmetic": ModularArithmetic,
