@@ -34,8 +34,10 @@ class ForgettingAttention(Attention):
         nn.init.constant_(self.forget_gate.bias, self.gate_bias_init)
 
     def attend(self, q, k, v, x, bias_fn):
-        # fp32 gates whatever the model dtype: the ops cumsum them, and bf16 rounding would add up
-        log_f = F.logsigmoid(self.forget_gate(x).float()).transpose(1, 2)           # [B, H, T]
+        # fp32 gates at least: the ops cumsum them, and bf16 rounding would add up; an fp64 model
+        # keeps fp64 gates (fp32 ones made the fp64 naive and fast paths differ by ~1e-6)
+        acc = torch.promote_types(x.dtype, torch.float32)
+        log_f = F.logsigmoid(self.forget_gate(x).to(acc)).transpose(1, 2)           # [B, H, T]
         if self.record_weights:
             return self._keep(fot_attention_naive(q, k, v, log_f, bias_fn=bias_fn, return_weights=True))
         if self.use_lean():
