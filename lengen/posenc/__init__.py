@@ -1,6 +1,7 @@
 """Positional schemes; see :mod:`lengen.posenc.base` for the hook interface."""
 from lengen.posenc.alibi import ALiBi
 from lengen.posenc.base import PositionalScheme
+from lengen.posenc.kerple_log import KerpleLog
 from lengen.posenc.learned import LearnedAbsolute
 from lengen.posenc.nope import NoPE
 from lengen.posenc.rope import RoPE
@@ -17,6 +18,7 @@ POSENCS: dict[str, type[PositionalScheme]] = {
     "alibi": ALiBi,
     "t5": T5Bias,
     "xl": TransformerXLRelative,
+    "kerple_log": KerpleLog,
 }
 
 
