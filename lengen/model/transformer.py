@@ -3,8 +3,9 @@
 Single-device and free of logging or config parsing; compile, mixed precision and DDP are applied
 from outside. Positions are data: ``forward`` takes an explicit positions tensor, or draws one from
 the configured sampler (``lengen.positions``), so randomized / interpolated positions compose with
-every scheme. The positional scheme is one module shared by all layers; attention modules call its
-hooks (see ``lengen.posenc.base``).
+every scheme. The positional scheme is one module shared by all layers (a scheme built with
+``per_layer=True`` gets one instance per layer instead); attention modules call its hooks (see
+``lengen.posenc.base``).
 
 Decoder (``causal=True``): next-token logits at every position. Encoder (``causal=False``):
 bidirectional attention; tasks append output placeholder tokens and read logits there.
@@ -84,9 +85,15 @@ class Transformer(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.posenc = build_posenc(cfg.posenc, d_model=cfg.d_model, n_heads=cfg.n_heads,
-                                   head_dim=cfg.d_model // cfg.n_heads, causal=cfg.causal,
-                                   **cfg.posenc_kwargs)
+        def scheme():
+            return build_posenc(cfg.posenc, d_model=cfg.d_model, n_heads=cfg.n_heads,
+                                head_dim=cfg.d_model // cfg.n_heads, causal=cfg.causal,
+                                **cfg.posenc_kwargs)
+
+        self.posenc = scheme()             # layer 0's scheme; its embed hook serves the model
+        # a per-layer scheme: blocks 1.. get instances of their own (None: all share self.posenc)
+        self.layer_posencs = (nn.ModuleList(scheme() for _ in range(cfg.n_layers - 1))
+                              if self.posenc.per_layer else None)
         self.sampler = build_sampler(cfg.positions, **cfg.positions_kwargs)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
@@ -122,9 +129,15 @@ class Transformer(nn.Module):
         if self.cfg.embed_scale:
             x = x * math.sqrt(self.cfg.d_model)
         x = self.drop(self.posenc.embed(x, pos))
-        for block in self.blocks:
-            x = block(x, pos, self.posenc)
+        for block, posenc in zip(self.blocks, self.block_posencs()):
+            x = block(x, pos, posenc)
         return self.head(self.norm_f(x))                         # [B, T, V]
+
+    def block_posencs(self) -> list:
+        """The positional scheme each block uses, in order."""
+        if self.layer_posencs is None:
+            return [self.posenc] * len(self.blocks)
+        return [self.posenc, *self.layer_posencs]
 
     def record_attention(self, on: bool = True) -> None:
         """Make every attention layer keep its last weights ([B, H, T, T]) in ``last_weights``."""

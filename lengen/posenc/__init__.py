@@ -1,6 +1,7 @@
 """Positional schemes; see :mod:`lengen.posenc.base` for the hook interface."""
 from lengen.posenc.alibi import ALiBi
 from lengen.posenc.base import PositionalScheme
+from lengen.posenc.fire import FIRE
 from lengen.posenc.kerple_log import KerpleLog
 from lengen.posenc.learned import LearnedAbsolute
 from lengen.posenc.nope import NoPE
@@ -19,6 +20,7 @@ POSENCS: dict[str, type[PositionalScheme]] = {
     "t5": T5Bias,
     "xl": TransformerXLRelative,
     "kerple_log": KerpleLog,
+    "fire": FIRE,
 }
 
 
