@@ -65,7 +65,7 @@ class Block(nn.Module):
                                     n_layers=cfg.n_layers, **cfg.attention_kwargs)
         self.mlp = MLP(cfg)
         self.norm1, self.norm2 = make_norm(cfg), make_norm(cfg)
-        if cfg.norm_position == "sandwich":
+        if cfg.norm_position in ("sandwich", "pre_post"):
             self.post1, self.post2 = make_norm(cfg), make_norm(cfg)
         self.drop = nn.Dropout(cfg.dropout)
 
@@ -76,6 +76,9 @@ class Block(nn.Module):
         if self.norm_position == "post":
             x = self.norm1(x + self.drop(self.attn(x, pos, posenc)))
             return self.norm2(x + self.drop(self.mlp(x)))
+        if self.norm_position == "pre_post":
+            x = self.post1(x + self.drop(self.attn(self.norm1(x), pos, posenc)))
+            return self.post2(x + self.drop(self.mlp(self.norm2(x))))
         x = x + self.drop(self.post1(self.attn(self.norm1(x), pos, posenc)))      # sandwich
         return x + self.drop(self.post2(self.mlp(self.norm2(x))))
 
