@@ -202,6 +202,16 @@ def test_piecewise_linear_mlp_equals_the_layers_even_on_kinks():
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("chunk_elements", [1, 7 * H, 100 * H])
+def test_chunked_piecewise_evaluation(monkeypatch, chunk_elements):
+    """The CPU evaluation walks the pairs in chunks; several chunks and a partial last one."""
+    monkeypatch.setattr(fire_module, "PWL_CHUNK_ELEMENTS", chunk_elements)
+    scheme = make(L=30.0)
+    pos = make_pos("randomized", 41)
+    check_against_reference(scheme, pos, pos)
+    check_against_reference(scheme, pos[3:11], pos)
+
+
 def test_bidirectional_tells_left_from_right():
     pos = make_pos("identity", 9)
     b = make(causal=False).bias(pos, pos).detach()

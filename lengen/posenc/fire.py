@@ -66,6 +66,7 @@ import math
 
 import torch
 from torch import nn
+from torch.autograd.function import once_differentiable
 
 from lengen.posenc.base import PositionalScheme
 from lengen.posenc.distance import (expand_batch, integral_positions, split_positions,
@@ -87,6 +88,46 @@ def _check_positive(name: str, value, why: str, example: str) -> float:
         raise ValueError(f"fire: posenc_kwargs.{name} must be a finite number > 0 ({why}), got "
                          f"{value!r}; use e.g. {name}={example}")
     return v
+
+
+#: elements of the [H, chunk] temporaries of the CPU piecewise-linear evaluation (fp32: 1 MB)
+PWL_CHUNK_ELEMENTS = 1 << 18
+
+
+class _PiecewiseLinear(torch.autograd.Function):
+    """out[h, n] = slope[h, piece[n]] * x[n] + intercept[h, piece[n]] with ``coef`` = [slope;
+    intercept] ([2H, P]). Written out (rather than gather + addcmul under autograd) so that the
+    backward makes no [2H, N] temporaries: on CPU the columns go in cache-sized chunks, and every
+    fresh N-sized tensor costs its page faults there."""
+
+    @staticmethod
+    def forward(ctx, x, coef, piece):
+        H, N = coef.shape[0] // 2, x.numel()
+        chunk = max(1, PWL_CHUNK_ELEMENTS // H) if x.device.type == "cpu" else max(N, 1)
+        out = torch.empty(H, N, dtype=x.dtype, device=x.device)
+        for a in range(0, N, chunk):
+            p = piece[a:a + chunk]
+            o = coef[:H].index_select(1, p)                                   # [H, chunk]
+            out[:, a:a + chunk] = o.mul_(x[a:a + chunk]).add_(coef[H:].index_select(1, p))
+        ctx.save_for_backward(x, coef, piece)
+        ctx.chunk = chunk
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        x, coef, piece = ctx.saved_tensors
+        H, N, chunk = coef.shape[0] // 2, x.numel(), ctx.chunk
+        gx = torch.empty_like(x) if ctx.needs_input_grad[0] else None
+        gc = torch.zeros_like(coef) if ctx.needs_input_grad[1] else None
+        for a in range(0, N, chunk):
+            p, g = piece[a:a + chunk], grad[:, a:a + chunk]
+            if gc is not None:
+                gc[H:].index_add_(1, p, g)                                    # d intercept
+                gc[:H].index_add_(1, p, g * x[a:a + chunk])                   # d slope
+            if gx is not None:
+                gx[a:a + chunk] = (g * coef[:H].index_select(1, p)).sum(0)    # slope at x
+        return gx, gc, None
 
 
 class FIRE(PositionalScheme):
@@ -172,8 +213,7 @@ class FIRE(PositionalScheme):
         slope = (active * w1) @ w2.t()                                        # [(K+1)^2, H]
         intercept = (active * b1) @ w2.t() + b2
         coef = torch.cat([slope, intercept], 1).t().contiguous()              # [2H, (K+1)^2]
-        g = coef.index_select(1, piece)                                       # [2H, N]
-        return torch.addcmul(g[H:], g[:H], x)                                 # [H, N]
+        return _PiecewiseLinear.apply(x, coef, piece)                         # [H, N]
 
     # -- the hook ----------------------------------------------------------------------------------
     def bias(self, pos_q, pos_k, q=None, k=None):
