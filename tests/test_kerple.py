@@ -106,10 +106,24 @@ def test_evenly_stepped_positions_use_the_toeplitz_view(monkeypatch):
         pos = make_pos(kind, 30)
         scheme.bias(pos[3:10], pos)
     assert calls == [(7, 30)] * 3
-    for kind in ("randomized", "fractional"):
+    tables = []
+    orig_table = KerpleLog._distance_table
+
+    def table(self, *a):
+        out = orig_table(self, *a)
+        tables.append(out is not None)
+        return out
+
+    monkeypatch.setattr(KerpleLog, "_distance_table", table)
+    for kind in ("randomized", "unsorted", "fractional"):
         pos = make_pos(kind, 30)
         scheme.bias(pos, pos)
-    assert len(calls) == 3                              # pairwise for these
+    scheme.bias(torch.stack([make_pos("randomized", 30, s) for s in range(2)]),
+                torch.stack([make_pos("randomized", 30, s) for s in range(2)]))
+    wide = torch.tensor([0.0, 1000.0, 3.0])               # 1001 distances > 9 pairs
+    torch.testing.assert_close(scheme.bias(wide, wide), scheme._reference_bias(wide, wide), **F64)
+    # integer positions: one value per distance, gathered; fractional ones: every pair
+    assert len(calls) == 3 and tables == [True, True, True, False]
 
 
 @pytest.mark.parametrize("T", [1, 63])

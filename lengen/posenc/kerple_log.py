@@ -21,10 +21,12 @@ Sharing: one instance serves every layer by default (lengen's convention; Zhou e
 sharing only for FIRE); the KERPLE code gives each layer its own (r1, r2), which
 ``posenc_kwargs.per_layer=true`` reproduces.
 
-Fast path: for shared positions stepping evenly by an integer (the identity sampler) the bias
-depends on ``i - j`` alone, so it is computed on the Tq + Tk - 1 distances and expanded by a
-Toeplitz view, as T5 does; other positions (randomized, fractional, per-sequence ``[B, T]``) are
-evaluated per pair. ``_reference_bias`` evaluates every pair.
+Fast paths: the bias depends on ``|i - j|`` alone. For shared positions stepping evenly by an
+integer (the identity sampler) it is computed on the Tq + Tk - 1 distances and expanded by a
+Toeplitz view, as T5 does; for other integer positions (randomized, unsorted, per-sequence
+``[B, T]``) on each distance 0..max once and gathered by the pairs (unless the distances spread
+wider than there are pairs); fractional positions are evaluated per pair. ``_reference_bias``
+evaluates every pair.
 """
 from __future__ import annotations
 
@@ -34,7 +36,8 @@ import torch
 from torch import nn
 
 from lengen.posenc.base import PositionalScheme
-from lengen.posenc.distance import expand_batch, split_positions, toeplitz
+from lengen.posenc.distance import (expand_batch, integral_positions, split_positions,
+                                    toeplitz)
 from lengen.posenc.t5 import integer_progression
 
 
@@ -96,23 +99,34 @@ class KerpleLog(PositionalScheme):
     def bias(self, pos_q, pos_k, q=None, k=None):
         pq, pk, B = split_positions(pos_q, pos_k)
         r1, r2 = self._coefficients()
+        Tq, Tk = pq.shape[-1], pk.shape[-1]
         if pq.dim() == 1:
-            return expand_batch(self._shared_bias(pq, pk, r1, r2), B)
-        d = (pq.to(r1.dtype)[:, :, None] - pk.to(r1.dtype)[:, None, :]).abs()   # [B, Tq, Tk]
-        return -r1[:, None, None] * torch.log1p(r2[:, None, None] * d[:, None])  # [B, H, Tq, Tk]
+            prog = integer_progression(pq, pk) if Tq and Tk else None
+            if prog is not None:
+                # |pos_q[i] - pos_k[j]| = |off + step (j - i)| at index m = Tq - 1 - i + j
+                off, step = prog
+                m = torch.arange(Tq + Tk - 1, device=pq.device, dtype=r1.dtype)
+                d = (off + step * (m - (Tq - 1))).abs()                          # [Tq + Tk - 1]
+                vec = -r1[:, None] * torch.log1p(r2[:, None] * d)                # [H, Tq+Tk-1]
+                return expand_batch(toeplitz(vec, Tq, Tk), B)                    # [H, Tq, Tk]
+        d = (pq.to(r1.dtype)[..., :, None] - pk.to(r1.dtype)[..., None, :]).abs()  # [(B,)Tq, Tk]
+        out = self._distance_table(d, r1, r2) if integral_positions(pq, pk) else None
+        if out is None:                                                          # every pair
+            shape = (-1,) + (1,) * d.dim()
+            out = -r1.view(shape) * torch.log1p(r2.view(shape) * d)             # [H, (B,)Tq, Tk]
+        if pq.dim() == 1:
+            return expand_batch(out, B)
+        return out.transpose(0, 1)                                               # [B, H, Tq, Tk]
 
-    def _shared_bias(self, pq, pk, r1, r2):
-        Tq, Tk = pq.numel(), pk.numel()
-        prog = integer_progression(pq, pk) if Tq and Tk else None
-        if prog is None:
-            d = (pq.to(r1.dtype)[:, None] - pk.to(r1.dtype)[None, :]).abs()     # [Tq, Tk]
-            return -r1[:, None, None] * torch.log1p(r2[:, None, None] * d)       # [H, Tq, Tk]
-        # |pos_q[i] - pos_k[j]| = |off + step (j - i)| at index m = Tq - 1 - i + j
-        off, step = prog
-        m = torch.arange(Tq + Tk - 1, device=pq.device, dtype=r1.dtype)
-        d = (off + step * (m - (Tq - 1))).abs()                                  # [Tq + Tk - 1]
-        vec = -r1[:, None] * torch.log1p(r2[:, None] * d)                        # [H, Tq + Tk - 1]
-        return toeplitz(vec, Tq, Tk)                                             # [H, Tq, Tk]
+    def _distance_table(self, d, r1, r2):
+        """Integer distances ``d`` [(B,) Tq, Tk]: the bias of each distance 0..max once, gathered
+        by every pair -> [H, (B,) Tq, Tk]; None when there are more distances than pairs."""
+        n = int(d.max()) + 1 if d.numel() else 0
+        if n == 0 or n > d.numel():
+            return None
+        dist = torch.arange(n, device=d.device, dtype=d.dtype)
+        vec = -r1[:, None] * torch.log1p(r2[:, None] * dist)                    # [H, n]
+        return vec.index_select(1, d.long().reshape(-1)).view(-1, *d.shape)
 
     def _reference_bias(self, pos_q, pos_k):
         """Every pair on its own: [H, Tq, Tk] for [T] positions, [B, H, Tq, Tk] when either is
