@@ -88,8 +88,9 @@ def test_normaliser_is_the_query_position_beyond_L():
         torch.testing.assert_close(b[:, r, r], f(0.0), **F64)
     for r in (4, 5, 6):
         torch.testing.assert_close(b[:, r, 0], f(1.0), **F64)
-    # rows i <= L share psi(L): the bias depends on i - j alone there ...
-    torch.testing.assert_close(b[:, 2, 1], scheme.bias(pos[3:4] + 0.0, pos[3:4] - 4.0).detach()[:, 0, 0], **F64)
+    # rows i <= L share psi(L): the bias depends on i - j alone there (7 - 3 as 10 - 6) ...
+    same_distance = scheme.bias(torch.tensor([10.0]), torch.tensor([6.0])).detach()[:, 0, 0]
+    torch.testing.assert_close(b[:, 2, 1], same_distance, **F64)
     # ... and beyond L it does not: distance 20 seen from 40 and from 80 differ
     d20_from_40 = scheme.bias(torch.tensor([40.0]), torch.tensor([20.0])).detach()
     d20_from_80 = scheme.bias(torch.tensor([80.0]), torch.tensor([60.0])).detach()
@@ -185,7 +186,8 @@ def test_piecewise_linear_mlp_equals_the_layers_even_on_kinks():
     scheme = make(hidden=6)
     with torch.no_grad():
         scheme.w1.copy_(torch.tensor([1.0, -2.0, 0.0, 0.0, 3.0, -1.0]))
-        scheme.b1.copy_(torch.tensor([0.0, 0.5, 0.7, -0.2, -1.5, 0.0]))   # kinks 0, .25, -, -, .5, 0
+        # kinks 0, 0.25, none, none, 0.5, 0 (a repeated kink, units that never / always fire)
+        scheme.b1.copy_(torch.tensor([0.0, 0.5, 0.7, -0.2, -1.5, 0.0]))
     kinks = [0.0, 0.25, 0.5]
     x = torch.cat([torch.linspace(-2, 2, 101, dtype=torch.float64),
                    torch.tensor(kinks, dtype=torch.float64)]).requires_grad_(True)
@@ -220,7 +222,8 @@ def test_bidirectional_tells_left_from_right():
 
 @pytest.mark.parametrize("kwargs,key", [
     (dict(c_init=0.0), "c_init"), (dict(c_init=-0.1), "c_init"), (dict(c_init="a"), "c_init"),
-    (dict(L_init=0), "L_init"), (dict(L_init=-5.0), "L_init"), (dict(L_init=float("nan")), "L_init"),
+    (dict(L_init=0), "L_init"), (dict(L_init=-5.0), "L_init"),
+    (dict(L_init=float("nan")), "L_init"),
     (dict(hidden=0), "hidden"), (dict(hidden=-3), "hidden"), (dict(hidden=2.5), "hidden"),
     (dict(hidden=True), "hidden"),
 ])

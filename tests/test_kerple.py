@@ -195,7 +195,8 @@ def test_shared_scheme_trains_after_a_step_below_the_floor():
     (dict(r1_init=float("inf")), "r1_init"), (dict(r1_init=True), "r1_init"),
 ])
 def test_bad_kwargs_name_the_key(kwargs, key):
-    with pytest.raises(ValueError, match=rf"posenc_kwargs\.{key} must be a finite number > 0.*use e\.g\."):
+    with pytest.raises(ValueError,
+                       match=rf"posenc_kwargs\.{key} must be a finite number > 0.*use e\.g\."):
         KerpleLog(d_model=8, n_heads=2, head_dim=4, **kwargs)
     with pytest.raises(ValueError, match=rf"posenc_kwargs\.{key}"):
         Transformer(ModelConfig(vocab_size=5, d_model=8, n_heads=2, n_layers=1,

@@ -16,7 +16,7 @@ One scheme instance serves every layer by default (the model hands the same modu
 A scheme with learned bias parameters may set ``supports_per_layer``; then
 ``posenc_kwargs.per_layer=true`` makes the model build one instance per layer (each with its own
 parameters; the first also serves the ``embed`` hook), e.g. FIRE, which Zhou et al. (2024) share
-across layers but Li et al. (2023) learn per layer.
+across layers, or KerpleLog, whose public code learns one per layer.
 """
 from __future__ import annotations
 

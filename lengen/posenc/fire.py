@@ -1,6 +1,7 @@
-"""FIRE: Functional Interpolation for Relative positional Encodings (Li et al. 2023), in the form
-Zhou et al. (2024, "Transformers Can Achieve Length Generalization But Not Robustly") use for
-addition:
+"""FIRE, functional interpolation for relative positions (Li et al. 2023; Zhou et al. 2024).
+
+The form Zhou et al. (2024, "Transformers Can Achieve Length Generalization But Not Robustly") use
+for addition:
 
     b(i, j) = f_theta( psi(i - j) / psi(max(L, i)) ),      psi(x) = log(c x + 1)
 
@@ -27,7 +28,8 @@ public-code facts):
   positions exceed L (long test inputs, randomized positions drawn from a range above L).
 * **MLP initialisation**: PyTorch's ``nn.Linear`` default, U(-1/sqrt(fan_in), 1/sqrt(fan_in))
   for weights and biases (first layer fan_in = 1: U(-1, 1); second U(+-1/sqrt(hidden))); the
-  position-coupling code draws the same scales from normals (N(0, 1), N(0, 1/sqrt(32))). The
+  position-coupling code draws its FIRE weights at the same scales from normals (N(0, 1) in the
+  first layer, N(0, 1/sqrt(32)) after, times T5's initializer factor, 1 by default). The
   parameters are raw tensors rather than ``nn.Linear`` modules, so the model's generic N(0, 0.02)
   init does not reach them: two layers at 0.02 scale would start FIRE at a near-zero bias whose
   gradient is near zero too.
@@ -40,7 +42,7 @@ public-code facts):
 * **Ties** ``i == L``: the normaliser is L (its gradient goes to L).
 
 Sharing: one instance serves every layer, as Zhou et al. do ("layerwise sharing of attention
-bias"); ``posenc_kwargs.per_layer=true`` gives each layer its own MLP, c and L (Li et al.).
+bias"); ``posenc_kwargs.per_layer=true`` gives each layer its own MLP, c and L.
 
 Fast paths (``bias``; ``_reference_bias`` evaluates every pair directly, layer by layer):
 
@@ -48,7 +50,9 @@ Fast paths (``bias``; ``_reference_bias`` evaluates every pair directly, layer b
    switches (x = -b1_k / w1_k). ``mlp_pwl`` sorts the kinks, finds each input's piece with a
    binary search and returns ``slope[piece] * x + intercept[piece]``, where slopes and intercepts
    ([pieces, H]) are differentiable functions of the weights. No ``[N, hidden]`` activation is
-   made or saved: memory per input is that of the output, not 32 floats more.
+   made or saved: memory per input is that of the output, not 32 floats more; the evaluation and
+   its backward are written out (``_PiecewiseLinear``) and walk the pairs in cache-sized chunks
+   on CPU.
 2. Rows with ``i <= L`` share the normaliser psi(L), so their bias depends on ``i - j`` alone:
    for shared positions stepping evenly by an integer (the identity sampler) f_theta runs on the
    Tq + Tk - 1 distances and a Toeplitz view expands them, as T5 does; for other integer positions

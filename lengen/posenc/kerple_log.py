@@ -1,5 +1,7 @@
-"""KERPLE, logarithmic variant (Chi et al. 2022, "KERPLE: Kernelized Relative Positional Embedding
-for Length Extrapolation"), one of the four schemes Zhou et al. (2024) compare on addition:
+"""KerpleLog: the logarithmic KERPLE bias -r1 log(1 + r2 |i - j|) (Chi et al. 2022).
+
+KERPLE ("Kernelized Relative Positional Embedding for Length Extrapolation"), logarithmic variant,
+one of the four schemes Zhou et al. (2024) compare on addition:
 
     b(i, j) = -r1 log(1 + r2 |i - j|)        per head, learned r1, r2 > 0
 
