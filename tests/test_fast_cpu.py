@@ -197,7 +197,7 @@ def test_plan_tiles_covers_every_query_once():
 
 @pytest.mark.parametrize("cls,kw", [(ThresholdRelativeAttention, {}), (ForgettingAttention, {}),
                                     (SoftmaxAttention, {})])
-@pytest.mark.parametrize("posenc", ["nope", "alibi", "t5"])
+@pytest.mark.parametrize("posenc", ["nope", "alibi", "t5", "kerple_log", "fire"])
 def test_modules_auto_equals_naive(cls, kw, posenc):
     """impl='auto' in training (fast path on CPU) equals impl='naive': outputs, parameter grads."""
     torch.manual_seed(0)

@@ -123,7 +123,7 @@ def test_cope_second_backward_raises():
 
 @pytest.mark.parametrize("cls,kw", [(DifferentialAttention, dict(layer_idx=2)),
                                     (ContextualPositionAttention, dict(npos=10))])
-@pytest.mark.parametrize("posenc", ["nope", "rope", "alibi"])
+@pytest.mark.parametrize("posenc", ["nope", "rope", "alibi", "kerple_log", "fire"])
 def test_modules_auto_equals_naive(cls, kw, posenc):
     """impl='auto' in training (the fast path) equals impl='naive': outputs, parameter grads."""
     torch.manual_seed(0)

@@ -14,7 +14,7 @@ from lengen.errors import ConfigError
 
 MLPS = ("swiglu", "geglu", "relu")
 NORMS = ("rms", "layer")
-NORM_POSITIONS = ("pre", "post", "sandwich")
+NORM_POSITIONS = ("pre", "post", "sandwich", "pre_post")
 ATTN_IMPLS = ("auto", "naive", "lean")     # = lengen.attention.base.IMPLS (tested equal)
 
 
@@ -28,7 +28,10 @@ class ModelConfig:
                                        # the linear and the gate units of a GLU)
     mlp: str = "swiglu"                # swiglu | geglu | relu
     norm: str = "rms"                  # rms | layer
-    norm_position: str = "pre"         # pre | post | sandwich (pre + post on each sublayer)
+    norm_position: str = "pre"         # pre: x + F(N(x)); post: N(x + F(x)); sandwich:
+                                       # x + N2(F(N1(x))) (norms on a sublayer's input and
+                                       # output); pre_post: N2(x + F(N1(x))) (pre-norm on the
+                                       # input, post-norm on the residual sum; Zhou et al. 2024)
     final_norm: bool = True            # norm before the output head (pre-norm models need it)
     dropout: float = 0.0               # residual dropout, active only in train mode
     tie_embeddings: bool = False

@@ -20,6 +20,33 @@ blocks are identical (49,728 each) and only the in/out layers differ (theirs: a 
 input layer over 3 ids and a biased output layer over 2 classes, 386 parameters; ours 2 x 5 x 64
 = 640). Relative (``xl``) adds 4,224 once (W_r 64x64, u, v), shared by the layers, where the
 reference has one set per layer (5 x 4,224 = 21,120).
+
+``zhou2024-2m`` / ``-5m`` / ``-25m`` / ``-268m``: the decoders of Zhou et al. (2024, "Transformers
+Can Achieve Length Generalization But Not Robustly", App. B.2, Table B.1): [2, 4, 6, 16] blocks,
+d_model [256, 256, 512, 1024], GeGLU FFN of width [1024, 1024, 2048, 4096], [4, 4, 8, 16] heads,
+RMSNorm "integrating both PreNorm and PostNorm layers, following the Primer architecture", causal,
+no dropout, FIRE shared across layers as the positional scheme (randomized FIRE, their best
+recipe, is ``positions="randomized"`` on top). Where the two norms sit is not spelled out (Primer
+itself does not describe a post-norm); we read it as the public reimplementation of this setup
+does (position-coupling code, ``layer_norm_position='pre_post'``): each sublayer's input is
+normalised and so is the residual sum after it, ``x <- N2(x + F(N1(x)))`` (lengen's
+``norm_position="pre_post"``). The other reading, a norm on the sublayer output before the
+residual add, ``x <- x + N2(F(N1(x)))`` (CogView's sandwich LN), is ``norm_position="sandwich"``.
+A final RMSNorm before the head is kept, as in that reimplementation. Training (``train``
+section): AdamW with weight decay 0.1, lr 3e-4, 500 linear warm-up steps, cosine decay to 0.1 x lr
+at 50k steps, batch 128. Not stated in the paper and left at lengen's defaults: Adam betas
+(0.9, 0.95), gradient clipping at 1.0, weight decay on linear matrices only. Sequence packing to
+2048 tokens is not applied (lengen batches whole examples).
+
+Parameter counts, which show how the names count: per block 4 d^2 (attention, no biases) + 3 d
+d_ff (GeGLU: gate, up, down) + 4 d (four RMSNorms), plus d for the final norm and FIRE's
+32 + 32 + 33 H + 2. Without embeddings: 2,099,654 / 4,198,854 / 25,178,954 / 268,502,610, i.e.
+2.10M, 4.20M, 25.18M, 268.50M. The token table and the head add 2 x vocab x d (0.07M / 0.07M /
+0.13M / 0.27M for a ~130-token addition vocabulary), so 2M, 25M and 268M are the counts in whole
+millions, rounded down, with or without embeddings: an addition vocabulary is too small for the
+names to tell the two readings apart. They do fix the FFN: "2048 with GeGLU" is three d x d_ff
+matrices (a two-matrix FFN would make the 25M model 18.9M). "5M" fits no reading: the 4-block
+model has 4.20M (4.26M with embeddings).
 """
 from __future__ import annotations
 
@@ -32,9 +59,29 @@ RUOSS2023_TRAIN = dict(optimizer="adam", weight_decay=0.0, betas=[0.9, 0.999], e
                        schedule="constant", warmup_steps=0, grad_clip=1.0, batch_size=128)
 RUOSS2023_LRS = (1e-4, 3e-4, 5e-4)
 
+ZHOU2024_BLOCK = dict(mlp="geglu", norm="rms", norm_position="pre_post", final_norm=True,
+                      dropout=0.0, causal=True, posenc="fire")
+# name -> (blocks, d_model, FFN width, heads), App. B.2
+ZHOU2024_SIZES = {"2m": (2, 256, 1024, 4), "5m": (4, 256, 1024, 4), "25m": (6, 512, 2048, 8),
+                  "268m": (16, 1024, 4096, 16)}
+ZHOU2024_TRAIN = dict(optimizer="adamw", weight_decay=0.1, lr=3e-4, warmup_steps=500,
+                      schedule="cosine", min_lr_frac=0.1, batch_size=128, steps=50_000)
+
+
+def _zhou2024(size: str) -> dict:
+    n_layers, d_model, d_ff, n_heads = ZHOU2024_SIZES[size]
+    return {"model": dict(ZHOU2024_BLOCK, n_layers=n_layers, d_model=d_model, d_ff=d_ff,
+                          n_heads=n_heads),
+            "train": ZHOU2024_TRAIN}
+
+
 # Literal registry: name -> {"model": {...}, "train": {...}}
 PRESETS: dict[str, dict] = {
     "ruoss2023-encoder": {"model": RUOSS2023_ENCODER, "train": RUOSS2023_TRAIN},
+    "zhou2024-2m": _zhou2024("2m"),
+    "zhou2024-5m": _zhou2024("5m"),
+    "zhou2024-25m": _zhou2024("25m"),
+    "zhou2024-268m": _zhou2024("268m"),
 }
 
 
@@ -48,4 +95,5 @@ def preset(name: str, **model_overrides) -> dict:
     return out
 
 
-__all__ = ["PRESETS", "RUOSS2023_ENCODER", "RUOSS2023_TRAIN", "RUOSS2023_LRS", "preset"]
+__all__ = ["PRESETS", "RUOSS2023_ENCODER", "RUOSS2023_TRAIN", "RUOSS2023_LRS", "ZHOU2024_BLOCK",
+           "ZHOU2024_SIZES", "ZHOU2024_TRAIN", "preset"]

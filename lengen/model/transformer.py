@@ -6,7 +6,7 @@ the batch) or ``[B, T]`` (one row per sequence), or draws one from the configure
 (``lengen.positions``), so randomized / interpolated positions compose with every scheme.
 ``forward(..., cache=)`` runs cached decoding steps (:mod:`lengen.model.cache`) and ``generate``
 continues prompts (:mod:`lengen.model.generate`). The positional scheme is one module shared by
-all layers; attention modules call its hooks (see ``lengen.posenc.base``).
+all layers (a scheme built with ``per_layer=True`` gets one instance per layer instead); attention modules call its hooks (see ``lengen.posenc.base``).
 
 Decoder (``causal=True``): next-token logits at every position. Encoder (``causal=False``):
 bidirectional attention; tasks append output placeholder tokens and read logits there.
@@ -76,7 +76,7 @@ class Block(nn.Module):
                                     **cfg.attention_kwargs)
         self.mlp = MLP(cfg)
         self.norm1, self.norm2 = make_norm(cfg), make_norm(cfg)
-        if cfg.norm_position == "sandwich":
+        if cfg.norm_position in ("sandwich", "pre_post"):
             self.post1, self.post2 = make_norm(cfg), make_norm(cfg)
         self.drop = nn.Dropout(cfg.dropout)
 
@@ -90,6 +90,9 @@ class Block(nn.Module):
         if self.norm_position == "post":
             x = self.norm1(x + self.drop(attn(x)))
             return self.norm2(x + self.drop(self.mlp(x)))
+        if self.norm_position == "pre_post":
+            x = self.post1(x + self.drop(attn(self.norm1(x))))
+            return self.post2(x + self.drop(self.mlp(self.norm2(x))))
         x = x + self.drop(self.post1(attn(self.norm1(x))))                         # sandwich
         return x + self.drop(self.post2(self.mlp(self.norm2(x))))
 
@@ -99,7 +102,13 @@ class Transformer(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.posenc = build_posenc(cfg.posenc, **cfg.posenc_args(), **cfg.posenc_kwargs)
+        def scheme():
+            return build_posenc(cfg.posenc, **cfg.posenc_args(), **cfg.posenc_kwargs)
+
+        self.posenc = scheme()             # layer 0's scheme; its embed hook serves the model
+        # a per-layer scheme: blocks 1.. get instances of their own (None: all share self.posenc)
+        self.layer_posencs = (nn.ModuleList(scheme() for _ in range(cfg.n_layers - 1))
+                              if self.posenc.per_layer else None)
         self.sampler = build_sampler(cfg.positions, **cfg.positions_kwargs)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
@@ -159,12 +168,12 @@ class Transformer(nn.Module):
             x = x * math.sqrt(self.cfg.d_model)
         x = self.drop(self.posenc.embed(x, pos))
         if cache is None:
-            for block in self.blocks:
-                x = block(x, pos, self.posenc)
+            for block, posenc in zip(self.blocks, self.block_posencs()):
+                x = block(x, pos, posenc)
         else:
             key_pos = cache.extend_positions(pos)                # [Tc + T] or [B, Tc + T]
-            for block, layer in zip(self.blocks, cache.layers):
-                x = block(x, pos, self.posenc, cache=layer, key_pos=key_pos)
+            for block, posenc, layer in zip(self.blocks, self.block_posencs(), cache.layers):
+                x = block(x, pos, posenc, cache=layer, key_pos=key_pos)
         return self.head(self.norm_f(x))                         # [B, T, V]
 
     def generate(self, prompts, max_new_tokens: int, eos_id: int | None = None, *,
@@ -178,6 +187,12 @@ class Transformer(nn.Module):
         return generate(self, prompts, max_new_tokens, eos_id, positions=positions,
                         temperature=temperature, top_k=top_k, generator=generator,
                         use_cache=use_cache)
+
+    def block_posencs(self) -> list:
+        """The positional scheme each block uses, in order."""
+        if self.layer_posencs is None:
+            return [self.posenc] * len(self.blocks)
+        return [self.posenc, *self.layer_posencs]
 
     def record_attention(self, on: bool = True) -> None:
         """Make every attention layer keep its last weights ([B, H, T, T]) in ``last_weights``."""

@@ -1,6 +1,8 @@
 """Positional schemes; see :mod:`lengen.posenc.base` for the hook interface."""
 from lengen.posenc.alibi import ALiBi
 from lengen.posenc.base import PositionalScheme
+from lengen.posenc.fire import FIRE
+from lengen.posenc.kerple_log import KerpleLog
 from lengen.posenc.learned import LearnedAbsolute
 from lengen.posenc.nope import NoPE
 from lengen.posenc.rope import RoPE
@@ -17,6 +19,8 @@ POSENCS: dict[str, type[PositionalScheme]] = {
     "alibi": ALiBi,
     "t5": T5Bias,
     "xl": TransformerXLRelative,
+    "kerple_log": KerpleLog,
+    "fire": FIRE,
 }
 
 

@@ -14,6 +14,12 @@ is per sequence, and ``[B, T]`` with equal rows gives the ``[T]`` values.
 
 Hooks receive ``causal`` via the scheme's constructor (``causal=True`` for decoders), because some
 schemes (ALiBi, T5 buckets) are defined differently for bidirectional encoders.
+
+One scheme instance serves every layer by default (the model hands the same module to each block).
+A scheme with learned bias parameters may set ``supports_per_layer``; then
+``posenc_kwargs.per_layer=true`` makes the model build one instance per layer (each with its own
+parameters; the first also serves the ``embed`` hook), e.g. FIRE, which Zhou et al. (2024) share
+across layers, or KerpleLog, whose public code learns one per layer.
 """
 from __future__ import annotations
 
@@ -24,10 +30,21 @@ from torch import nn
 class PositionalScheme(nn.Module):
     #: True when ``bias`` returns a tensor; lets softmax attention keep the bias-free SDPA path.
     has_bias: bool = False
+    #: True when giving each layer its own instance is meaningful (learned bias parameters)
+    supports_per_layer: bool = False
 
-    def __init__(self, *, d_model: int, n_heads: int, head_dim: int, causal: bool = True):
+    def __init__(self, *, d_model: int, n_heads: int, head_dim: int, causal: bool = True,
+                 per_layer: bool = False):
         super().__init__()
+        if not isinstance(per_layer, bool):
+            raise ValueError(f"posenc_kwargs.per_layer must be true or false, got {per_layer!r}")
+        if per_layer and not self.supports_per_layer:
+            raise ValueError(f"posenc_kwargs.per_layer: '{type(self).__name__}' has no learned "
+                             f"bias a layer could own; remove per_layer (valid for schemes that "
+                             f"set supports_per_layer, e.g. fire, kerple_log)")
         self.d_model, self.n_heads, self.head_dim, self.causal = d_model, n_heads, head_dim, causal
+        #: the model builds one instance of this scheme per layer when set
+        self.per_layer = per_layer
 
     # -- hooks ---------------------------------------------------------------------------------
     def embed(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:

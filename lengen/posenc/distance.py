@@ -1,0 +1,66 @@
+"""Helpers for bias schemes whose bias is a function of the two positions of a pair (KerpleLog,
+FIRE): sorting out shared ``[T]`` vs per-sequence ``[B, T]`` positions, and the Toeplitz expansion
+of per-distance values for evenly stepped positions.
+
+Shapes follow the hook contract (:mod:`lengen.posenc.base`): positions are ``[T]`` (shared by the
+batch) or ``[B, T]`` (one row per sequence); a bias is ``[H, Tq, Tk]`` for shared positions and
+``[B, H, Tq, Tk]`` for per-sequence ones.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def split_positions(pos_q: torch.Tensor, pos_k: torch.Tensor):
+    """Sort out the positions a bias hook received -> ``(pq, pk, B)``:
+
+    * ``pq [Tq], pk [Tk], None``: shared by the batch; the bias is ``[H, Tq, Tk]``.
+    * ``pq [Tq], pk [Tk], B``: ``[B, T]`` positions whose rows are all equal; the caller computes
+      the shared bias and expands it with :func:`expand_batch`, so equal rows give exactly the
+      ``[T]`` result (same arithmetic, not merely close).
+    * ``pq [B, Tq], pk [B, Tk], B``: per-sequence positions; the bias is ``[B, H, Tq, Tk]``.
+
+    A ``[T]`` tensor paired with a ``[B, T]`` one is shared by every row.
+    """
+    if pos_q.dim() not in (1, 2) or pos_k.dim() not in (1, 2):
+        raise ValueError(f"positions must be [T] or [B, T], got query positions of shape "
+                         f"{tuple(pos_q.shape)} and key positions of shape {tuple(pos_k.shape)}")
+    if pos_q.dim() == 1 and pos_k.dim() == 1:
+        return pos_q, pos_k, None
+    B = pos_q.shape[0] if pos_q.dim() == 2 else pos_k.shape[0]
+    if (pos_q.dim() == 2 and pos_k.dim() == 2) and pos_q.shape[0] != pos_k.shape[0]:
+        raise ValueError(f"query and key positions have different batch sizes: "
+                         f"{tuple(pos_q.shape)} vs {tuple(pos_k.shape)}")
+    rows_equal = all(p.dim() == 1 or p.shape[0] == 0 or bool((p == p[:1]).all())
+                     for p in (pos_q, pos_k))
+    if rows_equal and B > 0:
+        first = [p if p.dim() == 1 else p[0] for p in (pos_q, pos_k)]
+        return first[0], first[1], B
+    pq = pos_q if pos_q.dim() == 2 else pos_q.expand(B, -1)
+    pk = pos_k if pos_k.dim() == 2 else pos_k.expand(B, -1)
+    return pq, pk, B
+
+
+def expand_batch(bias: torch.Tensor, B: int | None) -> torch.Tensor:
+    """A shared ``[H, Tq, Tk]`` bias as ``[B, H, Tq, Tk]`` (a stride-0 view) when ``B`` is given."""
+    return bias if B is None else bias.unsqueeze(0).expand(B, *bias.shape)
+
+
+def toeplitz(vec: torch.Tensor, Tq: int, Tk: int) -> torch.Tensor:
+    """``vec [..., Tq + Tk - 1]`` holding the value of key offset ``j - i = m - (Tq - 1)`` at index
+    ``m`` -> ``[..., Tq, Tk]`` with entry ``(i, j) = vec[..., Tq - 1 - i + j]``.
+
+    ``unfold`` makes the Hankel view (row s = ``vec[s : s + Tk]``); flipping the rows turns it
+    into the Toeplitz matrix. Its backward sums the ``[.., Tq, Tk]`` gradient along diagonals."""
+    return vec.unfold(-1, Tk, 1).flip(-2)
+
+
+def integral_positions(*pos: torch.Tensor, limit: float = float(1 << 23)) -> bool:
+    """True when every position is an integer of magnitude below ``limit`` (2^23: differences of
+    such float32 values are exact, so the distances are exactly the integers they should be)."""
+    for p in pos:
+        if p.numel() == 0:
+            continue
+        if p.is_complex() or not bool((p == p.round()).all()) or float(p.abs().max()) >= limit:
+            return False
+    return True
