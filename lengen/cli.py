@@ -5,11 +5,11 @@
     lengen eval RUN_DIR [--splits iid sparse dense] [--sequences N]
     lengen generate RUN_DIR [--split len=K | --prompt 'tokens ...'] [--n N]
     lengen demo [--out DIR] [--steps N]
-    lengen reproduce tra-flipflop [--scale smoke|cpu|paper] [--out DIR] [--workers N] [--seeds ...]
-    lengen reproduce randomized-pe [--scale smoke|cpu|paper] [--tasks ...] [--schemes ...]
-                                   [--ablation-L [L ...]] [--ablation-unsorted] [--estimate]
+    lengen reproduce RECIPE [--scale smoke|cpu|paper] [--out DIR] [--workers N] [--estimate] ...
+                                  (RECIPE: a key of lengen.recipes.RECIPES, e.g. tra-flipflop)
     lengen plot attention RUN_DIR [--split sparse] [--layer -1] [--head 0] [--out FILE] [--index N]
-    lengen analyze idealized [--out DIR] [--d D ...] [...]
+    lengen plot activations RUN_DIR [RUN_DIR ...] [--lengths 40 150] [--n 30] [--out FILE]
+    lengen analyze ANALYSIS [...]      (ANALYSIS: a key of lengen.analysis.ANALYSES, e.g. idealized)
     lengen list
 
 Every error a user can fix is printed as one paragraph (what is wrong, where, how to fix it) with
@@ -22,10 +22,13 @@ import argparse
 import importlib
 import os
 import sys
+import textwrap
 import time
 
 from lengen.cliutil import (int_at_least, is_user_error, looks_like_override, message,
-                            not_an_override, positive_float, silence_stdout)
+                            not_an_override, silence_stdout)
+from lengen.analysis import ANALYSES
+from lengen.recipes import RECIPES
 
 def _add_common_train(p):
     p.add_argument("--config", metavar="FILE", help="YAML or JSON experiment config "
@@ -80,35 +83,18 @@ def cmd_demo(args) -> int:
     return 0
 
 
-def cmd_reproduce_tra(args) -> int:
-    from lengen.recipes.tra_flipflop import estimate_time, run_tra_flipflop
+def cmd_plot_activations(args) -> int:
+    from lengen.analysis.activations import plot_activations
 
-    if args.estimate:
-        estimate_time(args.scale, models=args.models, workers=args.workers, threads=args.threads,
-                      seeds=len(args.seeds) if args.seeds else None, device=args.device)
-        return 0
-    res = run_tra_flipflop(args.scale, args.out, workers=args.workers, seeds=args.seeds,
-                           models=args.models, rel=args.rel, heatmaps=args.heatmaps,
-                           heatmap_seeds=args.heatmap_seeds,
-                           backend=args.backend, threads=args.threads, device=args.device)
-    return 1 if res["sweep"].failures else 0
-
-
-def cmd_reproduce_rpe(args) -> int:
-    from lengen.recipes.randomized_pe import estimate_time, run_randomized_pe
-
-    if args.estimate:
-        estimate_time(args.scale, tasks=args.tasks, schemes=args.schemes, workers=args.workers,
-                      threads=args.threads, device=args.device,
-                      seeds=len(args.seeds) if args.seeds else None,
-                      lrs=len(args.lrs) if args.lrs else None)
-        return 0
-    res = run_randomized_pe(args.scale, args.out, workers=args.workers, tasks=args.tasks,
-                            schemes=args.schemes, seeds=args.seeds, lrs=args.lrs,
-                            eval_randomized=args.eval_randomized, ablation_L=args.ablation_L,
-                            ablation_unsorted=args.ablation_unsorted, backend=args.backend,
-                            threads=args.threads, device=args.device)
-    return 1 if res["sweep"].failures else 0
+    out, results = plot_activations(args.run_dirs, tuple(args.lengths), n_sequences=args.n,
+                                    seed=args.seed, positions=args.positions, out=args.out)
+    for r in results:
+        acc = ", ".join(f"len {n}: {100 * a:.1f}%" for n, a in r["accuracy"].items())
+        shift = "; ".join(f"{'emb' if i == 0 else f'L{i}'} {sh[r['lengths'][-1]]['shift']:.2f}"
+                          for i, sh in enumerate(r["shift"]))
+        print(f"{r['run']}: accuracy {acc}; shift of the longest length: {shift}")
+    print(f"wrote {out}")
+    return 0
 
 
 def cmd_plot_attention(args) -> int:
@@ -121,11 +107,6 @@ def cmd_plot_attention(args) -> int:
     return 0
 
 
-# Analyses (formulas or finished runs; never training): name -> module providing
-# ``add_arguments(parser)`` and ``run(args) -> int``. A new analysis is one line here.
-ANALYSES = {
-    "idealized": "lengen.analysis.idealized",
-}
 
 
 def cmd_list(args) -> int:
@@ -155,6 +136,23 @@ def print_rows(rows) -> None:
     print(f"{'split':<10}" + "".join(f"{m:>13}" for m in metrics))
     for split, vals in table.items():
         print(f"{split:<10}" + "".join(f"{vals.get(m, float('nan')):>13.4f}" for m in metrics))
+
+
+def add_registry_commands(parser, registry: dict, *, dest: str, metavar: str) -> None:
+    """One subcommand per registry entry (name -> module path). The module provides
+    ``add_arguments(parser)`` and ``run(args) -> int``; its docstring gives the help (first line)
+    and the description (its first two paragraphs). So a new recipe or analysis never touches this file."""
+    sub = parser.add_subparsers(dest=dest, required=True, metavar=metavar,
+                                help=f"one of: {', '.join(registry)}")
+    for name, module in registry.items():
+        mod = importlib.import_module(module)
+        doc = (mod.__doc__ or name).strip()
+        q = sub.add_parser(name, help=doc.splitlines()[0],
+                           description="\n\n".join(textwrap.fill(" ".join(par.split()), 90)
+                                                    for par in doc.split("\n\n")[:2]),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        mod.add_arguments(q)
+        q.set_defaults(fn=mod.run)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -227,103 +225,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("reproduce", help="reproduce a paper's table (train, evaluate, tabulate)",
                        description="Paper reproductions: sweeps of runs plus the paper's table "
                                    "layout with the published numbers beside ours.")
-    rsub = p.add_subparsers(dest="experiment", required=True, metavar="EXPERIMENT",
-                            help="which reproduction (tra-flipflop, randomized-pe)")
-    q = rsub.add_parser("tra-flipflop", help="TRA paper Table 1: nine models on flip-flop "
-                        "(IID / OOD dense / OOD sparse)",
-                        description="Train NoPE, APE, REL, RoPE, Label, FoT, Diff, CoPE and TRA "
-                                    "on flip-flop over several seeds; write table.md/.csv/.png "
-                                    "beside the published Table 1. Finished runs are reused.")
-    q.add_argument("--scale", choices=("smoke", "cpu", "paper"), default="cpu",
-                   help="sizes and steps (protocol unchanged): smoke = seconds (tests), cpu = "
-                        "under 2 h on 2 cores with --workers 2, paper = the paper's model and "
-                        "25k steps (GPU)")
-    q.add_argument("--out", metavar="DIR", default=None,
-                   help="output folder (default runs/tra-flipflop-<scale>)")
-    q.add_argument("--workers", type=int_at_least(1), default=1, metavar="N",
-                   help="parallel worker processes (default 1: one run after another)")
-    q.add_argument("--seeds", type=int_at_least(0), nargs="+", default=None, metavar="S",
-                   help="seeds (init and data order; default: the scale's, e.g. 0 1 2 for cpu)")
-    q.add_argument("--models", nargs="+", default=None, metavar="NAME",
-                   help="subset of Table 1 columns (default all: NoPE APE REL RoPE Label FoT "
-                        "Diff CoPE TRA)")
-    q.add_argument("--rel", choices=("t5", "xl"), default="t5",
-                   help="REL column: t5 bucketed bias (default) or Transformer-XL relative")
-    q.add_argument("--heatmaps", action="store_true",
-                   help="also train the Appendix A pair (2-layer 1-head TRA and FoT) and plot "
-                        "their final-layer attention on an OOD-sparse sequence")
-    q.add_argument("--heatmap-seeds", type=int_at_least(0), nargs="+", default=[0], metavar="S",
-                   help="with --heatmaps: train the pair once per seed (default: 0); writes "
-                        "pair.png for seed 0, pair-sK.png for seed K, and heatmaps/summary.md "
-                        "with each model's accuracy")
-    q.add_argument("--backend", choices=("local", "ray"), default="local",
-                   help="local processes (default) or Ray tasks (needs: pip install ray)")
-    q.add_argument("--threads", type=int_at_least(0), default=None, metavar="N",
-                   help="torch threads per worker (default: cores // workers when workers > 1)")
-    q.add_argument("--device", default=None,
-                   help="torch device for training (default: cuda at paper scale if present, else cpu)")
-    q.add_argument("--estimate", action="store_true",
-                   help="time a few steps per model on this machine and print the estimated "
-                        "total instead of running")
-    q.set_defaults(fn=cmd_reproduce_tra)
+    add_registry_commands(p, RECIPES, dest="experiment", metavar="EXPERIMENT")
 
-    q = rsub.add_parser("randomized-pe", help="Ruoss et al. 2023 Tables 1/4 and Fig. 4: "
-                        "standard vs randomized positional encodings on the Chomsky tasks",
-                        description="Train the paper's encoder on tasks x encodings x seeds x "
-                                    "learning rates, evaluate over test lengths N+1..M, and write "
-                                    "table1.md/.csv, table4.md, curves/<task>.png (plus the L and "
-                                    "sorting ablations if asked) beside the published numbers. "
-                                    "Finished runs are reused.")
-    q.add_argument("--scale", choices=("smoke", "cpu", "paper"), default="cpu",
-                   help="sizes and steps (protocol unchanged): smoke = seconds (tests), cpu = "
-                        "5 tasks x 4 encodings x 2 seeds, 1.5k steps, strided test lengths, meant "
-                        "for <= 3 h on 2 cores with --workers 2 (check with --estimate), paper = "
-                        "15 tasks x 11 encodings x 10 seeds x 3 lrs, 2M steps (GPU)")
-    q.add_argument("--out", metavar="DIR", default=None,
-                   help="output folder (default runs/randomized-pe-<scale>, with -evalid "
-                        "appended under --eval-identity)")
-    q.add_argument("--workers", type=int_at_least(1), default=1, metavar="N",
-                   help="parallel worker processes (default 1: one run after another)")
-    q.add_argument("--tasks", nargs="+", default=None, metavar="TASK",
-                   help="subset of tasks (default: the scale's; e.g. even_pairs reverse_string)")
-    q.add_argument("--schemes", nargs="+", default=None, metavar="ENC",
-                   help="subset of encodings: none sincos relative alibi rope learned "
-                        "rand_sincos rand_relative rand_alibi rand_rope rand_learned "
-                        "(default: the scale's)")
-    q.add_argument("--seeds", type=int_at_least(0), nargs="+", default=None, metavar="S",
-                   help="seeds (init and data order; default: the scale's, e.g. 0 1 for cpu)")
-    q.add_argument("--lrs", type=positive_float, nargs="+", default=None, metavar="LR",
-                   help="learning rates (default: the scale's; paper 1e-4 3e-4 5e-4)")
-    ev = q.add_mutually_exclusive_group()
-    ev.add_argument("--eval-randomized", dest="eval_randomized", action="store_true",
-                    default=True, help="randomized encodings keep drawing fresh sorted "
-                                       "positions at evaluation, as the paper (default)")
-    ev.add_argument("--eval-identity", dest="eval_randomized", action="store_false",
-                    help="randomized encodings use positions 0..T-1 at evaluation instead")
-    q.add_argument("--ablation-L", dest="ablation_L", type=int_at_least(1), nargs="*", default=None,
-                   metavar="L", help="also train randomized relative at these maximum positions "
-                                     "L on reverse_string and missing_duplicate_string (Fig. 3); "
-                                     "no values = the scale's (paper: 1024 2048 4096 8192); L "
-                                     "must hold the longest test input")
-    q.add_argument("--ablation-unsorted", action="store_true",
-                   help="also train randomized sin/cos without sorting the positions (Table 3)")
-    q.add_argument("--backend", choices=("local", "ray"), default="local",
-                   help="local processes (default) or Ray tasks (needs: pip install ray)")
-    q.add_argument("--threads", type=int_at_least(0), default=None, metavar="N",
-                   help="torch threads per worker (default: cores // workers when workers > 1)")
-    q.add_argument("--device", default=None,
-                   help="torch device for training (default: cuda at paper scale if present, "
-                        "else cpu)")
-    q.add_argument("--estimate", action="store_true",
-                   help="time a few training steps and one longest-length evaluation batch per "
-                        "task x encoding on this machine and print the estimated total wall "
-                        "time of the grid instead of running")
-    q.set_defaults(fn=cmd_reproduce_rpe)
-
-    p = sub.add_parser("plot", help="plots of finished runs (attention heatmaps)",
+    p = sub.add_parser("plot", help="plots of finished runs (attention heatmaps, activation PCA)",
                        description="Plots made from run directories; nothing is trained.")
     psub = p.add_subparsers(dest="plot", required=True, metavar="PLOT",
-                            help="which plot (attention)")
+                            help="which plot (attention, activations)")
     q = psub.add_parser("attention", help="attention heatmap of a trained run on one sequence",
                         description="Render one layer/head's attention weights of a trained run "
                                     "on one evaluation sequence; zero weights are black.")
@@ -341,17 +248,29 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--out", metavar="FILE", default=None,
                    help="PNG path (default RUN_DIR/attention-<split>-<index>-L<layer>H<head>.png)")
     q.set_defaults(fn=cmd_plot_attention)
+    q = psub.add_parser("activations", help="2D PCA of every layer's activations at the "
+                        "training length and beyond (Ruoss et al. Fig. 5)",
+                        description="Fit a non-whitened 2D PCA on each layer's activations at the "
+                                    "first length and project the other lengths with it; one row "
+                                    "per run, one column per layer. Prints each run's accuracy "
+                                    "and how far the longer clouds moved.")
+    q.add_argument("run_dirs", metavar="RUN_DIR", nargs="+", help="run directories to compare")
+    q.add_argument("--lengths", type=int_at_least(1), nargs="+", default=[40, 150], metavar="K",
+                   help="input lengths; the first is the fit (training) length (default 40 150)")
+    q.add_argument("--n", type=int_at_least(1), default=30, metavar="N",
+                   help="sequences per length (default 30, as the paper)")
+    q.add_argument("--seed", type=int_at_least(0), default=0, metavar="S",
+                   help="data and position seed (default 0)")
+    q.add_argument("--positions", choices=("input", "output", "all"), default="input",
+                   help="which token positions become points (default input: the task's input "
+                        "tokens, as the paper's 30 x 40 points)")
+    q.add_argument("--out", metavar="FILE", default=None,
+                   help="PNG path (default FIRST_RUN_DIR/activations-pca.png)")
+    q.set_defaults(fn=cmd_plot_activations)
 
     p = sub.add_parser("analyze", help="analyses that train nothing (e.g. idealized attention scores)",
                        description="Analyses computed from formulas or finished runs.")
-    asub = p.add_subparsers(dest="analysis", required=True, metavar="ANALYSIS",
-                            help=f"which analysis ({', '.join(ANALYSES)})")
-    for name, module in ANALYSES.items():
-        mod = importlib.import_module(module)
-        doc = (mod.__doc__ or name).strip()
-        q = asub.add_parser(name, help=doc.splitlines()[0], description=doc.split("\n\n")[0])
-        mod.add_arguments(q)
-        q.set_defaults(fn=mod.run)
+    add_registry_commands(p, ANALYSES, dest="analysis", metavar="ANALYSIS")
 
     p = sub.add_parser("list", help="list registered schemes, attention kinds, samplers and tasks")
     p.set_defaults(fn=cmd_list)

@@ -78,3 +78,46 @@ def test_scalar_overrides_are_coerced_to_field_types():
         resolve({}, ["train.steps=2.5"])
     with pytest.raises(ValueError, match="train.lr must be a finite number > 0, got 'fast'"):
         resolve({}, ["train.lr=fast"])
+
+
+def test_a_new_recipe_is_one_registry_line(monkeypatch, capsys):
+    """``lengen reproduce`` is built from lengen.recipes.RECIPES: a module with add_arguments/run
+    and a docstring becomes a subcommand with its own flags and --help, no cli.py change."""
+    import sys
+    import types
+
+    import lengen.cli as cli
+
+    mod = types.ModuleType("fake_recipe")
+    mod.__doc__ = "Fake paper: one table.\n\nLonger description of the fake recipe."
+    mod.add_arguments = lambda p: p.add_argument("--knob", type=int, default=1, help="a knob")
+    mod.run = lambda args: print(f"ran with knob {args.knob}") or 0
+    monkeypatch.setitem(sys.modules, "fake_recipe", mod)
+    monkeypatch.setitem(cli.RECIPES, "fake", "fake_recipe")
+    assert cli.main(["reproduce", "fake", "--knob", "3"]) == 0
+    assert "ran with knob 3" in capsys.readouterr().out
+    assert cli.main(["reproduce", "--help"]) == 0
+    assert "fake" in capsys.readouterr().out
+    assert cli.main(["reproduce", "fake", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "Longer description of the fake recipe." in out and "--knob" in out
+
+
+def test_plot_activations_cli(tmp_path, capsys):
+    import lengen
+    from lengen.model.presets import preset
+
+    run = str(tmp_path / "rev")
+    cfg = preset("ruoss2023-encoder", posenc="xl")
+    cfg["model"].update(n_layers=1, d_model=16, n_heads=2, d_ff=32)
+    cfg["task"] = {"name": "reverse_string", "kwargs": {"max_train_length": 6,
+                                                         "max_eval_length": 20}}
+    cfg["train"].update(steps=2, batch_size=4, progress=False)
+    cfg["eval"] = {"splits": ["len=7"], "sequences": 4, "batch_size": 4}
+    lengen.train(lengen.resolve(cfg), run, quiet=True)
+    out = str(tmp_path / "pca.png")
+    assert main(["plot", "activations", run, "--lengths", "6", "15", "--n", "3",
+                 "--out", out]) == 0
+    text = capsys.readouterr().out
+    assert "shift of the longest length: emb" in text and f"wrote {out}" in text
+    assert main(["plot", "activations", run, "--lengths", "0"]) == 2

@@ -10,8 +10,8 @@ import pytest
 
 from lengen.cli import main
 from lengen.config import resolve
-from lengen.recipes import randomized_pe as rpe
-from lengen.recipes.randomized_pe_report import (FIT_THRESHOLD, UNFIT, aggregate, run_scores,
+from lengen.recipes.randomized_pe import recipe as rpe
+from lengen.recipes.randomized_pe.report import (FIT_THRESHOLD, UNFIT, aggregate, run_scores,
                                                  write_tables)
 from lengen.sweep import default_threads, training_span
 

@@ -8,8 +8,8 @@ import os
 import pytest
 
 from lengen.cli import build_parser, main
-from lengen.recipes import tra_flipflop as tf
-from lengen.recipes.tra_flipflop_report import NOT_SOLVED, table1_markdown
+from lengen.recipes.tra_flipflop import recipe as tf
+from lengen.recipes.tra_flipflop.report import NOT_SOLVED, table1_markdown
 
 train_mod = importlib.import_module("lengen.train")
 

@@ -1,1 +1,16 @@
-"""Named experiments: functions that build configs (and run them)."""
+"""Paper reproductions: one package per paper (``recipe.py`` scales and configs, ``published.py``
+the paper's numbers, ``report.py`` tables and figures, ``cli.py`` its command-line arguments).
+
+``RECIPES`` maps the ``lengen reproduce <name>`` name to the recipe's CLI module, which provides
+``add_arguments(parser)`` and ``run(args) -> int`` and whose docstring is the command's help (first
+line) and description (first paragraph). A new reproduction is one package and one line here;
+``lengen/cli.py`` does not change. CONTRIBUTING.md has the checklist."""
+
+# Literal registry: the CLI name is the key; values are module paths, imported when the parser
+# is built (the CLI modules import nothing heavy at the top).
+RECIPES: dict[str, str] = {
+    "tra-flipflop": "lengen.recipes.tra_flipflop.cli",
+    "randomized-pe": "lengen.recipes.randomized_pe.cli",
+}
+
+__all__ = ["RECIPES"]

@@ -23,7 +23,7 @@ import csv
 import math
 import os
 
-from lengen.recipes.randomized_pe import (EXTRA_SCHEMES, PAPER_TABLE1, PAPER_TABLE3,
+from lengen.recipes.randomized_pe.recipe import (EXTRA_SCHEMES, PAPER_TABLE1, PAPER_TABLE3,
                                           PAPER_TABLE4, SCALES, SCHEMES, TASK_LABELS, UNSORTED,
                                           eval_lengths)
 

@@ -9,7 +9,7 @@ import math
 import os
 
 from lengen.analysis.tables import fmt_mean_std, markdown_table, summarize
-from lengen.recipes.tra_flipflop import IID_SOLVED, PAPER_TABLE1, SCALES, SPLITS
+from lengen.recipes.tra_flipflop.recipe import IID_SOLVED, PAPER_TABLE1, SCALES, SPLITS
 
 NOT_SOLVED = "†"
 

@@ -45,7 +45,7 @@ import os
 import time
 
 from lengen.model.presets import RUOSS2023_ENCODER, RUOSS2023_LRS, RUOSS2023_TRAIN
-from lengen.recipes.randomized_pe_published import (COLUMNS, PAPER_TABLE1, PAPER_TABLE3,
+from lengen.recipes.randomized_pe.published import (COLUMNS, PAPER_TABLE1, PAPER_TABLE3,
                                                     PAPER_TABLE4, UNSORTED)
 
 PAPER_TASKS = ("even_pairs", "modular_arithmetic", "parity_check", "cycle_navigation",
@@ -269,7 +269,7 @@ def run_randomized_pe(scale: str = "cpu", out: str | None = None, *, workers: in
                       quiet: bool | None = None, log=print) -> dict:
     """Train (or reuse) every run, then write tables, curves and ablations.
     Returns ``{"rows", "scores", "paths", "sweep"}``."""
-    from lengen.recipes.randomized_pe_report import write_report
+    from lengen.recipes.randomized_pe.report import write_report
     from lengen.sweep import run_sweep
 
     s = SCALES[scale]

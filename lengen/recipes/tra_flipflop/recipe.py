@@ -44,6 +44,8 @@ from __future__ import annotations
 import os
 import time
 
+from lengen.recipes.tra_flipflop.published import PAPER_TABLE1
+
 # --- sizes: one dict per scale ----------------------------------------------------------------
 SCALES = {
     "smoke": dict(n_pairs=8, d_model=16, n_layers=1, n_heads=4, steps=4, batch_size=8, lr=3e-3,
@@ -77,16 +79,6 @@ MODELS = {
 }
 SPLITS = {"iid": "IID", "dense": "OOD dense", "sparse": "OOD sparse"}   # the paper's row order
 
-# Published Table 1 (whole-sequence accuracy %, mean ± std over four initialisations)
-PAPER_TABLE1 = {
-    "iid": {m: (100.0, 0.0) for m in MODELS},
-    "dense": {"NoPE": (0.15, 0.0), "APE": (27.38, 13.1), "REL": (41.2, 47.29), "RoPE": (100.0, 0.0),
-              "Label": (12.58, 15.87), "FoT": (100.0, 0.0), "Diff": (100.0, 0.0),
-              "CoPE": (100.0, 0.0), "TRA": (100.0, 0.0)},
-    "sparse": {"NoPE": (99.97, 0.1), "APE": (90.61, 5.64), "REL": (70.48, 10.92),
-               "RoPE": (72.82, 1.27), "Label": (86.93, 9.93), "FoT": (93.4, 4.21),
-               "Diff": (77.8, 6.73), "CoPE": (95.1, 4.4), "TRA": (100.0, 0.0)},
-}
 RELS = {"t5": "t5", "xl": "xl"}
 
 
@@ -207,7 +199,7 @@ def run_tra_flipflop(scale: str = "cpu", out: str | None = None, *, workers: int
                      log=print) -> dict:
     """Train (or resume / reuse) every run, then write the table, chart and heatmaps.
     Returns ``{"rows", "summary", "paths", "sweep"}``."""
-    from lengen.recipes.tra_flipflop_report import write_heatmaps, write_report
+    from lengen.recipes.tra_flipflop.report import write_heatmaps, write_report
     from lengen.sweep import run_sweep
 
     out = out or os.path.join("runs", f"tra-flipflop-{scale}")
