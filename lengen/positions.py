@@ -22,6 +22,15 @@ Per-instance samplers (e.g. warping the positions of some sequences only) set ``
 True`` and return ``[B, T]`` when ``batch_size`` is given; the others return one ``[T]`` draw
 whatever ``batch_size`` is.
 
+Batch-aware samplers (``uses_batch = True``) also read the batch: ``lengths`` ([B], the real,
+unpadded length of each row: position interpolation per test length, warping ``l f(j / l)`` with
+the instance's own l) and/or ``tokens`` ([B, T]: positions computed from the token structure,
+e.g. digits of equal significance sharing a position). Training and evaluation hand both over
+(:meth:`lengen.tasks.base.Batch.lengths`); ``generate`` hands over the lengths it will reach
+(prompt + max_new_tokens) and no tokens. A batch-aware sampler must be deterministic at
+evaluation (``random_at_eval = False``): its evaluation positions are computed batch by batch
+from the rows, so a random draw there would depend on the batch size.
+
 To add a sampler: subclass :class:`PositionSampler`, implement ``sample`` and ``max_position``,
 and add one line to ``SAMPLERS``.
 """
@@ -41,10 +50,15 @@ class PositionSampler:
     #: evaluation set it False (a sampler that forgets is still evaluated correctly, only in
     #: smaller batches).
     random_at_eval: bool = True
+    #: True when the positions depend on the batch (``lengths`` and/or ``tokens``)
+    uses_batch: bool = False
 
     def sample(self, length: int, *, training: bool, device=None, generator=None,
-               batch_size: int | None = None) -> torch.Tensor:
-        """-> positions ``[T]`` (or ``[B, T]`` for a per-sequence sampler given ``batch_size``)."""
+               batch_size: int | None = None, lengths: torch.Tensor | None = None,
+               tokens: torch.Tensor | None = None) -> torch.Tensor:
+        """-> positions ``[T]`` (or ``[B, T]`` for a per-sequence sampler given ``batch_size``).
+        ``lengths`` [B] / ``tokens`` [B, T]: the batch, for batch-aware samplers (others ignore
+        them)."""
         raise NotImplementedError
 
     def max_position(self, length: int) -> float:
@@ -63,7 +77,8 @@ class IdentitySampler(PositionSampler):
 
     random_at_eval = False
 
-    def sample(self, length, *, training, device=None, generator=None, batch_size=None):
+    def sample(self, length, *, training, device=None, generator=None, batch_size=None,
+               lengths=None, tokens=None):
         return torch.arange(length, device=device, dtype=torch.float32)
 
     def max_position(self, length):
@@ -117,7 +132,8 @@ class RandomizedSampler(PositionSampler):
                 f"{type(self).__name__} draws positions from [0, {self.max_length}) but the input "
                 f"has {length} tokens; raise model.positions_kwargs.max_length to >= {length}")
 
-    def sample(self, length, *, training, device=None, generator=None, batch_size=None):
+    def sample(self, length, *, training, device=None, generator=None, batch_size=None,
+               lengths=None, tokens=None):
         if not training and self.eval_mode == "identity":
             return torch.arange(length, device=device, dtype=torch.float32)
         self.check(length)
@@ -151,7 +167,8 @@ class LabelSampler(RandomizedSampler):
 
     EVAL_MODES = ("randomized", "spread", "identity")
 
-    def sample(self, length, *, training, device=None, generator=None, batch_size=None):
+    def sample(self, length, *, training, device=None, generator=None, batch_size=None,
+               lengths=None, tokens=None):
         if not training and self.eval_mode == "spread":
             self.check(length)
             span = torch.linspace(0, self.max_length - 1, length, dtype=torch.float64,

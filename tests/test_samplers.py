@@ -204,3 +204,44 @@ def test_per_instance_sampler_rows_reach_the_model():
         torch.testing.assert_close(model(x), want, rtol=0, atol=0)
         # rows really got different positions: row 1 alone at 0..T-1 differs
         assert (model(x[1:2], torch.arange(12.0))[0] - want[1]).abs().max() > 1e-4
+
+
+def test_batch_lengths_and_batch_aware_sampler_plumbing():
+    """Batch.lengths() is the unpadded length of each row; a batch-aware sampler receives the
+    rows' lengths and tokens in training, evaluation and generation, the others never do."""
+    import lengen
+    from lengen.eval.evaluate import eval_stream
+    from lengen.positions import PositionSampler
+    from lengen.tasks import build_task
+
+    task = build_task("copy", max_train_length=6)
+    b = task.train_batch(16, torch.Generator().manual_seed(0))
+    lens = b.lengths()
+    for r in range(16):
+        real = int((b.inputs[r] > 1).sum())     # not <pad> 0, not the <eos> 1 a padded row reads
+        assert int(lens[r]) == real
+    seen = []
+
+    class LengthPositions(PositionSampler):
+        uses_batch, per_instance, random_at_eval = True, True, False
+
+        def sample(self, length, *, training, device=None, generator=None, batch_size=None,
+                   lengths=None, tokens=None):
+            seen.append((training, None if lengths is None else lengths.tolist(),
+                         None if tokens is None else tuple(tokens.shape)))
+            lengths = torch.full((batch_size,), length) if lengths is None else lengths
+            return torch.arange(length).float()[None, :] / lengths[:, None].float()
+
+        def max_position(self, length):
+            return 1.0
+
+    model = lengen.Transformer(lengen.ModelConfig(vocab_size=task.vocab_size, d_model=16,
+                                                  n_layers=1, n_heads=2, posenc="rope"))
+    model.sampler = LengthPositions()
+    model.eval()
+    pieces = list(eval_stream(model, task, "len=3", 5, 2, seed=0))
+    assert [p[2].shape for p in pieces] == [(2, 8), (2, 8), (1, 8)]
+    assert seen[0] == (False, [8, 8], (2, 8))                  # prompt 5 + answer 3
+    seen.clear()
+    model.generate([torch.tensor([3, 4, 5, 2])], max_new_tokens=3)
+    assert seen == [(False, [7], None)]

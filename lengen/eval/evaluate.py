@@ -38,14 +38,27 @@ def eval_stream(model, task, split: str, n_sequences: int, batch_size: int, seed
                 device="cpu"):
     """Yield ``(index of the first sequence, batch on device, positions or None)`` over the
     evaluation set of ``split``. With a sampler that draws at evaluation, batches are cut at
-    block boundaries so each piece gets its block's positions; otherwise positions are None (the
-    model's deterministic default). Call with the model in eval mode."""
+    block boundaries so each piece gets its block's positions; a batch-aware sampler
+    (``uses_batch``: interpolation per length, warping, token-structured positions), which is
+    deterministic at evaluation, computes each batch's positions from its rows; otherwise
+    positions are None (the model's deterministic default). Call with the model in eval mode."""
     sampler = getattr(model, "sampler", None)
+    aware = sampler is not None and getattr(sampler, "uses_batch", False)
+    if aware and getattr(sampler, "random_at_eval", True):
+        raise ValueError(f"{type(sampler).__name__} reads the batch and draws at evaluation; a "
+                         f"batch-aware sampler must be deterministic at evaluation "
+                         f"(random_at_eval = False), or its numbers would depend on the batch size")
     random = sampler is not None and getattr(sampler, "random_at_eval", True)
     start, cached = 0, (None, None)
     for batch in task.eval_batches(split, n_sequences, batch_size, seed):
         batch = batch.to(device)
         n, T = batch.inputs.shape
+        if aware:
+            yield start, batch, model.sample_positions(T, batch_size=n, device=device,
+                                                       lengths=batch.lengths(),
+                                                       tokens=batch.inputs)
+            start += n
+            continue
         i = 0
         while i < n:
             if not random:

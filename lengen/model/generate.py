@@ -53,8 +53,10 @@ def generate(model, prompts, max_new_tokens: int, eos_id: int | None = None, *,
     try:
         with torch.no_grad():
             if positions is None:
+                # batch-aware samplers get the lengths the rows can reach (prompt + new tokens)
+                reach = torch.tensor(lengths, device=device) + max_new_tokens
                 positions = model.sample_positions(t_max, batch_size=len(rows), device=device,
-                                                   generator=generator)
+                                                   generator=generator, lengths=reach)
             out: list[torch.Tensor | None] = [None] * len(rows)
             for length in sorted(set(lengths)):
                 idx = [i for i, n in enumerate(lengths) if n == length]

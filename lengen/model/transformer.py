@@ -134,12 +134,16 @@ class Transformer(nn.Module):
         self.posenc.check_positions(self.sampler.max_position(length))
 
     def sample_positions(self, length: int, *, batch_size: int | None = None, device=None,
-                         generator=None) -> torch.Tensor:
+                         generator=None, lengths: torch.Tensor | None = None,
+                         tokens: torch.Tensor | None = None) -> torch.Tensor:
         """Positions from the configured sampler (train or eval behaviour by ``self.training``):
         [T], or [B, T] from a per-instance sampler given ``batch_size``. Draws from
-        ``generator``, else torch's global RNG."""
+        ``generator``, else torch's global RNG. ``lengths`` [B] (real row lengths) and ``tokens``
+        [B, T] feed batch-aware samplers (:mod:`lengen.positions`)."""
+        batch = ({"lengths": lengths, "tokens": tokens}
+                 if getattr(self.sampler, "uses_batch", False) else {})   # others never see it
         return self.sampler.sample(length, training=self.training, device=device,
-                                   generator=generator, batch_size=batch_size)
+                                   generator=generator, batch_size=batch_size, **batch)
 
     def new_cache(self, capacity: int = 0) -> KVCache:
         """An empty KV cache for :meth:`forward` (``capacity``: tokens to reserve room for)."""
@@ -160,7 +164,7 @@ class Transformer(nn.Module):
                 raise ValueError("forward with a non-empty cache needs the new tokens' positions: "
                                  "pass positions=pos[..., Tc:Tc + T] of the positions drawn for "
                                  "the whole sequence")
-            pos = self.sample_positions(T, batch_size=B, device=tokens.device)
+            pos = self.sample_positions(T, batch_size=B, device=tokens.device, tokens=tokens)
         else:
             pos = check_positions(positions, B, T)
         x = self.embed(tokens)                                   # [B, T, D]

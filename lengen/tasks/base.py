@@ -48,6 +48,16 @@ class Batch:
     def __len__(self) -> int:
         return self.inputs.shape[0]
 
+    def lengths(self) -> torch.Tensor:
+        """[B] real (unpadded) length of every row: one past its last scored position (loss or
+        eval mask). Right-padded decoder tasks end each row's scoring at its EOS target, so pads
+        are excluded; tasks scoring the last position (flip-flop, encoder placeholders, text)
+        give T. Batch-aware position samplers read it."""
+        scored = self.loss_mask | self.eval_mask                      # [B, T]
+        T = scored.shape[1]
+        last = T - 1 - scored.flip(1).int().argmax(1)                 # index of the last True
+        return torch.where(scored.any(1), last + 1, torch.full_like(last, T))
+
     def rows(self, start: int, stop: int) -> "Batch":
         """Sequences ``start .. stop-1`` of the batch."""
         return Batch(*(t[start:stop] for t in (self.inputs, self.targets, self.loss_mask,

@@ -241,7 +241,8 @@ def _train_locked(cfg, run_dir, task, model, *, resume, fresh, stop_at, quiet):
             phase = "compute"
             batch = task.train_batch(tc.batch_size, data_gen).to(device)
             B, T = batch.inputs.shape
-            positions = model.sample_positions(T, batch_size=B, device=device, generator=pos_gen)
+            positions = model.sample_positions(T, batch_size=B, device=device, generator=pos_gen,
+                                               lengths=batch.lengths(), tokens=batch.inputs)
             logits, targets = restrict_to_outputs(model(batch.inputs, positions=positions),
                                                   batch.targets, out_slice, batch.loss_mask)
             loss = loss_fn(logits, dataclasses.replace(batch, targets=targets))
