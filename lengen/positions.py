@@ -109,18 +109,25 @@ class RandomizedSampler(PositionSampler):
     generator, see :mod:`lengen.eval.evaluate`) or ``'identity'`` (positions 0..T-1).
     ``T > max_length`` is an error (the paper needs L >= the longest test length; it uses 2048).
     ``sort=False`` leaves the drawn positions in random order (the paper's Table 3 ablation; the
-    method itself always sorts).
+    method itself always sorts). ``zero_first=True`` makes the first position 0 and draws the
+    other T - 1 from [1, L): the distribution of the sorted random *distances* of the public
+    code's randomized relative / ALiBi encodings (pair with ``posenc_kwargs.relative=rank``).
+
+    Randomness: one draw per forward pass, shared by every layer, as the paper describes; the
+    public code's attention-level encodings (relative, ALiBi, RoPE) draw anew in every layer.
     """
 
     EVAL_MODES = ("randomized", "identity")
 
-    def __init__(self, max_length: int = 2048, eval_mode: str = "randomized", sort: bool = True):
+    def __init__(self, max_length: int = 2048, eval_mode: str = "randomized", sort: bool = True,
+                 zero_first: bool = False):
         if max_length < 1:
             raise ValueError(f"max_length must be >= 1, got {max_length}")
         if eval_mode not in self.EVAL_MODES:
             raise ValueError(f"unknown eval_mode '{eval_mode}' for {type(self).__name__}. "
                              f"Valid: {', '.join(self.EVAL_MODES)}")
         self.max_length, self.eval_mode, self.sort = int(max_length), eval_mode, bool(sort)
+        self.zero_first = bool(zero_first)
 
     @property
     def random_at_eval(self) -> bool:
@@ -137,6 +144,10 @@ class RandomizedSampler(PositionSampler):
         if not training and self.eval_mode == "identity":
             return torch.arange(length, device=device, dtype=torch.float32)
         self.check(length)
+        if self.zero_first and length > 0:       # 0, then T - 1 distinct draws from [1, L)
+            rest = sorted_subset(length - 1, self.max_length - 1, device=device,
+                                 generator=generator, sort=self.sort) + 1
+            return torch.cat([rest.new_zeros(1), rest])
         return sorted_subset(length, self.max_length, device=device, generator=generator,
                              sort=self.sort)
 

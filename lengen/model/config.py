@@ -16,6 +16,8 @@ MLPS = ("swiglu", "geglu", "relu")
 NORMS = ("rms", "layer")
 NORM_POSITIONS = ("pre", "post", "sandwich", "pre_post")
 ATTN_IMPLS = ("auto", "naive", "lean")     # = lengen.attention.base.IMPLS (tested equal)
+INITS = ("normal", "haiku")
+EMBED_DROPOUTS = ("always", "with_pe")
 
 
 @dataclass
@@ -45,7 +47,12 @@ class ModelConfig:
     positions_kwargs: dict = field(default_factory=dict)
     attn_impl: str = "auto"            # auto | naive | lean (see lengen.attention.base)
     attn_block_size: int = 256         # query block of the lean path
-    init_std: float = 0.02
+    init_std: float = 0.02             # normal init: N(0, init_std) for linears and embeddings
+    init: str = "normal"               # normal (GPT-style) | haiku (Ruoss et al.'s reference:
+                                       # linears trunc-normal 1/sqrt(fan_in), token embeddings
+                                       # trunc-normal init_std, learned position tables std 1)
+    embed_dropout: str = "always"      # always: dropout on the embeddings; with_pe: only when the
+                                       # scheme adds to them (sin/cos, learned), as Ruoss et al.
 
     def __post_init__(self):
         self.validate()
@@ -107,6 +114,8 @@ MODEL_RULES = {
     "posenc_kwargs": Mapping(),
     "attention": Str(what=_NAME),
     "attention_kwargs": Mapping(),
+    "init": Choice(*INITS),
+    "embed_dropout": Choice(*EMBED_DROPOUTS),
     "positions": Str(what=_NAME),
     "positions_kwargs": Mapping(),
     "attn_impl": Choice(*ATTN_IMPLS),

@@ -13,6 +13,19 @@ projections without biases; trained with Adam (betas 0.9 / 0.999, no weight deca
 no warmup), global-norm gradient clipping at 1.0, batch 128. Learning rates of the paper: 1e-4,
 3e-4, 5e-4 (``RUOSS2023_LRS``).
 
+Initialisation and dropout as their reference code (JAX/Haiku; ``model.init='haiku'``,
+``model.embed_dropout='with_pe'``): every linear layer truncated normal (+-2 std) with std
+1/sqrt(fan_in) (Haiku's default), the token embedding truncated normal with std 0.02 (their
+``emb_init_scale``), learned position tables truncated normal with std 1 (``hk.Embed``'s
+default), Transformer-XL's u and v N(0, 0.02) and W_r a Haiku linear; LayerNorm scale 1, offset
+0. Embedding dropout only where a scheme adds to the embeddings (sin/cos and learned, randomized
+or not), not for relative / ALiBi / RoPE / none, as in their embedder. Randomized positions are
+drawn once per forward pass, shared by the layers (the paper); the reference draws its
+attention-level randomized encodings (relative, ALiBi, RoPE) anew in every layer. Randomized
+relative / ALiBi use the differences of the sampled positions (the paper's wording); the
+reference samples sorted distances instead: ``posenc_kwargs.relative='rank'`` with
+``positions_kwargs.zero_first=true`` gives that variant for comparison.
+
 Parameter count, stated because the token spaces differ: the paper's encoder has 249,026
 parameters (270,146 with relative encodings). Ours, on a binary task (vocabulary of 2 inputs + 2
 outputs + placeholder = 5 ids, one embedding table and one bias-free head), has 249,280: the 5
@@ -54,7 +67,7 @@ import copy
 
 RUOSS2023_ENCODER = dict(d_model=64, n_layers=5, n_heads=8, d_ff=256, mlp="relu", norm="layer",
                          norm_position="post", final_norm=False, embed_scale=True, dropout=0.1,
-                         causal=False)
+                         causal=False, init="haiku", embed_dropout="with_pe")
 RUOSS2023_TRAIN = dict(optimizer="adam", weight_decay=0.0, betas=[0.9, 0.999], eps=1e-8,
                        schedule="constant", warmup_steps=0, grad_clip=1.0, batch_size=128)
 RUOSS2023_LRS = (1e-4, 3e-4, 5e-4)

@@ -117,16 +117,37 @@ class Transformer(nn.Module):
         self.apply(self._init)
         for block in self.blocks:
             block.attn.reset_parameters()    # kind-specific inits (gate biases) after the generic one
+        for scheme_ in self.unique_posencs():
+            scheme_.reset_parameters(init=cfg.init)   # a scheme's own init (tables) wins too
+        # Ruoss et al.'s reference drops out embeddings only where a scheme added to them
+        self.embed_dropout = (cfg.embed_dropout == "always" or self.posenc.adds_embedding)
         if cfg.tie_embeddings:
             self.head.weight = self.embed.weight
 
     def _init(self, m):
+        """Generic init. ``normal``: N(0, init_std) for linear weights and embeddings (GPT-2).
+        ``haiku``: the defaults of Haiku, which Ruoss et al.'s reference runs on: linear weights
+        truncated normal (+-2 std) with std 1/sqrt(fan_in), token embeddings truncated normal
+        with std init_std (their ``emb_init_scale`` 0.02). Biases start at 0 either way."""
         if isinstance(m, nn.Linear):
-            nn.init.normal_(m.weight, std=self.cfg.init_std)
+            if self.cfg.init == "haiku":
+                std = m.in_features ** -0.5
+                nn.init.trunc_normal_(m.weight, std=std, a=-2 * std, b=2 * std)
+            else:
+                nn.init.normal_(m.weight, std=self.cfg.init_std)
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
         elif isinstance(m, nn.Embedding):
-            nn.init.normal_(m.weight, std=self.cfg.init_std)
+            if self.cfg.init == "haiku":
+                s = self.cfg.init_std
+                nn.init.trunc_normal_(m.weight, std=s, a=-2 * s, b=2 * s)
+            else:
+                nn.init.normal_(m.weight, std=self.cfg.init_std)
+
+    def unique_posencs(self) -> list:
+        """Every positional-scheme instance once (one, or one per layer)."""
+        return [self.posenc] + (list(self.layer_posencs) if self.layer_posencs is not None
+                                else [])
 
     def check_length(self, length: int) -> None:
         """Raise ValueError now if inputs of ``length`` tokens cannot be encoded (e.g. a learned
@@ -170,7 +191,8 @@ class Transformer(nn.Module):
         x = self.embed(tokens)                                   # [B, T, D]
         if self.cfg.embed_scale:
             x = x * math.sqrt(self.cfg.d_model)
-        x = self.drop(self.posenc.embed(x, pos))
+        x = self.posenc.embed(x, pos)
+        x = self.drop(x) if self.embed_dropout else x
         if cache is None:
             for block, posenc in zip(self.blocks, self.block_posencs()):
                 x = block(x, pos, posenc)

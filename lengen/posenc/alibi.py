@@ -6,6 +6,12 @@ lower power of two followed by every other slope of the next power of two (their
 In a causal decoder only ``j <= i`` is visible so this is the paper's ``-m (i - j)``. For a
 bidirectional encoder the Ruoss et al. variant ``m (-|i - j| + 0.5 [j < i])`` is available with
 ``encoder_asymmetric=True`` so left and right keys can be told apart.
+
+``relative='difference'`` (default, the papers' reading) uses the positions' difference
+``pos_i - pos_j``; ``relative='rank'`` uses ``d_|i-j|``, the sorted positions' offsets indexed by
+the index distance (:func:`lengen.posenc.distance.rank_relative`): with the ``randomized``
+sampler (``zero_first=true``) this is the public randomized-ALiBi code of Ruoss et al., which
+samples sorted distances rather than positions. Both are the same with identity positions.
 """
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ import math
 import torch
 
 from lengen.posenc.base import PositionalScheme
+from lengen.posenc.distance import rank_relative
 
 
 def alibi_slopes(n_heads: int) -> torch.Tensor:
@@ -32,13 +39,21 @@ def alibi_slopes(n_heads: int) -> torch.Tensor:
 class ALiBi(PositionalScheme):
     has_bias = True
 
-    def __init__(self, *, encoder_asymmetric: bool = False, **kw):
+    RELATIVE = ("difference", "rank")
+
+    def __init__(self, *, encoder_asymmetric: bool = False, relative: str = "difference", **kw):
         super().__init__(**kw)
-        self.encoder_asymmetric = encoder_asymmetric
+        if relative not in self.RELATIVE:
+            raise ValueError(f"unknown model.posenc_kwargs.relative '{relative}' for alibi. "
+                             f"Valid: {', '.join(self.RELATIVE)}")
+        self.encoder_asymmetric, self.relative = encoder_asymmetric, relative
         self.register_buffer("slopes", alibi_slopes(self.n_heads), persistent=False)
 
     def bias(self, pos_q, pos_k, q=None, k=None):
-        rel = self.pairwise(pos_q, pos_k, torch.float32)        # [(B,) Tq, Tk] = i - j
+        if self.relative == "rank":
+            rel = rank_relative(pos_q, pos_k).float()           # [(B,) Tq, Tk]
+        else:
+            rel = self.pairwise(pos_q, pos_k, torch.float32)    # [(B,) Tq, Tk] = i - j
         dist = -rel.abs()
         if self.encoder_asymmetric and not self.causal:
             dist = dist + 0.5 * (rel > 0).float()

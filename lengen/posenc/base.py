@@ -46,6 +46,16 @@ class PositionalScheme(nn.Module):
         #: the model builds one instance of this scheme per layer when set
         self.per_layer = per_layer
 
+    @property
+    def adds_embedding(self) -> bool:
+        """True when the scheme overrides the ``embed`` hook (adds to the token embeddings)."""
+        return type(self).embed is not PositionalScheme.embed
+
+    def reset_parameters(self, init: str = "normal") -> None:
+        """The scheme's own initialisation, run by the model AFTER its generic init (which would
+        otherwise overwrite tables held in ``nn.Linear`` / ``nn.Embedding``). ``init`` is the
+        model's scheme (``model.init``: ``normal`` or ``haiku``). Default: nothing to do."""
+
     # -- hooks ---------------------------------------------------------------------------------
     def embed(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """x: [B, T, D], pos: [T] or [B, T] -> [B, T, D]."""

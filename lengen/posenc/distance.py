@@ -64,3 +64,32 @@ def integral_positions(*pos: torch.Tensor, limit: float = float(1 << 23)) -> boo
         if p.is_complex() or not bool((p == p.round()).all()) or float(p.abs().max()) >= limit:
             return False
     return True
+
+
+def rank_relative(pos_q: torch.Tensor, pos_k: torch.Tensor) -> torch.Tensor:
+    """The reference code's randomized relative distances (Ruoss et al.'s public
+    ``noisy_relative`` / ``noisy_alibi``): the pair (i, j) of sequence INDICES gets
+    ``sign(i - j) * d_|i-j|`` with ``d_k = pos[k] - pos[0]`` the k-th sorted position's offset from
+    the first (the sampler's sorted draw plays the sorted random distances; identity positions give
+    ``d_k = k``, i.e. ordinary relative positions). Contrast: the paper's reading is
+    ``pos_i - pos_j``, the difference of the two tokens' sampled positions.
+
+    The key positions must be the whole (causal: prefix) sequence, strictly increasing; a query's
+    index is found by its position among them. -> float64 ``[Tq, Tk]`` or ``[B, Tq, Tk]``."""
+    pq, pk = pos_q.double(), pos_k.double()
+    if pk.shape[-1] > 1 and not bool((pk[..., 1:] > pk[..., :-1]).all()):
+        raise ValueError("relative='rank' needs strictly increasing positions (a sorted sampler "
+                         "such as identity or randomized with sort=true)")
+    if pq.dim() == 2 and pk.dim() == 1:
+        pk = pk.expand(pq.shape[0], -1)
+    if pk.dim() == 2 and pq.dim() == 1:
+        pq = pq.expand(pk.shape[0], -1)
+    i = torch.searchsorted(pk.contiguous(), pq.contiguous())            # [(B,) Tq]
+    Tk = pk.shape[-1]
+    if bool((i >= Tk).any()) or not bool((pk.gather(-1, i.clamp_max(Tk - 1)) == pq).all()):
+        raise ValueError("relative='rank' needs every query position among the key positions")
+    j = torch.arange(Tk, device=pk.device)
+    gap = i[..., :, None] - j                                          # [(B,) Tq, Tk] = i - j
+    d = pk - pk[..., :1]                                               # [(B,) Tk] offsets
+    dist = d.gather(-1, gap.abs().flatten(-2)).view(gap.shape) if d.dim() == 2 else d[gap.abs()]
+    return torch.sign(gap).double() * dist

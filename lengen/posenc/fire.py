@@ -156,7 +156,7 @@ class FIRE(PositionalScheme):
         self.log_L = nn.Parameter(torch.empty(()))
         self.reset_parameters()
 
-    def reset_parameters(self) -> None:
+    def reset_parameters(self, init: str = "normal") -> None:
         bound = self.hidden ** -0.5
         nn.init.uniform_(self.w1, -1.0, 1.0)
         nn.init.uniform_(self.b1, -1.0, 1.0)

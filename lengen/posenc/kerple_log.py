@@ -74,7 +74,7 @@ class KerpleLog(PositionalScheme):
         self.r2 = nn.Parameter(torch.empty(self.n_heads))       # [H] scale of the distance
         self.reset_parameters()
 
-    def reset_parameters(self) -> None:
+    def reset_parameters(self, init: str = "normal") -> None:
         with torch.no_grad():
             if self.r1_init is None:
                 self.r1.copy_(2 * torch.rand(self.n_heads))

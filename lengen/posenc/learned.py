@@ -22,8 +22,17 @@ class LearnedAbsolute(PositionalScheme):
 
     def __init__(self, *, max_positions: int = 1024, init_std: float = 0.02, **kw):
         super().__init__(**kw)
-        self.max_positions = int(max_positions)
-        self.table = nn.Parameter(torch.randn(self.max_positions, self.d_model) * init_std)
+        self.max_positions, self.init_std = int(max_positions), float(init_std)
+        self.table = nn.Parameter(torch.empty(self.max_positions, self.d_model))
+        self.reset_parameters()
+
+    def reset_parameters(self, init: str = "normal") -> None:
+        """``normal``: N(0, init_std). ``haiku``: truncated normal with std 1 (+-2), the default
+        of ``hk.Embed`` that Ruoss et al.'s learned (and randomized learned) encodings use."""
+        if init == "haiku":
+            nn.init.trunc_normal_(self.table, std=1.0, a=-2.0, b=2.0)
+        else:
+            nn.init.normal_(self.table, std=self.init_std)
 
     def check_positions(self, max_position: float) -> None:
         if max_position > self.max_positions - 1:

@@ -64,8 +64,14 @@ class T5Bias(PositionalScheme):
         super().__init__(**kw)
         self.num_buckets, self.max_distance = num_buckets, max_distance
         self.table = nn.Embedding(num_buckets, self.n_heads)
-        nn.init.zeros_(self.table.weight)
+        self.reset_parameters()
         self._index_cache = None          # (pos_q copy, pos_k copy, index [Tq, Tk], r_min, n)
+
+    def reset_parameters(self, init: str = "normal") -> None:
+        """The bias table starts at zero (the model starts as NoPE and learns every bucket from
+        there), whatever the model's generic init: re-run after it, which used to overwrite the
+        table with N(0, 0.02)."""
+        nn.init.zeros_(self.table.weight)
 
     def _buckets(self, rel: torch.Tensor) -> torch.Tensor:
         return relative_bucket(rel, bidirectional=not self.causal, num_buckets=self.num_buckets,

@@ -11,12 +11,20 @@ returns (b)+(c)+(d) through the ``bias`` hook, computed from the q, k the attent
 scale, so ``bias`` multiplies its own terms by the same default ``scale = 1/sqrt(hd)``; every kind
 here uses that default scale, so the whole logit is scaled once, as in the paper.
 
-Relative positions are ``pos_i - pos_j`` of the sampler's positions (Ruoss et al.'s randomized
-relative encoding uses exactly these differences of sampled positions); fractional values are fine.
-R is evaluated at the *signed* distance, so in a bidirectional encoder keys left and right of the
-query get distinct encodings over the whole range (the public randomized-relative code gives every
-key right of the query one shared encoding; that is not reproduced here). Causal models only ever
-see ``pos_i - pos_j >= 0``, the original Transformer-XL setting.
+Relative positions are ``pos_i - pos_j`` of the sampler's positions (``relative='difference'``,
+default: the Ruoss et al. paper's wording, "the differences of sampled positions"); fractional
+values are fine. R is evaluated at the *signed* distance, so in a bidirectional encoder keys left
+and right of the query get distinct encodings over the whole range. Causal models only ever see
+``pos_i - pos_j >= 0``, the original Transformer-XL setting.
+
+``relative='rank'`` is the public code's variant instead: the pair at index distance ``i - j``
+gets ``sign(i - j) d_|i-j|``, where ``d_k`` are sorted random DISTANCES (drawn once per layer in
+that code; here the sampler's sorted positions, offset by the first one:
+:func:`lengen.posenc.distance.rank_relative`; use ``randomized`` with ``zero_first=true`` for the
+exact distribution, a sorted draw from [1, L) after a 0). Left keys mirror the right ones
+(``randomize_both_sides=False``, the code's default). The public code additionally has a
+relative-shift bug that gives every key right of the query one shared encoding in the encoder;
+that bug is reproduced by neither variant.
 
 Two exact evaluation paths for the (q + v).W_r R term, chosen per call by cost:
 
@@ -47,6 +55,7 @@ from torch import nn
 
 from lengen.checks import Float, Int
 from lengen.posenc.base import PositionalScheme
+from lengen.posenc.distance import rank_relative
 from lengen.posenc.t5 import integer_progression
 
 
@@ -55,24 +64,37 @@ class TransformerXLRelative(PositionalScheme):
 
     has_bias = True
 
+    RELATIVE = ("difference", "rank")
+
     def __init__(self, *, rel_dim: int | None = None, base: float = 10000.0, init_std: float = 0.02,
-                 path: str = "auto", **kw):
+                 path: str = "auto", relative: str = "difference", **kw):
         super().__init__(**kw)
         self.rel_dim = self.d_model if rel_dim is None else int(rel_dim)
         if self.rel_dim % 2:
             raise ValueError(f"xl needs an even rel_dim, got {self.rel_dim}")
         if path not in ("auto", "table", "trig"):
             raise ValueError(f"xl path must be auto, table or trig, got '{path}'")
-        self.path, self.init_std = path, init_std
+        if relative not in self.RELATIVE:
+            raise ValueError(f"unknown model.posenc_kwargs.relative '{relative}' for xl. "
+                             f"Valid: {', '.join(self.RELATIVE)}")
+        self.path, self.init_std, self.relative = path, init_std, relative
         self.base = float(base)
         self.w_r = nn.Linear(self.rel_dim, self.n_heads * self.head_dim, bias=False)
         self.u = nn.Parameter(torch.empty(self.n_heads, self.head_dim))   # content bias
         self.v = nn.Parameter(torch.empty(self.n_heads, self.head_dim))   # position bias
         self.reset_parameters()
 
-    def reset_parameters(self):
-        for p in (self.u, self.v, self.w_r.weight):
-            nn.init.normal_(p, std=self.init_std)
+    def reset_parameters(self, init: str = "normal"):
+        """``normal``: u, v and W_r from N(0, init_std). ``haiku`` (Ruoss et al.'s reference):
+        u, v from N(0, 0.02) (their ``RandomNormal(0.02)``), W_r like a Haiku linear layer,
+        truncated normal (+-2 std) with std 1/sqrt(d_rel). Run after the model's generic init."""
+        nn.init.normal_(self.u, std=self.init_std if init == "normal" else 0.02)
+        nn.init.normal_(self.v, std=self.init_std if init == "normal" else 0.02)
+        if init == "haiku":
+            std = self.rel_dim ** -0.5
+            nn.init.trunc_normal_(self.w_r.weight, std=std, a=-2 * std, b=2 * std)
+        else:
+            nn.init.normal_(self.w_r.weight, std=self.init_std)
 
     def angles(self, r: torch.Tensor, dtype) -> torch.Tensor:
         """r: [...] -> r * w: [..., d_rel / 2] in ``dtype`` (fp32 or fp64; never half precision).
@@ -104,6 +126,12 @@ class TransformerXLRelative(PositionalScheme):
         Tq, Tk = pos_q.shape[-1], pos_k.shape[-1]
         if content is None:
             content = qv.new_zeros(qv.shape[0], qv.shape[1], Tk)
+        if self.relative == "rank":
+            # the reference's sampled distances: sign(i-j) d_|i-j| is no difference a - b, so
+            # no trig identity applies; score the (at most 2 Tk - 1) distinct values as a table
+            rel = rank_relative(pos_q, pos_k)                           # [(B,) tq, Tk] float64
+            r, idx = torch.unique(rel, return_inverse=True)
+            return self.position_term_table(qv, idx.to(qv.device), r.to(qv.device), content)
         if self.path == "trig":
             return self.position_term_trig(qv, pos_q, pos_k, content)
         prog = integer_progression(pos_q, pos_k) if Tq and Tk else None

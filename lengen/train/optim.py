@@ -16,6 +16,10 @@ from torch import nn
 def param_groups(model: nn.Module, weight_decay: float, decay_all: bool = False):
     decay, no_decay = [], []
     linear_weights = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
+    # positional schemes' parameters are tables and scalars like the embeddings, also when held
+    # in an nn.Linear (Transformer-XL's W_r): never decayed unless decay_all
+    schemes = model.unique_posencs() if hasattr(model, "unique_posencs") else []
+    linear_weights -= {id(p) for s in schemes for p in s.parameters()}
     for p in model.parameters():
         if not p.requires_grad:
             continue
