@@ -54,7 +54,8 @@ def collect_activations(model, task, length: int, *, n_sequences: int = 30, seed
     batch = task.eval_batch(split_name(length), n_sequences, gen).to(device)
     pos = model.sampler.sample(batch.inputs.shape[1], training=False, device=device, generator=gen)
     captured = []
-    hooks = [model.drop.register_forward_hook(lambda m, i, o: captured.append(o))]
+    # the embeddings = the first block's input (after any additive scheme and dropout)
+    hooks = [model.blocks[0].register_forward_pre_hook(lambda m, args: captured.append(args[0]))]
     hooks += [b.register_forward_hook(lambda m, i, o: captured.append(o)) for b in model.blocks]
     try:
         logits = model(batch.inputs, positions=pos)                       # [B, T, V]
