@@ -172,3 +172,22 @@ def test_chunked_matches_naive_float32_long():
     want = run(naive_fn(), inputs, grad_out, True)
     got = run(chunked_fn(64), inputs, grad_out, True)
     assert_match(got, want, atol=2e-5, rtol=1e-4)
+
+
+def test_tra_qk_norm_scale_option():
+    """Learned q/k norm scales start at 1 (same outputs as without them), receive gradients, and
+    need qk_norm."""
+    from lengen.attention.tra import ThresholdRelativeAttention
+    from lengen.posenc import build_posenc
+
+    torch.manual_seed(0)
+    a = ThresholdRelativeAttention(d_model=16, n_heads=2)
+    torch.manual_seed(0)
+    b = ThresholdRelativeAttention(d_model=16, n_heads=2, qk_norm_scale=True)
+    pe = build_posenc("nope", d_model=16, n_heads=2, head_dim=8)
+    x, pos = torch.randn(2, 9, 16), torch.arange(9.0)
+    assert torch.allclose(a(x, pos, pe), b(x, pos, pe))
+    b(x, pos, pe).pow(2).sum().backward()
+    assert b.q_scale.grad is not None and b.q_scale.grad.abs().sum() > 0
+    with pytest.raises(ValueError, match="qk_norm_scale"):
+        ThresholdRelativeAttention(d_model=16, n_heads=2, qk_norm=False, qk_norm_scale=True)
