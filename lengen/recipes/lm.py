@@ -87,7 +87,8 @@ def time_config(cfg, *, steps: int = 10, device: str = "cpu", eval_extra=None) -
     scored with the blocked perplexity scorer after an untimed warm-up, times the number of
     batches at that length. ``eval_extra``: ``(label, sampler)`` pairs whose evaluation of the
     same weights is timed too (e.g. the RoPE model evaluated with position interpolation).
-    Returns ``{"step", "train", "eval": {K: s}, "extra": {label: {K: s}}}``."""
+    Returns ``{"step", "setup", "train", "eval": {K: s}, "extra": {label: {K: s}}}``
+    (``setup``: building the task and model, which every run does once)."""
     import torch
 
     from lengen.eval.evaluate import eval_stream
@@ -99,9 +100,11 @@ def time_config(cfg, *, steps: int = 10, device: str = "cpu", eval_extra=None) -
         if str(device).startswith("cuda"):
             torch.cuda.synchronize()
 
-    task, model = prepare(cfg)
+    t0 = time.perf_counter()
+    task, model = prepare(cfg)          # a run builds its task (token cache) and model too
     model.to(device).train()
     opt = build_optimizer(model, cfg.train)
+    t_setup = time.perf_counter() - t0
     gen = torch.Generator().manual_seed(0)
     pos_gen = positions_generator(0)
     elapsed = 0.0
@@ -153,7 +156,8 @@ def time_config(cfg, *, steps: int = 10, device: str = "cpu", eval_extra=None) -
                 extra[label] = eval_seconds()
             finally:
                 model.sampler = kept
-    return {"step": t_step, "train": t_step * cfg.train.steps, "eval": evals, "extra": extra}
+    return {"step": t_step, "setup": t_setup, "train": t_step * cfg.train.steps, "eval": evals,
+            "extra": extra}
 
 
 def makespan(costs: list[float], workers: int) -> tuple[float, list[float]]:
@@ -195,7 +199,7 @@ def estimate_runs(specs, *, steps: int = 10, workers: int = 1, threads: int | No
             log(f"{label(spec):>22}: {1000 * t['step']:7.1f} ms/step x {cfg.train.steps} = "
                 f"{t['train'] / 60:6.1f} min; evaluation s per length {{{lens}}}")
         t = timings[key]
-        per_run[spec.name] = t["train"] + sum(t["eval"].values())
+        per_run[spec.name] = t["setup"] + t["train"] + sum(t["eval"].values())
         for lab, ev in t["extra"].items():
             serial += sum(ev.values())
             log(f"{'':>22}  + {lab}: {sum(ev.values()) / 60:.1f} min after the sweep")
