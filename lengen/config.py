@@ -181,6 +181,9 @@ def resolve(config: dict | None = None, overrides: list[str] | None = None, *,
         raise ConfigError(f"the config must be a mapping with sections model, task, train, eval, "
                           f"got {type(config).__name__}")
     base = ExperimentConfig().to_dict()
+    # model.d_ff defaults to 2 x the *merged* d_model (ModelConfig.__post_init__), not to 2 x the
+    # default d_model: a config that sets only d_model must not inherit the default's MLP width
+    base["model"]["d_ff"] = None
     merged = _deep_merge(base, config or {})
     merged = apply_overrides(merged, overrides or [])
     cfg = ExperimentConfig.from_dict(merged)

@@ -229,7 +229,7 @@ for key, value, *want in [
         ("model.attn_block_size", "0", "model.attn_block_size must be an integer >= 1"),
         ("model.attn_block_size", "-1", "model.attn_block_size must be an integer >= 1"),
         ("model.attn_impl", "fast", "model.attn_impl must be one of auto, naive, lean"),
-        ("model.mlp", "gelu", "model.mlp must be one of", "Did you mean 'geglu'"),
+        ("model.mlp", "swiglue", "model.mlp must be one of", "Did you mean 'swiglu'"),
         ("model.norm", "batch", "model.norm must be one of rms, layer"),
         ("model.norm_position", "middle", "model.norm_position must be one of pre, post, sandwich"),
         ("model.init_std", "0", "model.init_std must be a finite number > 0"),

@@ -69,6 +69,36 @@ def test_eval_reproduces_training_eval(tmp_path):
     assert [r["value"] for r in rows] == pytest.approx([r["value"] for r in again])
 
 
+def test_evaluate_run_with_another_position_sampler(tmp_path):
+    """A run trained on positions 0..T-1 evaluated with another sampler (no weights change):
+    rows name the sampler, the run's own eval.json is kept, the numbers are those of the same
+    weights under the new positions, and a bad sampler or kwarg fails before any evaluation."""
+    from lengen.errors import ConfigError
+    from lengen.positions import RandomizedSampler
+    from lengen.train.runs import evaluate_run
+
+    run = str(tmp_path / "run")
+    cfg = lengen.resolve({"model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "posenc": "rope"},
+                          "task": {"kwargs": {"n_pairs": 8}},
+                          "train": {"steps": 3, "batch_size": 4, "progress": False},
+                          "eval": {"sequences": 16, "splits": ["iid"]}})
+    _, _, own = lengen.train(cfg, run)
+    rows = evaluate_run(run, positions="randomized", positions_kwargs={"max_length": 64},
+                        out="rand", plot=False)
+    assert {r["positions"] for r in rows} == {"randomized"}
+    assert json.load(open(os.path.join(run, "eval.json"))) == own          # untouched
+    _, task, model = lengen.load_run(run)
+    model.sampler = RandomizedSampler(max_length=64)
+    want = lengen.evaluate(model, task, ["iid"], n_sequences=16, batch_size=64)
+    assert [r["value"] for r in rows] == pytest.approx([r["value"] for r in want])
+    assert [r["value"] for r in rows] != pytest.approx([r["value"] for r in own])
+    with pytest.raises(ConfigError, match="unknown position sampler 'warped'"):
+        evaluate_run(run, positions="warped", out="x")
+    with pytest.raises(ConfigError, match="unknown key 'max_len' in positions_kwargs"):
+        evaluate_run(run, positions="randomized", positions_kwargs={"max_len": 8}, out="x")
+    assert not os.path.exists(os.path.join(run, "x.json"))
+
+
 def test_scalar_overrides_are_coerced_to_field_types():
     from lengen.config import resolve
 

@@ -125,6 +125,61 @@ def test_learned_positions_shorter_than_an_eval_length_fail_first(cache):
         evaluate_perplexity(m, task, ["len=16", "len=512"])
 
 
+def test_randomized_positions_at_evaluation_are_seeded_per_block(cache):
+    """A sampler that draws at evaluation (randomized positions) draws per block of windows from
+    the evaluation seed: the same numbers for any batch size, torch's global RNG untouched, and
+    equal to scoring each window with its block's positions by the full-logits reference."""
+    from lengen.eval.evaluate import block_positions
+
+    task = task_for(cache)
+    m = model_for(task, posenc="rope", positions="randomized", positions_kwargs={"max_length": 256})
+    state = torch.get_rng_state()
+    a = evaluate_perplexity(m, task, ["len=64"], batch_size=64)
+    b = evaluate_perplexity(m, task, ["len=64"], batch_size=5)
+    assert torch.equal(state, torch.get_rng_state())
+    assert b[1]["value"] == pytest.approx(a[1]["value"], rel=1e-6)
+    other = evaluate_perplexity(m, task, ["len=64"], seed=7)
+    assert other[1]["value"] != pytest.approx(a[1]["value"], rel=1e-6)   # another draw
+    pos = block_positions(m, "len=64", 1234, 0, 64)                       # 16 windows: block 0
+    assert not torch.equal(pos, torch.arange(64.0))
+    nll, tokens = 0.0, 0
+    for batch in task.eval_batches("len=64", None, 4):
+        r = reference_nll(m, batch, positions=pos)
+        nll, tokens = nll + r["nll_sum"], tokens + r["tokens"]
+    assert a[1]["tokens"] == tokens and a[1]["value"] == pytest.approx(nll / tokens, rel=1e-6)
+
+
+def test_batch_aware_samplers_get_the_window_lengths(cache, monkeypatch):
+    """Interpolation / warping samplers read the rows' lengths: perplexity evaluation hands over
+    each window's length K (every target of a non-overlapping window is scored)."""
+    from lengen import positions as P
+
+    seen = []
+
+    class Halved(P.PositionSampler):
+        uses_batch, per_instance, random_at_eval = True, True, False
+
+        def sample(self, length, *, training, device=None, generator=None, batch_size=None,
+                   lengths=None, tokens=None):
+            seen.append((length, lengths.tolist()))
+            return torch.arange(length, dtype=torch.float32).expand(len(lengths), -1) / 2
+
+        def max_position(self, length):
+            return (length - 1) / 2
+
+    monkeypatch.setitem(P.SAMPLERS, "halved", Halved)
+    task = task_for(cache)
+    m = model_for(task, posenc="rope", positions="halved")
+    rows = evaluate_perplexity(m, task, ["len=16", "len=64"], batch_size=8)
+    assert {k for k, _ in seen} == {16, 64}
+    assert all(ls == [k] * len(ls) for k, ls in seen)
+    batch = next(iter(task.eval_batches("len=64", 8, 8)))
+    want = reference_nll(m, batch, positions=torch.arange(64.0) / 2)
+    got = evaluate_perplexity(m, task, ["len=64"], n_sequences=8)
+    assert got[1]["value"] == pytest.approx(want["nll_sum"] / want["tokens"], rel=1e-6)
+    assert rows[3]["tokens"] == 1024
+
+
 @pytest.mark.parametrize("attention", list(ATTENTIONS))
 def test_every_attention_kind_evaluates_at_32x_the_training_length(cache, attention):
     task = task_for(cache)                                 # seq_len 16 -> len=512

@@ -163,3 +163,18 @@ def test_resolve_coerces_in_place_and_is_idempotent():
     assert cfg.train.betas == (0.8, 0.9) and cfg.eval.splits == ["sparse"]
     again = lengen.resolve(cfg.to_dict())
     assert again.to_dict() == cfg.to_dict()
+
+
+def test_d_ff_defaults_to_twice_the_configured_d_model():
+    """model.d_ff left out is 2 x the config's own d_model (from a dict, overrides or both), not
+    2 x the default d_model; an explicit d_ff is kept, and a resolved config round-trips."""
+    import lengen
+
+    assert lengen.resolve({"model": {"d_model": 64}}).model.d_ff == 128
+    assert lengen.resolve(None, ["model.d_model=32"]).model.d_ff == 64
+    assert lengen.resolve({"model": {"d_model": 64}}, ["model.d_model=48"]).model.d_ff == 96
+    assert lengen.resolve({"model": {"d_model": 64, "d_ff": 100}}).model.d_ff == 100
+    assert lengen.resolve().model.d_ff == 2 * lengen.resolve().model.d_model
+    cfg = lengen.resolve({"model": {"d_model": 64}})
+    again = lengen.resolve(cfg.to_dict(), ["model.d_model=32"])
+    assert again.model.d_ff == 128            # stored configs carry their d_ff explicitly

@@ -7,7 +7,13 @@ negative log-likelihood over the scored targets, pooled over windows, and its ex
     {split: 'len=K', length: K, metric: 'nll' | 'ppl', value, tokens, sequences,
      corpus, tokenizer, eval_split, protocol, stride, train_length, <run meta>}
 
-``tokens`` is the number of scored targets and ``sequences`` the number of windows. Rows carry the
+``tokens`` is the number of scored targets and ``sequences`` the number of windows. Positions come
+from the model's sampler exactly as in every other evaluation (:func:`lengen.eval.evaluate.
+eval_stream`): a sampler that draws at evaluation (randomized positions, label encodings) draws
+once per block of ``EVAL_BLOCK`` windows from a generator seeded by (``seed``, split, block), never
+from torch's global RNG, so the numbers do not depend on the batch size and evaluating never moves
+any other random stream; a batch-aware sampler (interpolation per evaluation length, warping) gets
+the windows' lengths. Rows carry the
 same run columns as every other evaluation row (``meta``), so they go through
 :mod:`lengen.analysis.tables` and the sweep unchanged; ``lengen.eval.evaluate`` routes text tasks
 here, so ``lengen train`` / ``lengen eval`` write them.
@@ -50,11 +56,15 @@ def hidden_states(model):
 
 
 @torch.inference_mode()
-def score_batch(model, batch, *, logits_per_block: int = LOGITS_PER_BLOCK) -> dict:
+def score_batch(model, batch, *, positions: torch.Tensor | None = None,
+                logits_per_block: int = LOGITS_PER_BLOCK) -> dict:
     """Sum of the NLL (nats) of the targets under ``batch.eval_mask``, and their count, computing
-    logits only for those targets, a block of rows at a time."""
+    logits only for those targets, a block of rows at a time. ``positions`` ([T] or [B, T]):
+    explicit positions (default: the model's sampler)."""
+    from lengen.eval.evaluate import forward
+
     with hidden_states(model) as head:
-        h = model(batch.inputs)                                   # [B, T, D]
+        h = forward(model, batch.inputs, positions)               # [B, T, D]
     mask = batch.eval_mask
     h, targets = h[mask], batch.targets[mask]                     # [N, D], [N]
     rows = max(1, logits_per_block // head.out_features)
@@ -66,9 +76,11 @@ def score_batch(model, batch, *, logits_per_block: int = LOGITS_PER_BLOCK) -> di
 
 
 @torch.inference_mode()
-def reference_nll(model, batch) -> dict:
+def reference_nll(model, batch, *, positions: torch.Tensor | None = None) -> dict:
     """The same sums from the full ``[B, T, V]`` logits (reference for :func:`score_batch`)."""
-    logits = _at_least_fp32(model(batch.inputs))                 # [B, T, V]
+    from lengen.eval.evaluate import forward
+
+    logits = _at_least_fp32(forward(model, batch.inputs, positions))   # [B, T, V]
     nll = F.cross_entropy(logits.flatten(0, 1), batch.targets.flatten(), reduction="none")
     mask = batch.eval_mask.flatten()
     return {"nll_sum": float(nll[mask].double().sum()), "tokens": int(mask.sum())}
@@ -76,14 +88,18 @@ def reference_nll(model, batch) -> dict:
 
 @torch.inference_mode()
 def perplexity_split(model, task, split: str, *, n_sequences: int | None = None,
-                     batch_size: int = 64, device="cpu") -> dict:
-    """``{nll, ppl, tokens, sequences, length}`` of one ``len=K`` split."""
+                     batch_size: int = 64, seed: int = 1234, device="cpu") -> dict:
+    """``{nll, ppl, tokens, sequences, length}`` of one ``len=K`` split. ``seed`` seeds the
+    evaluation positions of samplers that draw at evaluation (module docstring)."""
+    from lengen.eval.evaluate import eval_stream
+
     was_training = model.training
     model.eval()
     nll_sum, tokens, windows = 0.0, 0, 0
     try:
-        for batch in task.eval_batches(split, n_sequences, batch_size, 0):
-            s = score_batch(model, batch.to(device))
+        for _, batch, pos in eval_stream(model, task, split, n_sequences, batch_size, seed,
+                                         device):
+            s = score_batch(model, batch, positions=pos)
             nll_sum, tokens = nll_sum + s["nll_sum"], tokens + s["tokens"]
             windows += batch.inputs.shape[0]
     finally:
@@ -97,8 +113,10 @@ def perplexity_split(model, task, split: str, *, n_sequences: int | None = None,
 def evaluate_perplexity(model, task, splits=None, *, n_sequences: int | None = None,
                         batch_size: int = 64, seed: int | None = None, device="cpu",
                         meta: dict | None = None, progress: bool = False) -> list[dict]:
-    """Rows ``nll`` and ``ppl`` per split (default: the task's lengths). ``seed`` is accepted for
-    the common evaluation signature and unused: text windows are read in corpus order."""
+    """Rows ``nll`` and ``ppl`` per split (default: the task's lengths). Text windows are read in
+    corpus order whatever ``seed`` is; it only seeds the evaluation positions of samplers that
+    draw at evaluation (default 1234, ``eval.seed``'s default)."""
+    seed = 1234 if seed is None else seed
     splits = list(task.splits() if splits is None else splits)
     for split in splits:
         task.check_split(split)
@@ -112,7 +130,7 @@ def evaluate_perplexity(model, task, splits=None, *, n_sequences: int | None = N
     rows = []
     for split in it:
         r = perplexity_split(model, task, split, n_sequences=n_sequences, batch_size=batch_size,
-                             device=device)
+                             seed=seed, device=device)
         base = dict(meta or {}, split=split, length=r["length"], sequences=r["sequences"],
                     tokens=r["tokens"], **info)
         rows.append(dict(base, metric="ppl", value=r["ppl"]))

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from lengen.checks import Bool, Choice, Float, Int, Mapping, Str, check_fields
 from lengen.errors import ConfigError
 
-MLPS = ("swiglu", "geglu", "relu")
+MLPS = ("swiglu", "geglu", "relu", "gelu")
 NORMS = ("rms", "layer")
 NORM_POSITIONS = ("pre", "post", "sandwich", "pre_post")
 ATTN_IMPLS = ("auto", "naive", "lean")     # = lengen.attention.base.IMPLS (tested equal)
@@ -28,7 +28,8 @@ class ModelConfig:
     n_heads: int = 4
     d_ff: int | None = None            # MLP hidden width; default 2 x d_model (TRA paper, for both
                                        # the linear and the gate units of a GLU)
-    mlp: str = "swiglu"                # swiglu | geglu | relu
+    mlp: str = "swiglu"                # swiglu | geglu | relu | gelu (GPT-2: tanh-approximated
+                                       # GELU, not gated; relu and gelu have biases)
     norm: str = "rms"                  # rms | layer
     norm_position: str = "pre"         # pre: x + F(N(x)); post: N(x + F(x)); sandwich:
                                        # x + N2(F(N1(x))) (norms on a sublayer's input and

@@ -60,6 +60,23 @@ millions, rounded down, with or without embeddings: an addition vocabulary is to
 names to tell the two readings apart. They do fix the FFN: "2048 with GeGLU" is three d x d_ff
 matrices (a two-matrix FFN would make the 25M model 18.9M). "5M" fits no reading: the 4-block
 model has 4.20M (4.26M with embeddings).
+
+``gpt2-base``: the GPT-2 "small/base" decoder (Radford et al. 2019; the HF ``gpt2`` config): 12
+blocks of 12 heads, d_model 768, a plain GELU MLP of width 3072 (tanh approximation, with biases),
+pre-LayerNorm with a final LayerNorm, token embedding tied to the output head, dropout 0.1,
+initialisation N(0, 0.02), causal. The index-warping paper's language model (App. B.2) is this
+architecture with RoPE (or ALiBi) in place of GPT-2's learned absolute positions, so the preset
+sets no positional scheme (``nope``; pass ``posenc=``). Differences from GPT-2 that remain:
+lengen's attention projections have no biases (GPT-2's have), dropout is on the residual branches
+only (GPT-2 also drops attention weights and the embedding sum), and GPT-2's 1/sqrt(2 n_layers)
+scaling of the residual projections' initialisation is not applied. Parameters with the GPT-2
+vocabulary (50,257, tied): 123,616,512 (12 x 7,084,800 per block + the final norm + the
+38,597,376-entry token table); HF ``gpt2`` has 124,439,808 (the 786,432-entry position table
+and 36,864 attention biases more); the paper says 117M, the count the GPT-2 paper gave. Training
+section: the HF causal-LM example's defaults that the index-warping paper says it used (AdamW lr
+5e-5, no weight decay, betas (0.9, 0.999), eps 1e-8, no warmup, gradient clipping at 1.0), batch
+64. HF decays the learning rate linearly to 0; lengen's schedules are cosine or constant, so the
+preset leaves lengen's cosine (``min_lr_frac=0``: also to 0).
 """
 from __future__ import annotations
 
@@ -87,6 +104,13 @@ def _zhou2024(size: str) -> dict:
                           n_heads=n_heads),
             "train": ZHOU2024_TRAIN}
 
+GPT2_BASE = dict(n_layers=12, n_heads=12, d_model=768, d_ff=3072, mlp="gelu", norm="layer",
+                 norm_position="pre", final_norm=True, tie_embeddings=True, dropout=0.1,
+                 init_std=0.02, causal=True)
+HF_CLM_TRAIN = dict(optimizer="adamw", lr=5e-5, weight_decay=0.0, betas=[0.9, 0.999], eps=1e-8,
+                    warmup_steps=0, schedule="cosine", min_lr_frac=0.0, grad_clip=1.0,
+                    batch_size=64)
+
 
 # Literal registry: name -> {"model": {...}, "train": {...}}
 PRESETS: dict[str, dict] = {
@@ -95,6 +119,7 @@ PRESETS: dict[str, dict] = {
     "zhou2024-5m": _zhou2024("5m"),
     "zhou2024-25m": _zhou2024("25m"),
     "zhou2024-268m": _zhou2024("268m"),
+    "gpt2-base": {"model": GPT2_BASE, "train": HF_CLM_TRAIN},
 }
 
 
@@ -109,4 +134,4 @@ def preset(name: str, **model_overrides) -> dict:
 
 
 __all__ = ["PRESETS", "RUOSS2023_ENCODER", "RUOSS2023_TRAIN", "RUOSS2023_LRS", "ZHOU2024_BLOCK",
-           "ZHOU2024_SIZES", "ZHOU2024_TRAIN", "preset"]
+           "ZHOU2024_SIZES", "ZHOU2024_TRAIN", "GPT2_BASE", "HF_CLM_TRAIN", "preset"]

@@ -52,18 +52,24 @@ def make_norm(cfg: ModelConfig) -> nn.Module:
 
 
 class MLP(nn.Module):
-    """SwiGLU / GeGLU (Shazeer 2020): down(act(gate(x)) * up(x)); or a plain ReLU MLP."""
+    """SwiGLU / GeGLU (Shazeer 2020): down(act(gate(x)) * up(x)); or a plain two-layer MLP with
+    biases, down(act(up(x))): ReLU (Vaswani et al. 2017) or GPT-2's GELU with the tanh
+    approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (Radford et al. 2019; HF's
+    ``gelu_new``)."""
+
+    PLAIN = {"relu": F.relu, "gelu": lambda x: F.gelu(x, approximate="tanh")}
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.kind = cfg.mlp
-        self.up = nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.mlp == "relu")
-        self.gate = nn.Linear(cfg.d_model, cfg.d_ff, bias=False) if cfg.mlp != "relu" else None
-        self.down = nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.mlp == "relu")
+        plain = cfg.mlp in self.PLAIN
+        self.up = nn.Linear(cfg.d_model, cfg.d_ff, bias=plain)
+        self.gate = None if plain else nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
+        self.down = nn.Linear(cfg.d_ff, cfg.d_model, bias=plain)
 
     def forward(self, x):
-        if self.kind == "relu":
-            return self.down(F.relu(self.up(x)))
+        if self.gate is None:
+            return self.down(self.PLAIN[self.kind](self.up(x)))
         act = F.silu if self.kind == "swiglu" else F.gelu
         return self.down(act(self.gate(x)) * self.up(x))
 

@@ -11,6 +11,8 @@ line) and description (first paragraph). A new reproduction is one package and o
 RECIPES: dict[str, str] = {
     "tra-flipflop": "lengen.recipes.tra_flipflop.cli",
     "randomized-pe": "lengen.recipes.randomized_pe.cli",
+    "tra-wikitext": "lengen.recipes.tra_wikitext.cli",
+    "index-warping-lm": "lengen.recipes.index_warping_lm.cli",
 }
 
 __all__ = ["RECIPES"]

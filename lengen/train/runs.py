@@ -19,10 +19,17 @@ from lengen.train.rundir import RunDirLock, check_same_run, run_meta, write_rows
 
 def evaluate_run(run_dir: str, *, splits=None, sequences: int | None = None,
                  batch_size: int | None = None, seed: int | None = None, device="cpu",
-                 out: str = "eval", progress: bool = False, plot: bool = True) -> list[dict]:
+                 out: str = "eval", progress: bool = False, plot: bool = True,
+                 positions: str | None = None, positions_kwargs: dict | None = None
+                 ) -> list[dict]:
     """Evaluate a run directory's weights (the run's eval settings unless given) and write
     ``RUN_DIR/<out>.json`` and ``.csv`` (and ``<out>.png``, accuracy vs length, when ``plot`` and
-    the splits are two or more ``len=K`` lengths). Holds the run directory's lock while it runs."""
+    the splits are two or more ``len=K`` lengths). Holds the run directory's lock while it runs.
+
+    ``positions`` / ``positions_kwargs``: evaluate with another position sampler than the one the
+    run was trained with (samplers hold no weights), e.g. a RoPE model trained on positions
+    0..T-1 evaluated with position interpolation; the rows' ``positions`` column names it. Use
+    another ``out`` stem so the run's own ``eval.json`` is kept."""
     from lengen.checks import Int, Str
     from lengen.config import SEED
 
@@ -33,8 +40,13 @@ def evaluate_run(run_dir: str, *, splits=None, sequences: int | None = None,
         SEED.check(seed, "seed")
     Str(r"[A-Za-z0-9_][A-Za-z0-9._-]*", "a file name stem such as eval or ood").check(out, "out")
     # lock only an existing directory (load_run reports a missing one; never create it here)
+    if positions_kwargs is not None and positions is None:
+        raise ConfigError("positions_kwargs needs positions (the sampler they are for)")
     with RunDirLock(run_dir, "evaluation") if os.path.isdir(run_dir) else nullcontext():
         cfg, task, model = load_run(run_dir, device=device)
+        if positions is not None:
+            model.sampler = build_sampler_checked(positions, positions_kwargs or {})
+            cfg.model.positions, cfg.model.positions_kwargs = positions, dict(positions_kwargs or {})
         if isinstance(splits, str):
             splits = [splits]
         splits = list(splits or cfg.eval.splits or task.splits())
@@ -57,6 +69,18 @@ def evaluate_run(run_dir: str, *, splits=None, sequences: int | None = None,
 
             plot_task_sweep(rows, task, os.path.join(run_dir, f"{out}.png"))
     return rows
+
+
+def build_sampler_checked(name: str, kwargs: dict):
+    """A position sampler from its registry name and keyword arguments, checked as a config's
+    ``model.positions`` / ``model.positions_kwargs`` are (ConfigError naming the key and fix)."""
+    from lengen.positions import SAMPLERS
+    from lengen.registry import check_kwargs, construct, lookup
+
+    cls = lookup(SAMPLERS, name, "position sampler", "positions")
+    kwargs = check_kwargs(cls, kwargs, section="positions_kwargs", kind="position sampler",
+                          name=name)
+    return construct(cls, kwargs, what=f"position sampler '{name}' (positions_kwargs={kwargs})")
 
 
 def reevaluate(cfg: ExperimentConfig, run_dir: str, *, quiet: bool = True) -> list[dict]:
@@ -84,4 +108,4 @@ def reevaluate(cfg: ExperimentConfig, run_dir: str, *, quiet: bool = True) -> li
     return rows
 
 
-__all__ = ["evaluate_run", "reevaluate"]
+__all__ = ["evaluate_run", "reevaluate", "build_sampler_checked"]

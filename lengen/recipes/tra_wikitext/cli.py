@@ -1,0 +1,46 @@
+"""TRA paper Appendix B: nine models as language models, perplexity vs length (Table 2, Fig. 4).
+
+Train NoPE, APE, REL, RoPE, Label, FoT, Diff, CoPE and TRA with a 128-token window and evaluate
+test perplexity at 1x .. 32x the window (non-overlapping windows); write table2.md/.csv and
+fig4.md/.csv/.png beside the published numbers. The cpu and smoke scales use the offline KJV
+corpus, a stand-in for WikiText-103 (captions say so). Finished runs are reused."""
+from __future__ import annotations
+
+from lengen.recipes.common import add_sweep_arguments, exit_code
+
+
+def add_arguments(q) -> None:
+    add_sweep_arguments(q, "tra-wikitext",
+                        scale_help="smoke = seconds (tests), cpu = the offline KJV corpus, a "
+                                   "2,048-id BPE and a 2-layer d128 model, 90 min on 2 cores with "
+                                   "--workers 2 (check with --estimate), paper = WikiText-103, "
+                                   "GPT-2 BPE, 8 layers x 512, 100k steps, 4 seeds (GPU)",
+                        seeds_help="seeds (init and data order; default: the scale's, 0 for "
+                                   "cpu, 0 1 2 3 for paper)")
+    q.add_argument("--models", nargs="+", default=None, metavar="NAME",
+                   help="subset of Table 2 columns (default all: NoPE APE REL RoPE Label FoT "
+                        "Diff CoPE TRA)")
+    q.add_argument("--rel", choices=("t5", "xl"), default="t5",
+                   help="REL column: t5 bucketed bias (default) or Transformer-XL relative")
+    q.add_argument("--corpus", default=None, metavar="NAME",
+                   help="corpus instead of the scale's (kjv for smoke/cpu, wikitext-103 for "
+                        "paper), e.g. wikitext-103 with --data-dir")
+    q.add_argument("--data-dir", default=None, metavar="DIR",
+                   help="folder with the WikiText files (the hub's Parquet layout or "
+                        "wiki.{train,valid,test}.raw); without it WikiText is loaded with "
+                        "`datasets` (needs the internet)")
+
+
+def run(args) -> int:
+    from lengen.recipes.tra_wikitext.recipe import estimate_time, run_tra_wikitext
+
+    if args.estimate:
+        estimate_time(args.scale, models=args.models, workers=args.workers, threads=args.threads,
+                      seeds=len(args.seeds) if args.seeds else None, rel=args.rel,
+                      corpus=args.corpus, data_dir=args.data_dir, device=args.device)
+        return 0
+    return exit_code(run_tra_wikitext(args.scale, args.out, workers=args.workers,
+                                      seeds=args.seeds, models=args.models, rel=args.rel,
+                                      corpus=args.corpus, data_dir=args.data_dir,
+                                      backend=args.backend, threads=args.threads,
+                                      device=args.device))
