@@ -25,7 +25,7 @@ import threading
 
 import torch
 
-from lengen.ops.cpu_tiles import (BIG, BiasGrad, as_4d, exp_floor, flat, group_offsets,
+from lengen.ops.cpu_tiles import (BIG, LOG2E, BiasGrad, as_4d, exp2_floor, flat, group_offsets,
                                   group_target, max_tile_numel, plan_tiles, pool_give, pool_take,
                                   reduce_to, run_groups, scratch, with_ones)
 from lengen.ops.cope.naive import cope_attention_naive
@@ -76,6 +76,7 @@ class _CoPEFastCPU(torch.autograd.Function):
         z = (q @ pe).mul_(scale).contiguous()                              # [B, H, T, npos]
         bz = torch.zeros_like(z)
         torch.sub(z[..., 1:], z[..., :-1], out=bz[..., :-1])               # b[npos-1] = 0
+        z2 = z * LOG2E                                   # z' in base-2 units (cpu_tiles.LOG2E)
         # bias in reversed key order: column T-1-c of the flipped map is key c
         bias4 = None if bias is None else as_4d(bias.to(dt), H, T, T).flip(-1)
         tiles = plan_tiles(B, H, T, causal=True, budget=budget, qblock=qblock,
@@ -88,12 +89,12 @@ class _CoPEFastCPU(torch.autograd.Function):
             I_all = pool_take(ntot, torch.int64, dev)
         ol = torch.empty(B, H, T, dv_ + 1, dtype=dt, device=dev)
         nmax = max_tile_numel(tiles)
-        floor = exp_floor(dt)
+        floor = exp2_floor(dt)
         top = float(npos - 1)
 
         def group(gi):
             (b0, b1, h0, h1), blocks = tiles[gi]
-            qg, krg, vrg, zg, bg, olg = (flat(x, b0, b1, h0, h1) for x in (q, kr, vr, z, bz, ol))
+            qg, krg, vrg, zg, bg, olg = (flat(x, b0, b1, h0, h1) for x in (q, kr, vr, z2, bz, ol))
             krt = krg.transpose(1, 2)
             off = offsets[gi]
             for s, e, ke in blocks:
@@ -118,16 +119,17 @@ class _CoPEFastCPU(torch.autograd.Function):
                 torch.cumsum(Gp, -1, out=P).clamp_(max=top)               # positions
                 Ix.copy_(P)                                                # trunc = floor, p >= 0
                 torch.frac(P, out=W)
-                torch.gather(zg[:, s:e], -1, Ix, out=X)
-                torch.gather(bg[:, s:e], -1, Ix, out=Y)
-                S.add_(X).addcmul_(W, Y)
+                torch.gather(zg[:, s:e], -1, Ix, out=X)                    # base 2
+                torch.gather(bg[:, s:e], -1, Ix, out=Y)                    # natural (backward)
+                # logits in base-2 units: (S' + z'[lo] + w b[lo]) log2 e, exp2 below
+                torch.add(X, S, alpha=LOG2E, out=S).addcmul_(W, Y, value=LOG2E)
                 Gp.addcmul_(Gp, Gp, value=-1.0)                           # g (1 - g)
                 S[:, :, :tq].add_(addm)
                 if bias4 is not None:
                     bb = bias4[b0:b1] if bias4.shape[0] > 1 else bias4
-                    S.view(-1, h1 - h0, tq, ke).add_(bb[:, h0:h1, s:e, T - ke:])
+                    S.view(-1, h1 - h0, tq, ke).add_(bb[:, h0:h1, s:e, T - ke:], alpha=LOG2E)
                 m = S.amax(-1, keepdim=True)
-                torch.sub(S, m, out=E).clamp_(floor, 0.0).exp_()
+                torch.sub(S, m, out=E).clamp_(floor, 0.0).exp2_()
                 E[:, :, :tq].mul_(keep)                                    # future: exactly 0
                 torch.sum(E, -1, keepdim=True, out=olg[:, s:e, dv_:])
                 torch.bmm(E, vrg[:, T - e:], out=olg[:, s:e, :dv_])
