@@ -27,11 +27,12 @@ from lengen.ops.cpu_tiles import (LOG2E, BiasGrad, add_bias_tile, as_4d, exp2_fl
                                   plan_tiles, pool_give, pool_take, reduce_to, run_groups, scratch,
                                   with_ones)
 from lengen.ops.softmax.naive import softmax_attention_naive
+from lengen.ops.tile_bias import ToeplitzTiles, tiled_bias
 
 
 class _SoftmaxFastCPU(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, bias, col, scale, causal, budget, qblock):
+    def forward(ctx, q, k, v, bias, col, scale, causal, budget, qblock, rqv, rP):
         B, H, T, _ = q.shape
         Tk = k.shape[-2]
         dt, dev, dv_ = q.dtype, q.device, v.shape[-1]
@@ -41,7 +42,9 @@ class _SoftmaxFastCPU(torch.autograd.Function):
         tiles = plan_tiles(B, H, T, causal=causal, budget=budget, qblock=qblock, Tk=Tk,
                            min_groups=group_target())
         offsets = group_offsets(tiles)
-        need_grad = any(ctx.needs_input_grad[:5])
+        need_grad = any(ctx.needs_input_grad[:5]) or any(ctx.needs_input_grad[9:])
+        # relative-position term evaluated per tile (lengen.ops.tile_bias)
+        rel = None if rqv is None else ToeplitzTiles(rqv.to(dt), rP.to(dt), need_grad=need_grad)
         E_all = pool_take(offsets[-1], dt, dev) if need_grad else None
         # [E v, rowsum E]; the sum is separate because a matmul with v's width + 1 columns runs
         # ~1.7x slower than with 16
@@ -66,6 +69,8 @@ class _SoftmaxFastCPU(torch.autograd.Function):
                     # minus col[s]: a row constant (drops out of the softmax) that keeps the added
                     # values small near the diagonal, where the weights are
                     S.add_(cg[:, :, :ke] - cg[:, :, s:s + 1], alpha=LOG2E)
+                if rel is not None:
+                    rel.add(S, b0, b1, h0, h1, s, e, ke, alpha=LOG2E)
                 if bias4 is not None:
                     add_bias_tile(S, bias4, b0, b1, h0, h1, s, e, ke, alpha=LOG2E)
                 if causal:                                        # -1e30 on future keys
@@ -88,6 +93,8 @@ class _SoftmaxFastCPU(torch.autograd.Function):
         if need_grad:
             ctx.save_for_backward(q, k, v, out, l_all)
             ctx.E_all, ctx.tiles, ctx.offsets, ctx.scale = E_all, tiles, offsets, scale
+            ctx.rel = rel
+            ctx.rel_dtypes = None if rel is None else (rqv.dtype, rP.dtype)
             ctx.bias_shape = None if bias is None else bias.shape
             ctx.bias_batch = None if bias4 is None else bias4.shape[0]
             ctx.col_dtype = None if col is None else col.dtype
@@ -115,6 +122,8 @@ class _SoftmaxFastCPU(torch.autograd.Function):
         need_col = ctx.col_dtype is not None and ctx.needs_input_grad[4]
         dbias = BiasGrad((ctx.bias_batch, H, T, Tk), dt, dev) if need_bias else None
         dcol = torch.zeros(B, H, Tk, dtype=dt, device=dev) if need_col else None
+        rel, ctx.rel = ctx.rel, None
+        need_rel = rel is not None and any(ctx.needs_input_grad[9:])
 
         def group(gi):
             (b0, b1, h0, h1), blocks = tiles[gi]
@@ -138,6 +147,8 @@ class _SoftmaxFastCPU(torch.autograd.Function):
                 if dcg is not None:
                     # the row-constant shift by col[s] gets sum_j dL_ij = 0 per row: no term
                     dcg[:, :ke] += dL.sum(1)
+                if need_rel:
+                    rel.grad(dL, b0, b1, h0, h1, s, e, ke)
 
         run_groups(group, len(tiles))
         pool_give(E_all)
@@ -145,14 +156,20 @@ class _SoftmaxFastCPU(torch.autograd.Function):
             dbias = reduce_to(dbias.total(), ctx.bias_shape)
         if need_col:
             dcol = dcol.to(ctx.col_dtype)
-        return dq, dk, dv, dbias, dcol, None, None, None, None
+        dqv = dP = None
+        if need_rel:
+            dqv, dP = rel.grads()
+            dqv, dP = dqv.to(ctx.rel_dtypes[0]), dP.to(ctx.rel_dtypes[1])
+        return dq, dk, dv, dbias, dcol, None, None, None, None, dqv, dP
 
 
 def softmax_attention_fast_cpu(q, k, v, *, causal=True, bias_fn=None, scale=None,
                                return_weights=False, col_bias=None, budget: int | None = None,
                                qblock: int | None = None):
     """Drop-in for ``softmax_attention_naive`` (q, k, v: [B, H, T, hd]) plus an optional per-key
-    bias ``col_bias`` [B, H, Tk]. ``bias_fn(0, T)`` is called once; its gradient flows back.
+    bias ``col_bias`` [B, H, Tk]. ``bias_fn(0, T)`` is called once; its gradient flows back. A
+    ``bias_fn`` with a tiled form (:func:`lengen.ops.tile_bias.tiled_bias`) is evaluated per tile
+    instead, never as a [.., T, Tk] tensor.
     ``return_weights`` and bf16/fp16 inputs use the dense reference (without ``col_bias``)."""
     if return_weights or q.dtype not in (torch.float32, torch.float64):
         if col_bias is not None:
@@ -163,7 +180,12 @@ def softmax_attention_fast_cpu(q, k, v, *, causal=True, bias_fn=None, scale=None
     if causal and T != Tk:
         raise ValueError("causal fast_cpu softmax attention needs as many keys as queries")
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    bias = bias_fn(0, T) if bias_fn is not None else None
-    if bias is not None:
-        bias = bias[..., :Tk]
-    return _SoftmaxFastCPU.apply(q, k, v, bias, col_bias, scale, causal, budget, qblock)
+    bias = rqv = rP = None
+    rb = tiled_bias(bias_fn, T, Tk)
+    if rb is not None:                   # relative term per tile, its per-key part into col
+        rqv, rP = rb.qv, rb.P
+        if rb.content is not None:
+            col_bias = rb.content if col_bias is None else col_bias + rb.content
+    elif bias_fn is not None:
+        bias = bias_fn(0, T)[..., :Tk]
+    return _SoftmaxFastCPU.apply(q, k, v, bias, col_bias, scale, causal, budget, qblock, rqv, rP)
