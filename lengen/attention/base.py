@@ -17,6 +17,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from lengen.ops.tile_bias import BiasHook
+
 IMPLS = ("auto", "naive", "lean")
 
 
@@ -60,7 +62,9 @@ class Attention(nn.Module):
         else:
             # bias for query rows s..e-1: blocked paths never build the full [.., T, T] bias
             # (pos: [T] or [B, T]; the bias is then [H, tq, T] or [B, H, tq, T])
-            bias_fn = ((lambda s, e: posenc.bias(pos[..., s:e], pos, q[:, :, s:e], k))
+            # (a BiasHook: the tiled CPU ops may ask the scheme for a per-tile form instead)
+            bias_fn = (BiasHook(lambda s, e: posenc.bias(pos[..., s:e], pos, q[:, :, s:e], k),
+                                lambda: posenc.tiled_bias(pos, q, k))
                        if posenc.has_bias else None)
             y = self.attend(q, k, v, x, bias_fn)                # [B, H, T, hd]
         return self.proj(y.transpose(1, 2).reshape(B, T, self.d_model))

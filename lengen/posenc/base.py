@@ -5,6 +5,10 @@
 * ``bias(pos_q, pos_k, q, k)`` -- additive attention-logit bias ``[H, Tq, Tk]`` or
   ``[B, H, Tq, Tk]`` (ALiBi, T5, FIRE, ...; Transformer-XL's terms also read q and k)
 
+plus one optional speed hook, ``tiled_bias(pos, q, k)``: the same bias of a whole self-attention
+square in a form the tiled CPU training ops evaluate tile by tile (:mod:`lengen.ops.tile_bias`;
+Transformer-XL), or None.
+
 A scheme overrides only the hooks it needs; the defaults do nothing. Attention modules never ask
 which scheme is active, so a new scheme is one new file, one registry line and its tests.
 Positions are float tensors made by a :mod:`lengen.positions` sampler: ``[T]`` (shared by the
@@ -70,6 +74,14 @@ class PositionalScheme(nn.Module):
         """pos_q: [Tq] or [B, Tq], pos_k: [Tk] or [B, Tk], q: [B, H, Tq, hd], k: [B, H, Tk, hd]
         (after ``rotate``) -> additive logit bias [H, Tq, Tk] (both positions shared) or
         [B, H, Tq, Tk] (or None). Most schemes ignore q, k."""
+        return None
+
+    def tiled_bias(self, pos: torch.Tensor, q: torch.Tensor, k: torch.Tensor):
+        """Optional: ``bias(pos, pos, q, k)`` of a whole self-attention square as a
+        :class:`lengen.ops.tile_bias.RelativeBias` (per-query vectors scored against a table of
+        relative distances, plus a per-key column), which the tiled CPU training ops evaluate
+        tile by tile instead of reading a [B, H, T, T] tensor; None (the default) when the scheme
+        or these positions have no such form. Must equal ``bias`` (values and gradients)."""
         return None
 
     # -- helpers -------------------------------------------------------------------------------

@@ -42,6 +42,12 @@ Two exact evaluation paths for the (q + v).W_r R term, chosen per call by cost:
   fractional positions, or when U is so large (randomized positions over a big L) that the table
   would cost more than the trig matmul.
 
+Training on CPU (the tiled ``fast_cpu`` ops of every attention kind): when the table path would
+take the Toeplitz view, :meth:`TransformerXLRelative.tiled_bias` hands the ops ``(q + v) * scale``,
+the table and ``u.k * scale`` instead of the [B, H, T, T] bias, and each tile scores its rows
+against its window of the table (:mod:`lengen.ops.tile_bias`): no attention-sized tensor, its
+gradient or its page faults per layer (the step went from ~2x to ~1.2x a plain SDPA step).
+
 Per-sequence positions (``[B, T]`` for either side): the bias is ``[B, H, tq, Tk]`` as always
 here. The Toeplitz view needs one progression shared by the batch, so such positions take the
 gathered table (each row's ``[B, tq, Tk]`` pair -> column index) or the trig path, by the same
@@ -54,6 +60,7 @@ import torch
 from torch import nn
 
 from lengen.checks import Float, Int
+from lengen.ops.tile_bias import RelativeBias
 from lengen.posenc.base import PositionalScheme
 from lengen.posenc.distance import rank_relative
 from lengen.posenc.t5 import integer_progression
@@ -113,11 +120,35 @@ class TransformerXLRelative(PositionalScheme):
     def bias(self, pos_q, pos_k, q=None, k=None):
         if q is None or k is None:
             raise ValueError("xl needs the attention's q and k in its bias hook")
+        qv, content = self.query_and_content(q, k)
+        return self.position_term(qv, pos_q, pos_k, content)                # [B, H, tq, Tk]
+
+    def query_and_content(self, q, k):
+        """-> ((q + v) * scale: [B, H, tq, hd], (c) = u.k * scale: [B, H, Tk])."""
         scale = self.head_dim ** -0.5
         u = self.u.to(k.dtype)[None, :, None, :]                          # [1, H, 1, hd]
         content = (k * u).sum(-1) * scale                                  # (c): [B, H, Tk]
         qv = (q + self.v.to(q.dtype)[None, :, None, :]) * scale            # [B, H, tq, hd]
-        return self.position_term(qv, pos_q, pos_k, content)                # [B, H, tq, Tk]
+        return qv, content
+
+    def tiled_bias(self, pos, q, k):
+        """``bias(pos, pos, q, k)`` as a :class:`lengen.ops.tile_bias.RelativeBias` when the
+        dense hook would take the Toeplitz table (positions shared by the batch, stepping evenly by
+        an integer, and ``path`` table or auto with the table the cheaper): the same table ``P``
+        of projected distances, the same ``(q + v) * scale`` and ``u.k * scale``; the CPU training
+        ops then score each tile against its window of the table. None otherwise (dense hook)."""
+        T = pos.shape[-1]
+        if self.path == "trig" or pos.dim() != 1 or T == 0:
+            return None
+        prog = integer_progression(pos, pos)
+        n_rel = 2 * T - 1
+        if prog is None or (self.path == "auto" and n_rel * self.head_dim > T * self.rel_dim):
+            return None
+        off, step = prog
+        qv, content = self.query_and_content(q, k)
+        r = (step * (T - 1) - off) - step * torch.arange(n_rel, dtype=torch.float64,
+                                                          device=qv.device)
+        return RelativeBias(qv, self.projected(r, qv.dtype), content.to(qv.dtype))
 
     # -- (b) + (d): (q_i + v) . W_r R(pos_i - pos_j), plus the per-key term -------------------------
     def position_term(self, qv, pos_q, pos_k, content=None):

@@ -25,10 +25,11 @@ import threading
 
 import torch
 
-from lengen.ops.cpu_tiles import (BIG, BiasGrad, as_4d, exp_floor, flat, group_offsets,
+from lengen.ops.cpu_tiles import (BIG, LOG2E, BiasGrad, as_4d, exp2_floor, flat, group_offsets,
                                   group_target, max_tile_numel, plan_tiles, pool_give, pool_take,
                                   reduce_to, run_groups, scratch, with_ones)
 from lengen.ops.cope.naive import cope_attention_naive
+from lengen.ops.tile_bias import ToeplitzTiles, tiled_bias
 
 _rmasks: dict = {}
 
@@ -66,7 +67,7 @@ class _RevBiasGrad(BiasGrad):
 
 class _CoPEFastCPU(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, pos_emb, bias, scale, budget, qblock):
+    def forward(ctx, q, k, v, pos_emb, bias, scale, budget, qblock, col, rqv, rP):
         B, H, T, _ = q.shape
         dt, dev, dv_ = q.dtype, q.device, v.shape[-1]
         npos = pos_emb.shape[-1]
@@ -76,25 +77,31 @@ class _CoPEFastCPU(torch.autograd.Function):
         z = (q @ pe).mul_(scale).contiguous()                              # [B, H, T, npos]
         bz = torch.zeros_like(z)
         torch.sub(z[..., 1:], z[..., :-1], out=bz[..., :-1])               # b[npos-1] = 0
+        z2 = z * LOG2E                                   # z' in base-2 units (cpu_tiles.LOG2E)
         # bias in reversed key order: column T-1-c of the flipped map is key c
         bias4 = None if bias is None else as_4d(bias.to(dt), H, T, T).flip(-1)
         tiles = plan_tiles(B, H, T, causal=True, budget=budget, qblock=qblock,
                            min_groups=group_target())
         offsets = group_offsets(tiles)
         ntot = offsets[-1]
-        need_grad = any(ctx.needs_input_grad[:5])
+        need_grad = any(ctx.needs_input_grad[:5]) or any(ctx.needs_input_grad[8:])
+        # per-key bias and relative-position term (lengen.ops.tile_bias), in reversed key order
+        colr = None if col is None else col.to(dt).flip(-1).contiguous()      # [B, H, T]
+        rel = (None if rqv is None else
+               ToeplitzTiles(rqv.to(dt), rP.to(dt), reverse=True, need_grad=need_grad))
         if need_grad:
             E_all, Gp_all, W_all, Y_all = (pool_take(ntot, dt, dev) for _ in range(4))
             I_all = pool_take(ntot, torch.int64, dev)
         ol = torch.empty(B, H, T, dv_ + 1, dtype=dt, device=dev)
         nmax = max_tile_numel(tiles)
-        floor = exp_floor(dt)
+        floor = exp2_floor(dt)
         top = float(npos - 1)
 
         def group(gi):
             (b0, b1, h0, h1), blocks = tiles[gi]
-            qg, krg, vrg, zg, bg, olg = (flat(x, b0, b1, h0, h1) for x in (q, kr, vr, z, bz, ol))
+            qg, krg, vrg, zg, bg, olg = (flat(x, b0, b1, h0, h1) for x in (q, kr, vr, z2, bz, ol))
             krt = krg.transpose(1, 2)
+            cg = None if colr is None else flat(colr, b0, b1, h0, h1).unsqueeze(1)   # [G, 1, T]
             off = offsets[gi]
             for s, e, ke in blocks:
                 tq = e - s
@@ -118,16 +125,21 @@ class _CoPEFastCPU(torch.autograd.Function):
                 torch.cumsum(Gp, -1, out=P).clamp_(max=top)               # positions
                 Ix.copy_(P)                                                # trunc = floor, p >= 0
                 torch.frac(P, out=W)
-                torch.gather(zg[:, s:e], -1, Ix, out=X)
-                torch.gather(bg[:, s:e], -1, Ix, out=Y)
-                S.add_(X).addcmul_(W, Y)
+                torch.gather(zg[:, s:e], -1, Ix, out=X)                    # base 2
+                torch.gather(bg[:, s:e], -1, Ix, out=Y)                    # natural (backward)
+                # logits in base-2 units: (S' + z'[lo] + w b[lo]) log2 e, exp2 below
+                torch.add(X, S, alpha=LOG2E, out=S).addcmul_(W, Y, value=LOG2E)
                 Gp.addcmul_(Gp, Gp, value=-1.0)                           # g (1 - g)
                 S[:, :, :tq].add_(addm)
                 if bias4 is not None:
                     bb = bias4[b0:b1] if bias4.shape[0] > 1 else bias4
-                    S.view(-1, h1 - h0, tq, ke).add_(bb[:, h0:h1, s:e, T - ke:])
+                    S.view(-1, h1 - h0, tq, ke).add_(bb[:, h0:h1, s:e, T - ke:], alpha=LOG2E)
+                if cg is not None:
+                    S.add_(cg[:, :, T - ke:], alpha=LOG2E)
+                if rel is not None:
+                    rel.add(S, b0, b1, h0, h1, s, e, ke, alpha=LOG2E)
                 m = S.amax(-1, keepdim=True)
-                torch.sub(S, m, out=E).clamp_(floor, 0.0).exp_()
+                torch.sub(S, m, out=E).clamp_(floor, 0.0).exp2_()
                 E[:, :, :tq].mul_(keep)                                    # future: exactly 0
                 torch.sum(E, -1, keepdim=True, out=olg[:, s:e, dv_:])
                 torch.bmm(E, vrg[:, T - e:], out=olg[:, s:e, :dv_])
@@ -142,6 +154,9 @@ class _CoPEFastCPU(torch.autograd.Function):
             ctx.bias_shape = None if bias is None else bias.shape
             ctx.bias_batch = None if bias4 is None else bias4.shape[0]
             ctx.pe_dtype = pos_emb.dtype
+            ctx.col_dtype = None if col is None else col.dtype
+            ctx.rel = rel
+            ctx.rel_dtypes = None if rel is None else (rqv.dtype, rP.dtype)
         return out
 
     @staticmethod
@@ -165,6 +180,10 @@ class _CoPEFastCPU(torch.autograd.Function):
         dbw = torch.zeros(B, H, T, npos, dtype=dt, device=dev)  # sum of dL w per bucket
         need_bias = ctx.bias_shape is not None and ctx.needs_input_grad[4]
         dbias = _RevBiasGrad((ctx.bias_batch, H, T, T), dt, dev) if need_bias else None
+        need_col = ctx.col_dtype is not None and ctx.needs_input_grad[8]
+        dcolr = torch.zeros(B, H, T, dtype=dt, device=dev) if need_col else None
+        rel, ctx.rel = ctx.rel, None
+        need_rel = rel is not None and any(ctx.needs_input_grad[9:])
         nmax = max_tile_numel(tiles)
 
         def group(gi):
@@ -172,6 +191,7 @@ class _CoPEFastCPU(torch.autograd.Function):
             qg, krg, vg, dog, dqg, dkg, dvg, dag, dbg = (
                 flat(x, b0, b1, h0, h1) for x in (q, kr, v1, do1, dq, dkr, dvr, da, dbw))
             vgt, dog_v = vg.transpose(1, 2), dog[..., :dv_]
+            dcg = None if dcolr is None else flat(dcolr, b0, b1, h0, h1)
             off = offsets[gi]
             for s, e, ke in blocks:
                 tq = e - s
@@ -196,6 +216,10 @@ class _CoPEFastCPU(torch.autograd.Function):
                 dvg[:, T - e:].baddbmm_(E.transpose(1, 2), dog_v[:, s:e])
                 if need_bias:
                     dbias.add(dL, b0, b1, h0, h1, s, e, ke)
+                if dcg is not None:
+                    dcg[:, T - ke:] += dL.sum(1)
+                if need_rel:
+                    rel.grad(dL, b0, b1, h0, h1, s, e, ke)
 
         run_groups(group, len(tiles))
         for buf in (E_all, Gp_all, W_all, Y_all, I_all):
@@ -213,14 +237,20 @@ class _CoPEFastCPU(torch.autograd.Function):
         dbias_out = None
         if need_bias:
             dbias_out = reduce_to(dbias.total().flip(-1), ctx.bias_shape)
+        dcol = None if dcolr is None else dcolr.flip(-1).to(ctx.col_dtype)
+        dqv = dP = None
+        if need_rel:
+            dqv, dP = rel.grads()
+            dqv, dP = dqv.to(ctx.rel_dtypes[0]), dP.to(ctx.rel_dtypes[1])
         return (dq, dkr.flip(-2), dvr.flip(-2), dpe.to(ctx.pe_dtype), dbias_out,
-                None, None, None)
+                None, None, None, dcol, dqv, dP)
 
 
 def cope_attention_fast_cpu(q, k, v, pos_emb, *, bias_fn=None, scale=None, return_weights=False,
                             budget: int | None = None, qblock: int | None = None):
     """Drop-in for ``cope_attention_naive`` (q, k, v: [B, H, T, hd]; pos_emb [hd, npos] or
-    [H, hd, npos]). ``bias_fn(0, T)`` is called once; its gradient flows back."""
+    [H, hd, npos]). ``bias_fn(0, T)`` is called once; its gradient flows back. A ``bias_fn`` with a
+    tiled form (:func:`lengen.ops.tile_bias.tiled_bias`) is evaluated per tile instead."""
     if return_weights or q.dtype not in (torch.float32, torch.float64):
         return cope_attention_naive(q, k, v, pos_emb, bias_fn=bias_fn, scale=scale,
                                     return_weights=return_weights)
@@ -228,7 +258,10 @@ def cope_attention_fast_cpu(q, k, v, pos_emb, *, bias_fn=None, scale=None, retur
     if k.shape[-2] != T:
         raise ValueError("fast_cpu cope attention needs as many keys as queries")
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    bias = bias_fn(0, T) if bias_fn is not None else None
-    if bias is not None:
-        bias = bias[..., :T]
-    return _CoPEFastCPU.apply(q, k, v, pos_emb, bias, scale, budget, qblock)
+    bias = col = rqv = rP = None
+    rb = tiled_bias(bias_fn, T, T)
+    if rb is not None:                         # relative term per tile, per-key part as col
+        rqv, rP, col = rb.qv, rb.P, rb.content
+    elif bias_fn is not None:
+        bias = bias_fn(0, T)[..., :T]
+    return _CoPEFastCPU.apply(q, k, v, pos_emb, bias, scale, budget, qblock, col, rqv, rP)

@@ -13,7 +13,8 @@ the per-query ``c_i`` is constant along a softmax row and drops out). Its gradie
 sum of the logit gradient.
 
 Causal tiles get ``-1e30`` on future keys before the row max and exactly-zero weights there after
-``exp`` (both touch only the tile's diagonal square). The tile keeps ``E = exp(L - rowmax)`` and
+``exp`` (both touch only the tile's diagonal square). Logits are held in base-2 units and ``exp``
+is taken as ``exp2`` (:data:`lengen.ops.cpu_tiles.LOG2E`: same weights, 3x cheaper). The tile keeps ``E = exp(L - rowmax)`` and
 its row sums ``l``. Backward recomputes nothing: ``[dO, -dO . O] / l @ [v, 1]^T`` is
 ``(dP - delta) / l``, times ``E`` the logit gradient ``dL``.
 """
@@ -21,15 +22,17 @@ from __future__ import annotations
 
 import torch
 
-from lengen.ops.cpu_tiles import (BiasGrad, add_bias_tile, as_4d, exp_floor, flat, future_mask,
-                                  group_offsets, group_target, max_tile_numel, plan_tiles,
-                                  pool_give, pool_take, reduce_to, run_groups, scratch, with_ones)
+from lengen.ops.cpu_tiles import (LOG2E, BiasGrad, add_bias_tile, as_4d, exp2_floor, flat,
+                                  future_mask, group_offsets, group_target, max_tile_numel,
+                                  plan_tiles, pool_give, pool_take, reduce_to, run_groups, scratch,
+                                  with_ones)
 from lengen.ops.softmax.naive import softmax_attention_naive
+from lengen.ops.tile_bias import ToeplitzTiles, tiled_bias
 
 
 class _SoftmaxFastCPU(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, bias, col, scale, causal, budget, qblock):
+    def forward(ctx, q, k, v, bias, col, scale, causal, budget, qblock, rqv, rP):
         B, H, T, _ = q.shape
         Tk = k.shape[-2]
         dt, dev, dv_ = q.dtype, q.device, v.shape[-1]
@@ -39,13 +42,15 @@ class _SoftmaxFastCPU(torch.autograd.Function):
         tiles = plan_tiles(B, H, T, causal=causal, budget=budget, qblock=qblock, Tk=Tk,
                            min_groups=group_target())
         offsets = group_offsets(tiles)
-        need_grad = any(ctx.needs_input_grad[:5])
+        need_grad = any(ctx.needs_input_grad[:5]) or any(ctx.needs_input_grad[9:])
+        # relative-position term evaluated per tile (lengen.ops.tile_bias)
+        rel = None if rqv is None else ToeplitzTiles(rqv.to(dt), rP.to(dt), need_grad=need_grad)
         E_all = pool_take(offsets[-1], dt, dev) if need_grad else None
         # [E v, rowsum E]; the sum is separate because a matmul with v's width + 1 columns runs
         # ~1.7x slower than with 16
         ol = torch.empty(B, H, T, dv_ + 1, dtype=dt, device=dev)
         nmax = max_tile_numel(tiles)
-        floor = exp_floor(dt)
+        floor = exp2_floor(dt)
 
         def group(gi):
             (b0, b1, h0, h1), blocks = tiles[gi]
@@ -58,13 +63,16 @@ class _SoftmaxFastCPU(torch.autograd.Function):
                 shp = (qg.shape[0], e - s, ke)
                 n = shp[0] * shp[1] * ke
                 S = S_[:n].view(shp)
-                torch.baddbmm(S, qg[:, s:e], kgt[:, :, :ke], beta=0, alpha=scale, out=S)
+                # logits in base-2 units (cpu_tiles.LOG2E): the weights come from exp2
+                torch.baddbmm(S, qg[:, s:e], kgt[:, :, :ke], beta=0, alpha=scale * LOG2E, out=S)
                 if cg is not None:
                     # minus col[s]: a row constant (drops out of the softmax) that keeps the added
                     # values small near the diagonal, where the weights are
-                    S.add_(cg[:, :, :ke] - cg[:, :, s:s + 1])
+                    S.add_(cg[:, :, :ke] - cg[:, :, s:s + 1], alpha=LOG2E)
+                if rel is not None:
+                    rel.add(S, b0, b1, h0, h1, s, e, ke, alpha=LOG2E)
                 if bias4 is not None:
-                    add_bias_tile(S, bias4, b0, b1, h0, h1, s, e, ke)
+                    add_bias_tile(S, bias4, b0, b1, h0, h1, s, e, ke, alpha=LOG2E)
                 if causal:                                        # -1e30 on future keys
                     S[:, :, s:].add_(future_mask(e - s, e - s, dt, dev))
                 m = S.amax(-1, keepdim=True)
@@ -73,7 +81,7 @@ class _SoftmaxFastCPU(torch.autograd.Function):
                     off += n
                 else:
                     E = scratch("sm.E", shp, dt, dev)
-                torch.sub(S, m, out=E).clamp_(floor, 0.0).exp_()  # floor: cpu_tiles.exp_floor
+                torch.sub(S, m, out=E).clamp_(floor, 0.0).exp2_()  # floor: cpu_tiles.exp_floor
                 if causal:
                     E[:, :, s:].tril_()                           # future keys: exactly 0
                 torch.sum(E, -1, keepdim=True, out=olg[:, s:e, dv_:])   # row sums, >= 1
@@ -85,6 +93,8 @@ class _SoftmaxFastCPU(torch.autograd.Function):
         if need_grad:
             ctx.save_for_backward(q, k, v, out, l_all)
             ctx.E_all, ctx.tiles, ctx.offsets, ctx.scale = E_all, tiles, offsets, scale
+            ctx.rel = rel
+            ctx.rel_dtypes = None if rel is None else (rqv.dtype, rP.dtype)
             ctx.bias_shape = None if bias is None else bias.shape
             ctx.bias_batch = None if bias4 is None else bias4.shape[0]
             ctx.col_dtype = None if col is None else col.dtype
@@ -112,6 +122,8 @@ class _SoftmaxFastCPU(torch.autograd.Function):
         need_col = ctx.col_dtype is not None and ctx.needs_input_grad[4]
         dbias = BiasGrad((ctx.bias_batch, H, T, Tk), dt, dev) if need_bias else None
         dcol = torch.zeros(B, H, Tk, dtype=dt, device=dev) if need_col else None
+        rel, ctx.rel = ctx.rel, None
+        need_rel = rel is not None and any(ctx.needs_input_grad[9:])
 
         def group(gi):
             (b0, b1, h0, h1), blocks = tiles[gi]
@@ -135,6 +147,8 @@ class _SoftmaxFastCPU(torch.autograd.Function):
                 if dcg is not None:
                     # the row-constant shift by col[s] gets sum_j dL_ij = 0 per row: no term
                     dcg[:, :ke] += dL.sum(1)
+                if need_rel:
+                    rel.grad(dL, b0, b1, h0, h1, s, e, ke)
 
         run_groups(group, len(tiles))
         pool_give(E_all)
@@ -142,14 +156,20 @@ class _SoftmaxFastCPU(torch.autograd.Function):
             dbias = reduce_to(dbias.total(), ctx.bias_shape)
         if need_col:
             dcol = dcol.to(ctx.col_dtype)
-        return dq, dk, dv, dbias, dcol, None, None, None, None
+        dqv = dP = None
+        if need_rel:
+            dqv, dP = rel.grads()
+            dqv, dP = dqv.to(ctx.rel_dtypes[0]), dP.to(ctx.rel_dtypes[1])
+        return dq, dk, dv, dbias, dcol, None, None, None, None, dqv, dP
 
 
 def softmax_attention_fast_cpu(q, k, v, *, causal=True, bias_fn=None, scale=None,
                                return_weights=False, col_bias=None, budget: int | None = None,
                                qblock: int | None = None):
     """Drop-in for ``softmax_attention_naive`` (q, k, v: [B, H, T, hd]) plus an optional per-key
-    bias ``col_bias`` [B, H, Tk]. ``bias_fn(0, T)`` is called once; its gradient flows back.
+    bias ``col_bias`` [B, H, Tk]. ``bias_fn(0, T)`` is called once; its gradient flows back. A
+    ``bias_fn`` with a tiled form (:func:`lengen.ops.tile_bias.tiled_bias`) is evaluated per tile
+    instead, never as a [.., T, Tk] tensor.
     ``return_weights`` and bf16/fp16 inputs use the dense reference (without ``col_bias``)."""
     if return_weights or q.dtype not in (torch.float32, torch.float64):
         if col_bias is not None:
@@ -160,7 +180,12 @@ def softmax_attention_fast_cpu(q, k, v, *, causal=True, bias_fn=None, scale=None
     if causal and T != Tk:
         raise ValueError("causal fast_cpu softmax attention needs as many keys as queries")
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    bias = bias_fn(0, T) if bias_fn is not None else None
-    if bias is not None:
-        bias = bias[..., :Tk]
-    return _SoftmaxFastCPU.apply(q, k, v, bias, col_bias, scale, causal, budget, qblock)
+    bias = rqv = rP = None
+    rb = tiled_bias(bias_fn, T, Tk)
+    if rb is not None:                   # relative term per tile, its per-key part into col
+        rqv, rP = rb.qv, rb.P
+        if rb.content is not None:
+            col_bias = rb.content if col_bias is None else col_bias + rb.content
+    elif bias_fn is not None:
+        bias = bias_fn(0, T)[..., :Tk]
+    return _SoftmaxFastCPU.apply(q, k, v, bias, col_bias, scale, causal, budget, qblock, rqv, rP)

@@ -17,7 +17,8 @@ a few heads x a block of query rows x the keys they can see) with few passes per
 * **Unnormalised softmax.** The tile keeps ``E = exp(L - rowmax)`` and its row sums ``l``; the
   output ``E v`` is divided by ``l`` once at the end, for all tiles. Shifted logits are clamped
   above the denormal range first (:func:`lengen.ops.cpu_tiles.exp_floor`), which otherwise makes
-  ``exp`` and every later product tens of times slower.
+  ``exp`` and every later product tens of times slower. The tile holds its logits in base-2 units
+  and takes ``exp2`` (:data:`lengen.ops.cpu_tiles.LOG2E`: same weights, 3x cheaper than ``exp``).
 * **No counts in backward.** ``d log_gate_i = sum_j dL_ij Dbar_ij`` equals
   ``delta_i w_i - dO_i . Z_i`` with ``delta_i = dO_i . O_i``, ``w_i = sum_j P_ij (C - total)_ij``
   and ``Z = (P o (C - total)) V``, made in the forward pass from a tile already in cache
@@ -36,15 +37,16 @@ from __future__ import annotations
 
 import torch
 
-from lengen.ops.cpu_tiles import (BIG, BiasGrad, add_bias_tile, as_4d, exp_floor, flat,
+from lengen.ops.cpu_tiles import (BIG, LOG2E, BiasGrad, add_bias_tile, as_4d, exp2_floor, flat,
                                   group_offsets, group_target, max_tile_numel, plan_tiles,
                                   pool_give, pool_take, reduce_to, run_groups, scratch, with_ones)
+from lengen.ops.tile_bias import ToeplitzTiles, tiled_bias
 from lengen.ops.tra.naive import tra_attention_naive
 
 
 class _TRAFastCPU(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, log_gate, bias, scale, budget, qblock):
+    def forward(ctx, q, k, v, log_gate, bias, scale, budget, qblock, col, rqv, rP):
         B, H, T, _ = q.shape
         dt, dev, dv_ = q.dtype, q.device, v.shape[-1]
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
@@ -53,7 +55,10 @@ class _TRAFastCPU(torch.autograd.Function):
         tiles = plan_tiles(B, H, T, causal=True, budget=budget, qblock=qblock,
                            min_groups=group_target())
         offsets = group_offsets(tiles)
-        need_grad = any(ctx.needs_input_grad[:5])
+        need_grad = any(ctx.needs_input_grad[:5]) or any(ctx.needs_input_grad[8:])
+        col_c = None if col is None else col.to(dt).contiguous()          # [B, H, T] per key
+        # relative-position term evaluated per tile (lengen.ops.tile_bias)
+        rel = None if rqv is None else ToeplitzTiles(rqv.to(dt), rP.to(dt), need_grad=need_grad)
         E_all = pool_take(offsets[-1], dt, dev) if need_grad else None
         out = torch.empty(B, H, T, dv_, dtype=dt, device=dev)
         l_all = torch.empty(B, H, T, 1, dtype=dt, device=dev)
@@ -61,7 +66,7 @@ class _TRAFastCPU(torch.autograd.Function):
             Z = torch.empty(B, H, T, dv_, dtype=dt, device=dev)    # (E o (C - total)) v
             w = torch.empty(B, H, T, 1, dtype=dt, device=dev)      # rowsum(E o (C - total))
         nmax = max_tile_numel(tiles)
-        floor = exp_floor(dt)
+        floor = exp2_floor(dt)
 
         def group(gi):
             (b0, b1, h0, h1), blocks = tiles[gi]
@@ -69,6 +74,7 @@ class _TRAFastCPU(torch.autograd.Function):
             S_, K_, C_ = (scratch(name, (nmax,), dt, dev) for name in ("tra.S", "tra.K", "tra.C"))
             qg, kg, vg, ngg, og, lg = (flat(x, b0, b1, h0, h1) for x in (q, k, v, ng, out, l_all))
             kgt = kg.transpose(1, 2)
+            cg = None if col_c is None else flat(col_c, b0, b1, h0, h1).unsqueeze(1)  # [G, 1, T]
             if need_grad:
                 zg, wg = flat(Z, b0, b1, h0, h1), flat(w, b0, b1, h0, h1)
             off = offsets[gi]
@@ -76,19 +82,25 @@ class _TRAFastCPU(torch.autograd.Function):
                 shp = (qg.shape[0], e - s, ke)
                 n = shp[0] * shp[1] * ke
                 S, K, C = S_[:n].view(shp), K_[:n].view(shp), C_[:n].view(shp)
-                torch.baddbmm(S, qg[:, s:e], kgt[:, :, :ke], beta=0, alpha=scale, out=S)
+                # logits in base-2 units (cpu_tiles.LOG2E; the threshold S > 0 is unchanged)
+                torch.baddbmm(S, qg[:, s:e], kgt[:, :, :ke], beta=0, alpha=scale * LOG2E, out=S)
                 S[:, :, s:].tril_()                              # future keys -> 0, i.e. not > 0
                 torch.gt(S, 0, out=K)                            # 1.0 survives, 0.0 not
                 torch.cumsum(K, -1, out=C)                       # survivors at 0..j
                 C.sub_(C[:, :, -1:].clone())                     # C - total = 1 - Dbar on survivors
-                S.addcmul_(C, ngg[:, s:e])                       # S + g (Dbar - 1)
-                if bias4 is None:
+                S.addcmul_(C, ngg[:, s:e], value=LOG2E)          # S + g (Dbar - 1)
+                if bias4 is None and cg is None and rel is None:
                     # the row max of S + g (Dbar - 1) over all keys is reached at a surviving key
                     # (a non-survivor has S <= 0 and the count of the survivor left of it), so no
                     # masking is needed before the max; empty rows give some finite m.
                     m = S.amax(-1, keepdim=True)
                 else:
-                    add_bias_tile(S, bias4, b0, b1, h0, h1, s, e, ke)
+                    if cg is not None:
+                        S.add_(cg[:, :, :ke], alpha=LOG2E)
+                    if rel is not None:
+                        rel.add(S, b0, b1, h0, h1, s, e, ke, alpha=LOG2E)
+                    if bias4 is not None:
+                        add_bias_tile(S, bias4, b0, b1, h0, h1, s, e, ke, alpha=LOG2E)
                     M = torch.sub(K, 1, out=scratch("tra.M", shp, dt, dev))
                     m = torch.add(S, M, alpha=BIG, out=M).amax(-1, keepdim=True)  # over survivors
                 if need_grad:
@@ -98,7 +110,7 @@ class _TRAFastCPU(torch.autograd.Function):
                     E = scratch("tra.E", shp, dt, dev)
                 # clamp: no denormals (cpu_tiles.exp_floor), no overflow off the survivors;
                 # then the mask: non-surviving keys get exactly 0
-                torch.sub(S, m, out=E).clamp_(floor, 0.0).exp_().mul_(K)
+                torch.sub(S, m, out=E).clamp_(floor, 0.0).exp2_().mul_(K)
                 torch.sum(E, -1, keepdim=True, out=lg[:, s:e])
                 torch.bmm(E, vg[:, :ke], out=og[:, s:e])
                 if need_grad:
@@ -118,6 +130,9 @@ class _TRAFastCPU(torch.autograd.Function):
             ctx.bias_shape = None if bias is None else bias.shape
             ctx.bias_batch = None if bias4 is None else bias4.shape[0]
             ctx.gate_dtype = log_gate.dtype
+            ctx.col_dtype = None if col is None else col.dtype
+            ctx.rel = rel
+            ctx.rel_dtypes = None if rel is None else (rqv.dtype, rP.dtype)
         return out
 
     @staticmethod
@@ -142,12 +157,17 @@ class _TRAFastCPU(torch.autograd.Function):
         dv = torch.zeros(B, H, T, dv_, dtype=dt, device=dev)
         need_bias = ctx.bias_shape is not None and ctx.needs_input_grad[4]
         dbias = BiasGrad((ctx.bias_batch, H, T, T), dt, dev) if need_bias else None
+        need_col = ctx.col_dtype is not None and ctx.needs_input_grad[8]
+        dcol = torch.zeros(B, H, T, dtype=dt, device=dev) if need_col else None
+        rel, ctx.rel = ctx.rel, None
+        need_rel = rel is not None and any(ctx.needs_input_grad[9:])
 
         def group(gi):
             (b0, b1, h0, h1), blocks = tiles[gi]
             qg, kg, vg, dog, dqg, dkg, dvg = (flat(x, b0, b1, h0, h1)
                                               for x in (q, k, v1, do1, dq, dk, dv))
             vgt, dog_v = vg.transpose(1, 2), dog[..., :dv_]
+            dcg = None if dcol is None else flat(dcol, b0, b1, h0, h1)
             off = offsets[gi]
             for s, e, ke in blocks:
                 shp = (qg.shape[0], e - s, ke)
@@ -161,12 +181,22 @@ class _TRAFastCPU(torch.autograd.Function):
                 dvg[:, :ke].baddbmm_(E.transpose(1, 2), dog_v[:, s:e])
                 if need_bias:
                     dbias.add(dL, b0, b1, h0, h1, s, e, ke)
+                if dcg is not None:
+                    dcg[:, :ke] += dL.sum(1)
+                if need_rel:
+                    rel.grad(dL, b0, b1, h0, h1, s, e, ke)
 
         run_groups(group, len(tiles))
         pool_give(E_all)
         if need_bias:
             dbias = reduce_to(dbias.total(), ctx.bias_shape)
-        return dq, dk, dv, dg.to(ctx.gate_dtype), dbias, None, None, None
+        if need_col:
+            dcol = dcol.to(ctx.col_dtype)
+        dqv = dP = None
+        if need_rel:
+            dqv, dP = rel.grads()
+            dqv, dP = dqv.to(ctx.rel_dtypes[0]), dP.to(ctx.rel_dtypes[1])
+        return dq, dk, dv, dg.to(ctx.gate_dtype), dbias, None, None, None, dcol, dqv, dP
 
 
 def tra_attention_fast_cpu(q, k, v, log_gate, *, bias_fn=None, scale=None, return_weights=False,
@@ -174,7 +204,8 @@ def tra_attention_fast_cpu(q, k, v, log_gate, *, bias_fn=None, scale=None, retur
     """Drop-in for ``tra_attention_naive`` (q, k, v: [B, H, T, hd]; log_gate: [B, H, T]).
 
     ``bias_fn(0, T)`` is called once (the full [.., T, T] bias exists in training anyway); its
-    gradient flows back through whatever made it. ``return_weights`` and bf16/fp16 inputs use the
+    gradient flows back through whatever made it. A ``bias_fn`` with a tiled form
+    (:func:`lengen.ops.tile_bias.tiled_bias`) is evaluated per tile instead. ``return_weights`` and bf16/fp16 inputs use the
     dense reference.
     """
     if return_weights or q.dtype not in (torch.float32, torch.float64):
@@ -182,7 +213,10 @@ def tra_attention_fast_cpu(q, k, v, log_gate, *, bias_fn=None, scale=None, retur
                                    return_weights=return_weights)
     T = q.shape[-2]
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    bias = bias_fn(0, T) if bias_fn is not None else None
-    if bias is not None:
-        bias = bias[..., :T]
-    return _TRAFastCPU.apply(q, k, v, log_gate, bias, scale, budget, qblock)
+    bias = col = rqv = rP = None
+    rb = tiled_bias(bias_fn, T, k.shape[-2])
+    if rb is not None:                         # relative term per tile, per-key part as col
+        rqv, rP, col = rb.qv, rb.P, rb.content
+    elif bias_fn is not None:
+        bias = bias_fn(0, T)[..., :T]
+    return _TRAFastCPU.apply(q, k, v, log_gate, bias, scale, budget, qblock, col, rqv, rP)
