@@ -2,6 +2,7 @@
 
     lengen [--debug] COMMAND ...
     lengen train [--config FILE] [--run-dir DIR] [--no-resume | --fresh] [key.path=value ...]
+    torchrun --nproc_per_node N -m lengen train --run-dir DIR ...     (data-parallel, DDP)
     lengen eval RUN_DIR [--splits iid sparse dense] [--sequences N]
     lengen generate RUN_DIR [--split len=K | --prompt 'tokens ...'] [--n N]
     lengen demo [--out DIR] [--steps N]
@@ -46,11 +47,27 @@ def cmd_train(args) -> int:
     not_an_override("--run-dir", args.run_dir)
     cfg = resolve(load_config_file(args.config) if args.config else {}, args.overrides)
     run_dir = args.run_dir or os.path.join("runs", cfg.name or time.strftime("run-%Y%m%d-%H%M%S"))
-    print(f"run directory: {run_dir}")
+    if os.environ.get("WORLD_SIZE", "1") != "1" and not args.run_dir:
+        # under torchrun every process must name the same directory (a time stamp may differ)
+        from lengen.errors import ConfigError
+
+        raise ConfigError("data-parallel training (torchrun) needs --run-dir DIR (or a config "
+                          "'name'): the default directory name holds the start time, which the "
+                          "processes would not share")
+    if _rank() == 0:
+        print(f"run directory: {run_dir}")
     _, _, rows = train(cfg, run_dir, resume=not args.no_resume, fresh=args.fresh)
     if rows:
         print_rows(rows)
     return 0
+
+
+def _rank() -> int:
+    """This process's rank in a torchrun job (0 outside one)."""
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return 0
 
 
 def cmd_eval(args) -> int:
@@ -163,7 +180,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("train", help="train (or resume) one run", description="Train one model; "
-                       "resumes from the run directory's last checkpoint if there is one.")
+                       "resumes from the run directory's last checkpoint if there is one. "
+                       "Launched by torchrun (torchrun --nproc_per_node N -m lengen train "
+                       "--run-dir DIR ...) it trains data-parallel: train.batch_size is the "
+                       "global batch, rank 0 writes the run directory.")
     _add_common_train(p)
     p.add_argument("--run-dir", metavar="DIR", help="run directory (default runs/<name or time>)")
     resume = p.add_mutually_exclusive_group()
@@ -300,8 +320,9 @@ def main(argv=None) -> int:
         sys.stdout.flush()
         return code
     except KeyboardInterrupt:
-        print("lengen: interrupted; the last checkpoint is kept, rerun the same command to resume",
-              file=sys.stderr)
+        if _rank() == 0:
+            print("lengen: interrupted; the last checkpoint is kept, rerun the same command to "
+                  "resume", file=sys.stderr)
         return 130
     except BrokenPipeError:
         silence_stdout()
@@ -312,10 +333,14 @@ def main(argv=None) -> int:
 
             traceback.print_exc()
         if is_user_error(e):
-            print(f"lengen: error: {message(e)}", file=sys.stderr)
+            # under torchrun, rank 0 prints the user errors: every rank meets the same config
+            # errors, and rank 0 relays the ones only it can see (a held lock, a different run)
+            if _rank() == 0:
+                print(f"lengen: error: {message(e)}", file=sys.stderr)
             return 2
-        print(f"lengen: error: {type(e).__name__}: {message(e)} (unexpected; rerun with --debug "
-              f"for the traceback and report it if it looks like a bug)", file=sys.stderr)
+        where = f" (rank {_rank()})" if os.environ.get("WORLD_SIZE", "1") != "1" else ""
+        print(f"lengen: error{where}: {type(e).__name__}: {message(e)} (unexpected; rerun with "
+              f"--debug for the traceback and report it if it looks like a bug)", file=sys.stderr)
         return 1
 
 

@@ -57,8 +57,10 @@ class TrainConfig:
     log_every: int = 10               # 0 = no loss lines in metrics.jsonl
     tensorboard: bool = False
     progress: bool = True
-    device: str = "cpu"
+    device: str = "cpu"               # under torchrun: cpu (gloo) or cuda (NCCL, cuda:LOCAL_RANK)
     threads: int = 0                  # torch.set_num_threads; 0 = leave as is
+    precision: str = "fp32"           # fp32 | bf16 | fp16 (autocast; fp16 with loss scaling)
+    compile: bool = False             # torch.compile the training forward (from outside)
 
 
 @dataclass
@@ -117,6 +119,8 @@ TRAIN_RULES = {
     "progress": Bool(),
     "device": Device(),
     "threads": Int(min=0),
+    "precision": Choice("fp32", "bf16", "fp16"),
+    "compile": Bool(),
 }
 
 EVAL_RULES = {
@@ -134,9 +138,10 @@ EXPERIMENT_RULES = {"model": IsA(ModelConfig), "task": IsA(TaskConfig), "train":
 
 # ---- which keys may differ when a run directory is reused --------------------------------------
 
-#: keys that change how a run executes or what it prints, never what it computes
+#: keys that change how a run executes or what it prints, never what it computes (the device and
+#: compile change float rounding only; train.precision is a different computation and is compared)
 RUNTIME_KEYS = ("train.threads", "train.progress", "train.device", "train.tensorboard",
-                "train.log_every", "train.ckpt_every", "train.keep_checkpoints")
+                "train.log_every", "train.ckpt_every", "train.keep_checkpoints", "train.compile")
 #: keys a resumed training run may change: the runtime keys, plus those that only shape the final
 #: evaluation (recomputed in full at the end) or when periodic evaluation happens (evaluation is
 #: deterministic and never touches the training RNG). eval.seed, eval.splits and
@@ -216,7 +221,12 @@ def validate(cfg: ExperimentConfig, *, check_device: bool = True):
     check_fields(cfg.train, TRAIN_RULES, "train")
     check_fields(cfg.eval, EVAL_RULES, "eval")
     if check_device:
+        from lengen.train.precision import check_compile, check_precision
+
         check_device_available(cfg.train.device, "train.device")
+        check_precision(cfg.train.precision, cfg.train.device)
+        if cfg.train.compile:
+            check_compile(cfg.train.device)
     if cfg.train.tensorboard:
         import importlib.util
 

@@ -3,13 +3,13 @@
 Separate seeds for model initialisation (``train.seed``) and data order (``train.data_seed``), so
 init and data-order variance can be studied apart (Zhou et al. 2024). Every impossible config
 (unknown names or keys, values out of range, a length the positional scheme cannot encode, an
-unavailable device) fails before the run directory is touched.
+unavailable device, precision or compiler) fails before the run directory is touched.
 
 Random streams, all saved in every checkpoint so a resumed run equals an uninterrupted one bit
 for bit: the data generator (``data_seed``), the training-positions generator (derived from
 ``train.seed``; randomized / label samplers draw from it), torch's global RNG (dropout; seeded by
-``train.seed``) and the task's own state. Evaluation draws from none of them, so periodic
-evaluation (``train.eval_every``) never changes training.
+``train.seed``) and the task's own state (and the fp16 loss scaler's). Evaluation draws from none
+of them, so periodic evaluation (``train.eval_every``) never changes training.
 
 Run-directory safety (:mod:`lengen.train.rundir`, :mod:`lengen.train.checkpoint`): the directory
 is locked for the whole run; resuming with a config that changes what is computed is refused;
@@ -18,16 +18,18 @@ aside; checkpoints are crash-safe and resuming skips unusable ones. Ctrl-C (SIGI
 current step finish, saves a checkpoint at that step boundary and raises KeyboardInterrupt; a
 second Ctrl-C stops at once (the last checkpoint is kept). A NaN/inf loss stops the run with a
 clear error naming the last checkpoint, if there is one.
+
+Scaling, applied from outside the single-device model: data-parallel training when launched by
+``torchrun`` (:mod:`lengen.train.distributed`: global batch sharded by rank, rank 0 alone touches
+the run directory), ``train.precision`` (autocast, loss scaling for fp16) and ``train.compile``
+(:mod:`lengen.train.precision`).
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 import os
-import signal
 import sys
-import threading
-import time
 
 import torch
 import torch.nn.functional as F
@@ -39,9 +41,13 @@ from lengen.eval.evaluate import evaluate
 from lengen.eval.metrics import restrict_to_outputs
 from lengen.model import ModelConfig, Transformer
 from lengen.tasks.base import block_seed
+from lengen.train import distributed
 from lengen.train.checkpoint import (latest_checkpoint, load_checkpoint, resume_checkpoint,
                                      save_checkpoint, save_weights)
+from lengen.train.control import MetricsLog, NullLog, StopRequest  # noqa: F401 - re-exported
 from lengen.train.optim import build_optimizer, build_scheduler
+from lengen.train.precision import (autocast, compile_failure, compile_model, grad_scaler,
+                                    is_compiler_error)
 from lengen.train.rundir import (PREVIOUS, RunDirLock, check_same_run, has_run, move_aside,
                                  run_meta, truncate_metrics, write_rows)
 
@@ -56,12 +62,15 @@ def build_model(mc: ModelConfig, task=None) -> Transformer:
     return Transformer(mc)
 
 
-def loss_fn(logits, batch):
+def loss_fn(logits, batch, denom=None):
     """Mean cross-entropy over ``batch.loss_mask``; ``train`` hands it logits and targets already
-    restricted to the task's output classes when the task has an ``output_slice``."""
+    restricted to the task's output classes when the task has an ``output_slice``. ``denom``
+    replaces the batch's own count of scored tokens (data-parallel ranks divide their share by
+    the global batch's count)."""
     mask = batch.loss_mask
     nll = F.cross_entropy(logits.float().flatten(0, 1), batch.targets.flatten(), reduction="none")
-    return (nll * mask.flatten().float()).sum() / mask.sum().clamp_min(1)
+    return (nll * mask.flatten().float()).sum() / (mask.sum().clamp_min(1) if denom is None
+                                                   else denom)
 
 
 def prepare(cfg: ExperimentConfig):
@@ -77,59 +86,14 @@ def positions_generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(block_seed(seed, "train", 0, "positions"))
 
 
-class MetricsLog:
-    def __init__(self, run_dir, tensorboard: bool):
-        self.path = os.path.join(run_dir, "metrics.jsonl")
-        self.tb = None
-        if tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError as e:
-                raise ConfigError("train.tensorboard=true needs TensorBoard: pip install "
-                                  "'lengen[tensorboard]' (or set train.tensorboard=false)") from e
-            self.tb = SummaryWriter(os.path.join(run_dir, "tb"))
+def check_runtime(tc) -> None:
+    """What only the training machine can tell: the device, the precision, the compiler."""
+    from lengen.train.precision import check_compile, check_precision
 
-    def write(self, step: int, **values):
-        with open(self.path, "a") as f:
-            f.write(json.dumps(dict(step=step, time=time.time(), **values)) + "\n")
-        if self.tb:
-            for k, v in values.items():
-                if isinstance(v, (int, float)):
-                    self.tb.add_scalar(k, v, step)
-
-    def close(self):
-        if self.tb:
-            self.tb.close()
-
-
-class StopRequest:
-    """SIGINT handler for the duration of training: the first Ctrl-C asks the loop to stop at the
-    next step boundary, a second one raises KeyboardInterrupt at once. Installed only from the
-    main thread (signals cannot be handled elsewhere); the previous handler is restored."""
-
-    def __init__(self):
-        self.requested, self._prev, self._installed = False, None, False
-
-    def install(self) -> "StopRequest":
-        if threading.current_thread() is threading.main_thread():
-            try:
-                self._prev = signal.signal(signal.SIGINT, self._handle)
-                self._installed = True
-            except ValueError:
-                pass
-        return self
-
-    def _handle(self, signum, frame):
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True       # told even in quiet runs: the Ctrl-C was heard
-        print("\nlengen: interrupt received; finishing this step and saving a checkpoint "
-              "(Ctrl-C again to stop at once)", file=sys.stderr)
-
-    def restore(self) -> None:
-        if self._installed:
-            signal.signal(signal.SIGINT, self._prev if self._prev is not None else signal.SIG_DFL)
-            self._installed = False
+    check_device_available(tc.device, "train.device")
+    check_precision(tc.precision, tc.device)
+    if tc.compile:
+        check_compile(tc.device)
 
 
 def train(cfg: ExperimentConfig, run_dir: str, *, resume: bool = True, fresh: bool = False,
@@ -138,27 +102,36 @@ def train(cfg: ExperimentConfig, run_dir: str, *, resume: bool = True, fresh: bo
     directory that already holds a run; ``fresh=True`` first moves an existing run to
     ``run_dir/previous/<time>/`` (nothing is deleted). ``stop_at`` checkpoints and returns early
     at that step (for time-boxed jobs and resume tests). Returns (model, task, final eval rows or
-    None)."""
+    None). Under ``torchrun`` (``WORLD_SIZE > 1``) every process calls this; rank 0 gets the rows,
+    the other ranks None (see :mod:`lengen.train.distributed`)."""
     tc = cfg.train
     if stop_at is not None and (isinstance(stop_at, bool) or not isinstance(stop_at, int)
                                 or stop_at < 0):
         raise ConfigError(f"stop_at must be an integer >= 0, got {stop_at!r}")
     task, model = prepare(cfg)                      # every config error before any file is made
-    check_device_available(tc.device, "train.device")
+    check_runtime(tc)
     if tc.threads:
         torch.set_num_threads(tc.threads)
-    with RunDirLock(run_dir, "training"):
-        return _train_locked(cfg, run_dir, task, model, resume=resume, fresh=fresh,
-                             stop_at=stop_at, quiet=quiet)
+    d = distributed.setup(tc)
+    try:
+        if d.rank:           # dropout differs per rank; rank 0 keeps the single-process stream
+            torch.manual_seed(distributed.rank_seed(tc.seed, d.rank))
+        lock = RunDirLock(run_dir, "training")
+        distributed.on_main(d, lambda: lock.__enter__() and None)
+        try:
+            return _train_locked(cfg, run_dir, task, model, d, resume=resume, fresh=fresh,
+                                 stop_at=stop_at, quiet=quiet or not d.is_main)
+        finally:
+            lock.__exit__(None, None, None)
+    finally:
+        d.close()
 
 
 def _log(msg: str) -> None:
     print(msg, file=sys.stderr)
 
 
-def _train_locked(cfg, run_dir, task, model, *, resume, fresh, stop_at, quiet):
-    tc = cfg.train
-    config_dict = cfg.to_dict()
+def _prepare_dir(run_dir, config_dict, *, resume, fresh) -> None:
     if fresh:
         moved = move_aside(run_dir)
         if moved:
@@ -171,55 +144,117 @@ def _train_locked(cfg, run_dir, task, model, *, resume, fresh, stop_at, quiet):
     else:
         check_same_run(run_dir, config_dict)
 
-    device = torch.device(tc.device)
+
+def _train_locked(cfg, run_dir, task, model, d, *, resume, fresh, stop_at, quiet):
+    tc = cfg.train
+    config_dict = cfg.to_dict()
+    distributed.on_main(d, lambda: _prepare_dir(run_dir, config_dict, resume=resume, fresh=fresh))
+
+    device = distributed.training_device(tc.device, d.world_size, d.local_rank)
     model.to(device)
     opt = build_optimizer(model, tc)
     sched = build_scheduler(opt, tc)
+    scaler = grad_scaler(tc.precision, device)
     data_gen = torch.Generator().manual_seed(tc.data_seed)
     pos_gen = positions_generator(tc.seed)
+    cuda = device.type == "cuda"
 
-    def training_state() -> dict:
+    def rank_rng() -> dict:
+        return {"torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state(device) if cuda else None}
+
+    def training_state(ranks) -> dict:
         state = {"optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
                  "torch_rng": torch.get_rng_state(), "data_rng": data_gen.get_state(),
-                 "positions_rng": pos_gen.get_state(), "task": task.state_dict()}
-        if device.type == "cuda":
+                 "positions_rng": pos_gen.get_state(), "task": task.state_dict(),
+                 "world_size": d.world_size}
+        if tc.precision == "fp16":
+            state["scaler"] = scaler.state_dict()
+        if d.active:
+            state["rank_rng"] = ranks          # every rank's dropout stream, in rank order
+        elif cuda:
             state["cuda_rng"] = torch.cuda.get_rng_state_all()
         return state
 
-    def restore(path: str) -> int:
-        state = load_checkpoint(path, model)
+    def apply_state(state: dict) -> int:
+        """Optimizer, schedule, generators, task and RNG from a checkpoint (weights apart)."""
+        step = int(state["step"])
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
-        torch.set_rng_state(state["torch_rng"])
         data_gen.set_state(state["data_rng"])
         if "positions_rng" in state:      # checkpoints before the positions stream had none
             pos_gen.set_state(state["positions_rng"])
-        cuda_rng = state.get("cuda_rng")
-        if cuda_rng is not None and device.type == "cuda" and \
-                len(cuda_rng) == torch.cuda.device_count():
-            torch.cuda.set_rng_state_all(cuda_rng)
         task.load_state_dict(state.get("task") or {})
-        return int(state["step"])
+        if "scaler" in state:
+            scaler.load_state_dict(state["scaler"])
+        saved_world, ranks = int(state.get("world_size", 1)), state.get("rank_rng")
+        if ranks and (saved_world == d.world_size or d.rank == 0):
+            mine = ranks[d.rank]
+            torch.set_rng_state(mine["torch"])
+            if cuda and mine["cuda"] is not None:
+                torch.cuda.set_rng_state(mine["cuda"], device)
+        elif d.rank == 0:
+            torch.set_rng_state(state["torch_rng"])
+            cuda_rng = state.get("cuda_rng")
+            if cuda_rng is not None and cuda and len(cuda_rng) == torch.cuda.device_count():
+                torch.cuda.set_rng_state_all(cuda_rng)
+        else:                              # a rank the saved run did not have
+            torch.manual_seed(distributed.rank_seed(tc.seed, d.rank, step))
+        if saved_world != d.world_size and d.is_main:
+            _log(f"lengen: resuming a run saved by {saved_world} process(es) with "
+                 f"{d.world_size}: data, positions, weights, optimizer and schedule continue "
+                 f"exactly (train.batch_size={tc.batch_size} is the global batch); the dropout "
+                 f"streams of ranks 1.. are re-seeded and gradients are summed in another order, "
+                 f"so the run equals the uninterrupted one within float rounding when "
+                 f"model.dropout=0")
+        return step
 
-    step = 0
-    if resume and not fresh:
-        resumed = resume_checkpoint(run_dir, restore, log=_log)
-        step = resumed or 0
-        last_saved = resumed
+    def restore(path: str) -> int:
+        return apply_state(load_checkpoint(path, model))
+
+    def do_resume():
+        if not (resume and not fresh):
+            return None, None
+        found = {}
+
+        def apply(path):
+            found["state"] = load_checkpoint(path, model)
+            return apply_state(found["state"])
+
+        return resume_checkpoint(run_dir, apply, log=_log), found.get("state")
+
+    if d.active:         # rank 0 reads the run directory; the others get its training state
+        step, state = distributed.on_main(d, do_resume)
+        if state is not None and not d.is_main:
+            apply_state(state)
+        del state
     else:
-        last_saved = None
-    truncate_metrics(run_dir, step, log=_log)
-    save_json_atomic(config_dict, os.path.join(run_dir, "config.json"))
+        step = resume_checkpoint(run_dir, restore, log=_log) if resume and not fresh else None
+    last_saved = step
+    step = step or 0
 
-    log = MetricsLog(run_dir, tc.tensorboard)
+    holder = {}
+
+    def open_files():
+        truncate_metrics(run_dir, step, log=_log)
+        save_json_atomic(config_dict, os.path.join(run_dir, "config.json"))
+        holder["log"] = MetricsLog(run_dir, tc.tensorboard)
+
+    distributed.on_main(d, open_files)
+    log = holder.get("log") or NullLog()
     meta = run_meta(cfg, run_dir)
     splits = cfg.eval.splits or task.splits()
     end = tc.steps if stop_at is None else min(stop_at, tc.steps)
     out_slice = getattr(task, "output_slice", None)    # loss over the output classes only
+    fwd = distributed.wrap(model, d, device)           # DDP broadcasts rank 0's weights
+    if tc.compile:
+        fwd = compile_model(fwd)
 
     def save(at: int) -> None:
         nonlocal last_saved
-        save_checkpoint(run_dir, at, model, training_state(), config_dict, tc.keep_checkpoints)
+        ranks = distributed.gather(d, rank_rng()) if d.active else None
+        distributed.on_main(d, lambda: save_checkpoint(run_dir, at, model, training_state(ranks),
+                                                       config_dict, tc.keep_checkpoints) and None)
         last_saved = at
 
     bar = None
@@ -229,45 +264,61 @@ def _train_locked(cfg, run_dir, task, model, *, resume, fresh, stop_at, quiet):
         bar = tqdm(total=tc.steps, initial=step, desc=cfg.name or os.path.basename(run_dir),
                    dynamic_ncols=True)
     model.train()
-    stop = StopRequest().install()
-    phase, snapshot = "boundary", None
+    stop = StopRequest(announce=d.is_main).install()
+    phase, snapshot, stopping = "boundary", None, False
     try:
-        while step < end and not stop.requested:
+        while step < end and not (stopping if d.active else stop.requested):
             # RNG states at the step boundary: an exception raised while drawing or computing
             # (before the update) rolls back to them, so the saved state is exactly this boundary
             snapshot = (torch.get_rng_state(), data_gen.get_state(), pos_gen.get_state(),
-                        task.state_dict(),
-                        torch.cuda.get_rng_state(device) if device.type == "cuda" else None)
+                        task.state_dict(), torch.cuda.get_rng_state(device) if cuda else None)
             phase = "compute"
+            # the global batch and its positions, on every rank; a rank keeps its rows
             batch = task.train_batch(tc.batch_size, data_gen).to(device)
             B, T = batch.inputs.shape
             positions = model.sample_positions(T, batch_size=B, device=device, generator=pos_gen,
                                                lengths=batch.lengths(), tokens=batch.inputs)
-            logits, targets = restrict_to_outputs(model(batch.inputs, positions=positions),
-                                                  batch.targets, out_slice, batch.loss_mask)
-            loss = loss_fn(logits, dataclasses.replace(batch, targets=targets))
-            if not torch.isfinite(loss):
+            denom = None
+            if d.active:
+                denom = batch.loss_mask.sum().clamp_min(1)          # scored tokens, global batch
+                lo, hi = d.rows(B)
+                batch = batch.rows(lo, hi)
+                positions = positions[lo:hi] if positions.dim() == 2 else positions
+            try:
+                with autocast(tc.precision, device):
+                    out = fwd(batch.inputs, positions=positions)
+            except Exception as e:
+                raise compile_failure(e) if tc.compile and is_compiler_error(e) else e
+            logits, targets = restrict_to_outputs(out, batch.targets, out_slice, batch.loss_mask)
+            scored = dataclasses.replace(batch, targets=targets)
+            loss = (loss_fn(logits, scored) if denom is None
+                    else loss_fn(logits, scored, denom=denom) * d.world_size)
+            shown, stopping = distributed.agree(d, loss, stop.requested)   # global loss
+            if not torch.isfinite(shown):
                 kept = (f"The last good checkpoint (step {last_saved}) is kept in "
                         f"{os.path.join(run_dir, 'checkpoints')}" if last_saved is not None else
                         "No checkpoint was written yet (train.ckpt_every sets how often)")
                 raise TrainingDiverged(
-                    f"loss is {loss.item()} at step {step}; stopping. {kept}. Try a lower "
+                    f"loss is {shown.item()} at step {step}; stopping. {kept}. Try a lower "
                     f"train.lr or a stricter train.grad_clip, in a new --run-dir or with --fresh")
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)             # fp16: clip the true gradients
             gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip or float("inf"))
             phase = "update"
-            opt.step()
+            scaler.step(opt)                 # fp16: skipped when the gradients overflowed
+            scaler.update()
             sched.step()
             step += 1
             phase = "boundary"
             if bar:
                 bar.update(1)
                 if step % max(tc.log_every, 1) == 0:
-                    bar.set_postfix(loss=f"{loss.item():.4f}")
+                    bar.set_postfix(loss=f"{shown.item():.4f}")
             if tc.log_every and step % tc.log_every == 0:
-                log.write(step, loss=loss.item(), lr=sched.get_last_lr()[0], grad_norm=float(gnorm))
-            if tc.eval_every and step % tc.eval_every == 0 and step < tc.steps:
+                log.write(step, loss=shown.item(), lr=sched.get_last_lr()[0],
+                          grad_norm=float(gnorm))
+            if tc.eval_every and step % tc.eval_every == 0 and step < tc.steps and d.is_main:
                 rows = evaluate(model, task, splits, n_sequences=tc.eval_sequences,
                                 batch_size=cfg.eval.batch_size, seed=cfg.eval.seed, device=device)
                 log.write(step, **{f"eval/{r['split']}/{r['metric']}": r["value"] for r in rows})
@@ -276,8 +327,13 @@ def _train_locked(cfg, run_dir, task, model, *, resume, fresh, stop_at, quiet):
     except KeyboardInterrupt:
         # a KeyboardInterrupt that bypassed the handler (raised by code, or outside the main
         # thread): keep a checkpoint only if the state is a step boundary (or can be rolled
-        # back to one); a half-applied update is never saved
-        if phase == "compute":
+        # back to one); a half-applied update is never saved. Data-parallel ranks cannot agree
+        # on a checkpoint from here (they may be in different collectives): nothing is saved.
+        if d.active:
+            if d.is_main and not quiet:
+                _log(f"lengen: interrupted in the middle of a data-parallel step; not saving (the "
+                     f"last checkpoint, step {last_saved}, is kept)")
+        elif phase == "compute":
             torch.set_rng_state(snapshot[0])
             data_gen.set_state(snapshot[1])
             pos_gen.set_state(snapshot[2])
@@ -297,9 +353,9 @@ def _train_locked(cfg, run_dir, task, model, *, resume, fresh, stop_at, quiet):
             bar.close()
         log.close()
     save(step)
-    if stop.requested:
+    if stopping or (not d.active and stop.requested):
         raise KeyboardInterrupt
-    if step < tc.steps:
+    if step < tc.steps or not d.is_main:
         return model, task, None
     save_weights(model, os.path.join(run_dir, "model.safetensors"))
     rows = evaluate(model, task, splits, n_sequences=cfg.eval.sequences,

@@ -99,7 +99,10 @@ def move_aside(run_dir: str) -> str | None:
 
 def read_stored_config(run_dir: str) -> dict | None:
     """The config a run directory's run was started with: ``config.json``, or when that is
-    missing or unreadable, the newest checkpoint's ``meta.json``. None when neither exists."""
+    missing or unreadable, the newest checkpoint's ``meta.json``. None when neither exists.
+    Training keys added to lengen after the run was made (e.g. ``train.precision``) are filled
+    with their defaults, which are the behaviour such runs had, so they still resume."""
+    from lengen.config import TrainConfig
     from lengen.train.checkpoint import list_checkpoints
 
     sources = [os.path.join(run_dir, "config.json")]
@@ -112,6 +115,8 @@ def read_stored_config(run_dir: str) -> dict | None:
             continue
         d = d.get("config") if path.endswith("meta.json") else d
         if isinstance(d, dict):
+            if isinstance(d.get("train"), dict):
+                d["train"] = {**TrainConfig().__dict__, **d["train"]}
             return d
     return None
 

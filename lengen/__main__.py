@@ -1,0 +1,7 @@
+"""``python -m lengen ...`` (also what ``torchrun --nproc_per_node N -m lengen train ...`` runs)."""
+import sys
+
+from lengen.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())
