@@ -274,6 +274,10 @@ tr("range-warp-skew", ["task.name=copy", "model.positions=warp",
 tr("range-interpolate-items-no-items", ["model.positions=interpolate",
                                         "model.positions_kwargs.length_unit=items"],
    "position sampler 'interpolate'", "length_unit=tokens")
+tr("range-rope-factor-no-scaling", ["model.posenc=rope", "model.posenc_kwargs.factor=2"],
+   "posenc_kwargs.factor=2.0 needs a scaling")
+tr("range-rope-fraction", ["model.posenc=rope", "model.posenc_kwargs.rotary_fraction=0.01"],
+   "rotary_fraction")
 
 # ---- 4. keys, sections and override syntax -------------------------------------------------------
 tr("key-unknown", ["train.stepz=3"], "unknown config key(s) train.stepz", "Did you mean 'steps'")
