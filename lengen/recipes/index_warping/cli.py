@@ -11,8 +11,8 @@ from lengen.recipes.common import add_sweep_arguments, exit_code
 
 def add_arguments(q) -> None:
     add_sweep_arguments(q, "index-warping",
-                        scale_help="smoke = seconds (tests), cpu = 4 tasks x 10 columns x 1 seed "
-                                   "with a small decoder, about 90 min on 2 cores with "
+                        scale_help="smoke = seconds (tests), cpu = 4 tasks x 7 columns x 1 seed "
+                                   "with a small decoder, aimed at 90 min on 2 cores with "
                                    "--workers 2 (check with --estimate), paper = the T5-base "
                                    "decoder, 40k steps, 3 seeds (GPU)",
                         seeds_help="seeds (init and data order; default: the scale's)")
@@ -20,7 +20,8 @@ def add_arguments(q) -> None:
                    help="subset of tasks: copy reverse sort summation (default: the scale's)")
     q.add_argument("--models", nargs="+", default=None, metavar="COL",
                    help="subset of columns: rope rope_pi alibi rpe_10m rpe_5m rpe_3m ours_sqrt "
-                        "ours_beta head_only tail_only (default: all)")
+                        "ours_beta head_only tail_only (default: the scale's; cpu: all but "
+                        "rpe_10m rpe_5m ours_beta)")
     q.add_argument("--length-unit", choices=("tokens", "items"), default="tokens",
                    help="what M and L_te of position interpolation count (default tokens: the "
                         "model input; items: the paper's item counts)")

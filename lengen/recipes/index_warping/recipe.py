@@ -39,9 +39,13 @@ Scales:
   training set of 100K examples; every test length 2..5M with 10K test sequences in all
   (ceil(10000 / (5M - 1)) per length). GPU.
 * ``cpu``: sized for about 90 minutes on a 2-core CPU with ``--workers 2`` (check with
-  ``--estimate``; the lead runs it): the 4 tasks at the paper's M, the Table A / Fig. 6 columns,
-  one seed, a small decoder (3 layers, 4 heads, d_model 128), 3,000 steps at batch 64, lr 1e-3,
-  test lengths 2..5M strided (both ends and M kept), 64 sequences per length. Not yet run.
+  ``--estimate``; the lead runs it): the 4 tasks at the paper's M, 7 columns (``CPU_MODELS``:
+  RoPE, RoPE+PI, ALiBi, R.P. (3M), ours (sqrt), head_only, tail_only; ``--models`` adds the
+  others), one seed, a small decoder (3 layers, 4 heads, d_model 128), 3,000 steps at batch 64,
+  lr 1e-3, test lengths 2..5M strided (both ends, M and M + 1 kept), 64 sequences per length.
+  ``--estimate --workers 2`` on the shared, loaded 2-core development machine measured 3-15
+  min per run, 1.9 h for these 7 columns (2.7 h for all 10): a quiet machine should be faster,
+  but the 90-minute target is not confirmed; not yet run.
 * ``smoke``: seconds, for tests (copy with M = 3, a tiny model; numbers are meaningless).
 
 Outputs in ``--out`` (default ``runs/index-warping-<scale>``): one run directory per task x column x
@@ -80,6 +84,10 @@ FIG6 = ("head_only", "tail_only", "ours_sqrt")
 FIG6_LABELS = {"ours_sqrt": "head_tail"}
 FIGC = ("rpe_3m", "rpe_5m", "rpe_10m")
 
+#: the cpu scale's columns: the Fig. 5 contrast (RoPE, RoPE+PI, ALiBi, ours) with the best
+#: published randomized PE (3M) and Fig. 6's ablations; --models adds the others
+CPU_MODELS = ("rope", "rope_pi", "alibi", "rpe_3m", "ours_sqrt", "head_only", "tail_only")
+
 # --- sizes: one dict per scale ----------------------------------------------------------------
 SCALES = {
     "smoke": dict(tasks=("copy",), M={"copy": 3}, models=tuple(MODELS), seeds=(0,),
@@ -87,7 +95,7 @@ SCALES = {
                   steps=3, batch_size=8, lr=1e-3, warmup_steps=0, weight_decay=0.05,
                   min_lr_frac=0.0, train_size=None, test_stride=4, eval_sequences=4,
                   eval_batch_size=4, ckpt_every=0),
-    "cpu": dict(tasks=tuple(TASK_M), M=dict(TASK_M), models=tuple(MODELS), seeds=(0,),
+    "cpu": dict(tasks=tuple(TASK_M), M=dict(TASK_M), models=CPU_MODELS, seeds=(0,),
                 model=dict(d_model=128, n_layers=3, n_heads=4, d_ff=512, dropout=0.0),
                 steps=3000, batch_size=64, lr=1e-3, warmup_steps=150, weight_decay=0.05,
                 min_lr_frac=0.0, train_size=None, test_stride=None, eval_sequences=64,
@@ -211,16 +219,19 @@ def caption(scale: str, *, seeds, length_unit: str = "tokens", rotary_fraction: 
     m = s["model"]
     n_eval = (f"{s['eval_sequences']} sequences per test length" if s["eval_sequences"]
               else f"{PAPER_TEST_SEQUENCES:,} test sequences spread over the lengths")
+    every = "every length" if s["test_stride"] == 1 else "strided"
+    rotated = ("the whole head" if rotary_fraction == 1
+               else f"{rotary_fraction:g} of each head")
     cap = (f"Index-warping reproduction ({scale} scale): sequence accuracy (%), ours = mean over "
            f"{len(seeds)} seed(s) {list(seeds)}; published Table A in parentheses. Decoder "
            f"{m['n_layers']} layers, {m['n_heads']} heads, d_model {m['d_model']}, ReLU MLP "
            f"{m['d_ff']}, RMSNorm pre-norm, dropout {m['dropout']:g}; AdamW lr {s['lr']:g}, "
            f"weight decay {s['weight_decay']:g}, batch {s['batch_size']}, {s['steps']} steps, "
            f"{s['warmup_steps']} warm-up steps then cosine decay (the paper: polynomial); "
-           f"training K ~ U(2, M), test K = 2..5M ({'every length' if s['test_stride'] == 1 else 'strided'}), "
+           f"training K ~ U(2, M), test K = 2..5M ({every}), "
            f"{n_eval}. M and L_te of PI count {length_unit}; randomized PE's L = k x the "
            f"longest training input in tokens, raised to the longest test input where smaller; "
-           f"RoPE rotates {'the whole head' if rotary_fraction == 1 else f'{rotary_fraction:g} of each head'}.")
+           f"RoPE rotates {rotated}.")
     if wall_seconds is not None:
         cap += f" Wall time of this invocation: {wall_seconds / 60:.1f} min."
     return cap
@@ -333,6 +344,6 @@ def estimate_time(scale: str = "cpu", *, steps: int = 10, tasks=None, models=Non
     return {"seconds_per_run": per_run, "total_seconds": total}
 
 
-__all__ = ["SCALES", "MODELS", "TASK_M", "FIG5", "FIG6", "FIGC", "TABLE_A", "PAPER_TABLE_A",
-           "UNCERTAIN_ROWS", "build_specs", "run_config", "run_index_warping", "estimate_time",
-           "task_lengths", "randomized_L", "caption"]
+__all__ = ["SCALES", "MODELS", "CPU_MODELS", "TASK_M", "FIG5", "FIG6", "FIGC", "TABLE_A",
+           "PAPER_TABLE_A", "UNCERTAIN_ROWS", "build_specs", "run_config", "run_index_warping",
+           "estimate_time", "task_lengths", "randomized_L", "caption"]
