@@ -9,7 +9,9 @@ Loaded from YAML or JSON, then patched with dotted overrides (``train.steps=500`
 * registry names (``model.posenc``, ``model.attention``, ``model.positions``, ``task.name``);
 * every ``*_kwargs`` key against the chosen class's constructor (:mod:`lengen.checks`), then
   builds the task, the position sampler, the positional scheme and the attention layers once, so a
-  constructor's complaint is reported with its config section;
+  constructor's complaint is reported with its config section; a sampler or scheme class with a
+  classmethod ``task_defaults(kwargs, task)`` first gets to fill in keyword arguments only the task
+  knows (the training length M of position interpolation), which are then saved with the config;
 * the evaluation splits and that the longest input can be encoded.
 
 Every error is a :class:`lengen.errors.ConfigError` naming the key or file and the fix.
@@ -277,6 +279,18 @@ def check_components(cfg: ExperimentConfig):
     # build each component once (as prepare() will), without touching the caller's RNG
     with torch.random.fork_rng(devices=[]):
         task = construct(parts["task.kwargs"][2], cfg.task.kwargs, what=what("task.kwargs"))
+        for section in ("model.positions_kwargs", "model.posenc_kwargs"):
+            # keyword arguments only the task knows (e.g. M for position interpolation, the
+            # original length of RoPE scaling), filled in and saved with the config
+            hook = getattr(parts[section][2], "task_defaults", None)
+            if hook is None:
+                continue
+            try:
+                filled = hook(checked[section], task)
+            except ValueError as e:
+                raise ConfigError(f"{what(section)}: {e}") from None
+            checked[section] = filled
+            setattr(m, section.split(".")[1], filled)
         sampler = construct(parts["model.positions_kwargs"][2], m.positions_kwargs,
                             what=what("model.positions_kwargs"))
         posenc = construct(parts["model.posenc_kwargs"][2], m.posenc_kwargs,

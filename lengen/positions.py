@@ -31,45 +31,21 @@ e.g. digits of equal significance sharing a position). Training and evaluation h
 evaluation (``random_at_eval = False``): its evaluation positions are computed batch by batch
 from the rows, so a random draw there would depend on the batch size.
 
-To add a sampler: subclass :class:`PositionSampler`, implement ``sample`` and ``max_position``,
-and add one line to ``SAMPLERS``.
+Samplers that need something only the task knows (position interpolation needs M, the longest
+training length) fill it in from a classmethod ``task_defaults(kwargs, task) -> kwargs``, which a
+config calls before building the sampler (the filled-in values are saved with the run).
+
+To add a sampler: subclass :class:`PositionSampler` (:mod:`lengen.samplers.base`), implement
+``sample`` and ``max_position``, and add one line to ``SAMPLERS``; samplers past a few dozen
+lines get their own module in :mod:`lengen.samplers` (``interpolate``, ``warp``).
 """
 from __future__ import annotations
 
 import torch
 
-
-class PositionSampler:
-    """Makes the float positions tensor for sequences of length ``T``: ``[T]``, or ``[B, T]``
-    from a per-instance sampler asked for ``batch_size=B``."""
-
-    #: True when ``sample(..., batch_size=B)`` returns one row per sequence ([B, T])
-    per_instance: bool = False
-    #: True when ``sample(..., training=False)`` draws random numbers. Evaluation then draws
-    #: positions per block of sequences from its own generator; samplers that are deterministic at
-    #: evaluation set it False (a sampler that forgets is still evaluated correctly, only in
-    #: smaller batches).
-    random_at_eval: bool = True
-    #: True when the positions depend on the batch (``lengths`` and/or ``tokens``)
-    uses_batch: bool = False
-
-    def sample(self, length: int, *, training: bool, device=None, generator=None,
-               batch_size: int | None = None, lengths: torch.Tensor | None = None,
-               tokens: torch.Tensor | None = None) -> torch.Tensor:
-        """-> positions ``[T]`` (or ``[B, T]`` for a per-sequence sampler given ``batch_size``).
-        ``lengths`` [B] / ``tokens`` [B, T]: the batch, for batch-aware samplers (others ignore
-        them)."""
-        raise NotImplementedError
-
-    def max_position(self, length: int) -> float:
-        """Largest position this sampler can return for a length-``T`` input (train or eval).
-
-        Used to reject impossible configs (e.g. a learned table too small) before training.
-        """
-        raise NotImplementedError
-
-    def describe(self) -> str:
-        return type(self).__name__
+from lengen.samplers.base import PositionSampler
+from lengen.samplers.interpolate import InterpolateSampler
+from lengen.samplers.warp import WarpSampler
 
 
 class IdentitySampler(PositionSampler):
@@ -194,11 +170,13 @@ class LabelSampler(RandomizedSampler):
         return super().describe()
 
 
-# Literal registry: the CLI name is the key. Later samplers (interpolate, warp) plug in here.
+# Literal registry: the CLI name is the key.
 SAMPLERS: dict[str, type[PositionSampler]] = {
     "identity": IdentitySampler,
     "randomized": RandomizedSampler,
     "label": LabelSampler,
+    "interpolate": InterpolateSampler,
+    "warp": WarpSampler,
 }
 
 

@@ -87,3 +87,11 @@ def fot_reference(q, k, v, log_f, bias=None, scale=None):
             heads.append(torch.stack(rows))
         out.append(torch.stack(heads))
     return torch.stack(out)
+
+
+def sampler_test_kwargs(name: str) -> dict:
+    """Keyword arguments that make registered sampler ``name`` usable in the model grids: the
+    randomized ones draw from [0, 64), the interpolating ones (interpolate, warp) need M, the
+    training length (10 tokens here, so 20-token inputs are interpolated at evaluation)."""
+    return {"identity": {}, "interpolate": {"train_length": 10},
+            "warp": {"train_length": 10}}.get(name, {"max_length": 64})

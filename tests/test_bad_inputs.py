@@ -264,6 +264,24 @@ tr("range-randomized-too-short", ["model.positions=randomized",
                                   "model.positions_kwargs.max_length=16"],
    "raise model.positions_kwargs.max_length")
 
+tr("range-warp-probability", ["task.name=copy", "model.positions=warp",
+                               "model.positions_kwargs.p_head=1.5"],
+   "model.positions_kwargs.p_head must be a finite number in [0, 1]")
+tr("range-warp-probability-sum", ["task.name=copy", "model.positions=warp",
+                                   "model.positions_kwargs={p_head: 0.6, p_tail: 0.6}"],
+   "p_head + p_tail must be <= 1")
+tr("range-warp-alpha", ["task.name=copy", "model.positions=warp",
+                        "model.positions_kwargs.alphas=[0.5, 1]"], "0 < alpha < 1")
+tr("range-warp-skew", ["task.name=copy", "model.positions=warp",
+                       "model.positions_kwargs.skew=numpy:cos"], "f(0) = 0", "f(1) = 1")
+tr("range-interpolate-items-no-items", ["model.positions=interpolate",
+                                        "model.positions_kwargs.length_unit=items"],
+   "position sampler 'interpolate'", "length_unit=tokens")
+tr("range-rope-factor-no-scaling", ["model.posenc=rope", "model.posenc_kwargs.factor=2"],
+   "posenc_kwargs.factor=2.0 needs a scaling")
+tr("range-rope-fraction", ["model.posenc=rope", "model.posenc_kwargs.rotary_fraction=0.01"],
+   "rotary_fraction")
+
 # ---- 4. keys, sections and override syntax -------------------------------------------------------
 tr("key-unknown", ["train.stepz=3"], "unknown config key(s) train.stepz", "Did you mean 'steps'")
 tr("key-unknown-section", ["trian.steps=3"], "unknown config key(s) trian", "Did you mean 'train'")

@@ -1,16 +1,34 @@
-"""Rotary position embedding (RoPE; Su et al. 2021).
+"""Rotary position embedding (RoPE; Su et al. 2021). Options: a rotary fraction and named
+scalings (linear, dynamic NTK, YaRN).
 
-Rotates each pair of query/key channels by angle ``pos * base^(-2i/hd)``, so the score q_i.k_j
-depends only on ``pos_i - pos_j``. Pairs are the two halves of the head (the GPT-NeoX / Llama
-layout). Head dims must be even; fractional positions are allowed (position interpolation), shared
-``[T]`` or per sequence ``[B, T]`` (each row rotates its own sequence's q and k).
+Rotates each pair of query/key channels by angle ``pos * theta_i``, ``theta_i = base^(-2i/d)``,
+so the score q_i.k_j depends only on ``pos_i - pos_j`` (eq. 2 of the index-warping paper). Pairs
+are the two halves of the rotated channels (the GPT-NeoX / Llama layout). Fractional positions
+are allowed (position interpolation, index warping), shared ``[T]`` or per sequence ``[B, T]``
+(each row rotates its own sequence's q and k).
+
+Options (``model.posenc_kwargs``):
+
+* ``rotary_fraction`` (default 1.0 = the paper's formula over the whole head): rotate only the
+  first ``d`` channels of each head, d = the largest even number <= fraction x head dim, and pass
+  the rest through unrotated; the frequencies are then ``base^(-2i/d)`` over the rotated channels
+  (Hugging Face's ``partial_rotary_factor``). Kazemnejad et al. (2023), whose tasks the
+  index-warping paper uses, rotate 25% (rotate-every-two layout; the layout is a fixed channel
+  permutation, which the learned projections absorb).
+* ``scaling`` = ``none`` (default) | ``linear`` | ``dynamic`` | ``yarn`` with ``factor`` (s >= 1),
+  ``original_length`` (L0, for dynamic / yarn: filled in from the task's longest training input
+  by a config), ``beta_fast`` / ``beta_slow`` (YaRN, 32 / 1) and ``attention_factor`` (YaRN's
+  multiplier of cos / sin, default 0.1 ln(s) + 1). The formulas, and what the current length
+  means for dynamic NTK (also in cached decoding), are in :mod:`lengen.posenc.rope_scaling`.
 """
 from __future__ import annotations
 
 import torch
 
-from lengen.checks import Float
+from lengen.checks import Float, Int
 from lengen.posenc.base import PositionalScheme
+from lengen.posenc.rope_scaling import (SCALINGS, dynamic_base, inv_freq, yarn_attention_factor,
+                                        yarn_inv_freq)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -19,29 +37,111 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: [B, H, T, hd]; cos/sin: [T, hd] or [B, 1, T, hd]."""
+    """x: [B, H, T, d]; cos/sin: [T, d] or [B, 1, T, d]."""
     return x * cos + rotate_half(x) * sin
 
 
 class RoPE(PositionalScheme):
-    KWARG_RULES = {"base": Float(gt=0)}
+    KWARG_RULES = {"base": Float(gt=0), "rotary_fraction": Float(gt=0, max=1),
+                   "factor": Float(min=1), "original_length": Int(min=1, optional=True),
+                   "beta_fast": Float(gt=0), "beta_slow": Float(gt=0),
+                   "attention_factor": Float(gt=0, optional=True)}
 
-    def __init__(self, *, base: float = 10000.0, **kw):
+    def __init__(self, *, base: float = 10000.0, rotary_fraction: float = 1.0,
+                 scaling: str = "none", factor: float = 1.0, original_length: int | None = None,
+                 beta_fast: float = 32.0, beta_slow: float = 1.0,
+                 attention_factor: float | None = None, **kw):
         super().__init__(**kw)
-        if self.head_dim % 2:
+        if not 0 < rotary_fraction <= 1:
+            raise ValueError(f"posenc_kwargs.rotary_fraction must be in (0, 1], got "
+                             f"{rotary_fraction}")
+        if rotary_fraction == 1 and self.head_dim % 2:
             raise ValueError(f"rope needs an even head dim, got head_dim={self.head_dim} "
                              f"(d_model / n_heads); change d_model or n_heads")
-        inv = base ** (-torch.arange(0, self.head_dim, 2, dtype=torch.float32) / self.head_dim)
+        rot = int(self.head_dim * rotary_fraction)
+        rot -= rot % 2
+        if rot < 2:
+            raise ValueError(f"posenc_kwargs.rotary_fraction={rotary_fraction} rotates "
+                             f"{rotary_fraction} x head_dim {self.head_dim} < 2 channels; raise "
+                             f"it (at least 2 / head_dim)")
+        if scaling not in SCALINGS:
+            raise ValueError(f"unknown posenc_kwargs.scaling {scaling!r}; valid: "
+                             f"{', '.join(SCALINGS)}")
+        if scaling == "none" and factor != 1:
+            raise ValueError(f"posenc_kwargs.factor={factor} needs a scaling: set "
+                             f"posenc_kwargs.scaling to linear, dynamic or yarn")
+        if factor < 1:
+            raise ValueError(f"posenc_kwargs.factor must be >= 1, got {factor}")
+        if scaling in ("dynamic", "yarn") and original_length is None:
+            raise ValueError(f"posenc_kwargs.scaling={scaling} needs the original context length: "
+                             f"set posenc_kwargs.original_length=L0 (through a config it is read "
+                             f"from the task's longest training input)")
+        if scaling == "dynamic" and rot <= 2:
+            raise ValueError("dynamic NTK scaling needs more than 2 rotated channels (d / (d - 2))")
+        if scaling == "yarn" and not beta_fast > beta_slow:
+            raise ValueError(f"posenc_kwargs.beta_fast ({beta_fast}) must exceed beta_slow "
+                             f"({beta_slow})")
+        if attention_factor is not None and scaling != "yarn":
+            raise ValueError("posenc_kwargs.attention_factor is YaRN's; set scaling=yarn or "
+                             "remove it")
+        self.rot_dim, self.rotary_fraction, self.base = rot, float(rotary_fraction), float(base)
+        self.scaling, self.factor = scaling, float(factor)
+        self.original_length = None if original_length is None else int(original_length)
+        if scaling == "none":         # the original float32 computation, bit for bit
+            inv = base ** (-torch.arange(0, rot, 2, dtype=torch.float32) / rot)
+        elif scaling == "linear":
+            inv = (inv_freq(rot, base) / factor).float()
+        elif scaling == "yarn":
+            inv = yarn_inv_freq(rot, base, factor, self.original_length, beta_fast,
+                                beta_slow).float()
+        else:                         # dynamic: the plain frequencies up to L0
+            inv = inv_freq(rot, base).float()
         self.register_buffer("inv_freq", inv, persistent=False)
+        self.mscale = (float(attention_factor) if attention_factor is not None else
+                       yarn_attention_factor(factor) if scaling == "yarn" else 1.0)
+
+    @classmethod
+    def task_defaults(cls, kwargs: dict, task) -> dict:
+        """Dynamic NTK and YaRN: ``original_length`` defaults to the task's longest training
+        input (tokens)."""
+        kw = dict(kwargs)
+        if kw.get("scaling", "none") in ("dynamic", "yarn") and kw.get("original_length") is None:
+            from lengen.samplers.interpolate import task_train_length
+
+            L0 = task_train_length(task)
+            if L0 is None:
+                raise ValueError(f"scaling={kw['scaling']} needs posenc_kwargs.original_length "
+                                 f"and task {getattr(task, 'name', task)!r} does not say its "
+                                 f"training length; set it")
+            kw["original_length"] = int(L0)
+        return kw
+
+    def frequencies(self, pos: torch.Tensor) -> torch.Tensor:
+        """The rotation frequencies [d/2] (float32) for a call with positions ``pos``."""
+        if self.scaling != "dynamic" or pos.numel() == 0:
+            return self.inv_freq
+        length = float(pos.max()) + 1.0          # L: see rope_scaling.dynamic_base
+        if length <= self.original_length:
+            return self.inv_freq
+        b = dynamic_base(self.base, self.factor, length, self.original_length, self.rot_dim)
+        return inv_freq(self.rot_dim, b).to(device=self.inv_freq.device, dtype=torch.float32)
 
     def cos_sin(self, pos: torch.Tensor, dtype):
-        """pos [T] -> cos, sin [T, hd]; pos [B, T] -> [B, 1, T, hd] (broadcast over heads)."""
-        ang = pos.float()[..., None] * self.inv_freq           # [(B,) T, hd/2]
-        ang = torch.cat([ang, ang], dim=-1)                    # [(B,) T, hd]
+        """pos [T] -> cos, sin [T, d]; pos [B, T] -> [B, 1, T, d] (broadcast over heads); d =
+        the rotated channels. YaRN's attention factor multiplies both."""
+        ang = pos.float()[..., None] * self.frequencies(pos)   # [(B,) T, d/2]
+        ang = torch.cat([ang, ang], dim=-1)                    # [(B,) T, d]
         if self.per_sequence(pos):
-            ang = ang.unsqueeze(1)                             # [B, 1, T, hd]
-        return ang.cos().to(dtype), ang.sin().to(dtype)
+            ang = ang.unsqueeze(1)                             # [B, 1, T, d]
+        cos, sin = ang.cos(), ang.sin()
+        if self.mscale != 1.0:
+            cos, sin = cos * self.mscale, sin * self.mscale
+        return cos.to(dtype), sin.to(dtype)
 
     def rotate(self, q, k, pos):
         cos, sin = self.cos_sin(pos, q.dtype)
-        return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        d = self.rot_dim
+        if d == self.head_dim:
+            return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        return (torch.cat([apply_rotary(q[..., :d], cos, sin), q[..., d:]], dim=-1),
+                torch.cat([apply_rotary(k[..., :d], cos, sin), k[..., d:]], dim=-1))

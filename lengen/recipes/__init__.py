@@ -13,6 +13,7 @@ RECIPES: dict[str, str] = {
     "randomized-pe": "lengen.recipes.randomized_pe.cli",
     "tra-wikitext": "lengen.recipes.tra_wikitext.cli",
     "index-warping-lm": "lengen.recipes.index_warping_lm.cli",
+    "index-warping": "lengen.recipes.index_warping.cli",
 }
 
 __all__ = ["RECIPES"]

@@ -140,6 +140,11 @@ class Task:
         """Longest model input of training and of the given splits (for config validation)."""
         raise NotImplementedError
 
+    def train_input_length(self) -> int | None:
+        """Longest model input (tokens) of the training data, or None when the task cannot say
+        (position interpolation reads it as M, the longest training length)."""
+        return None
+
     def check_split(self, split: str) -> None:
         if split not in self.splits():
             hint = (" To evaluate several splits give a list, e.g. eval.splits=[iid,sparse] or "

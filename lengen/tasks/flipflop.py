@@ -100,6 +100,12 @@ class FlipFlop(Task):
     def splits(self):
         return list(self.split_p)
 
+    def train_input_length(self) -> int:
+        """Model input length of a training sequence (generated, or the training file's)."""
+        if "train" in self.data:
+            return int(self.data["train"].shape[1] - 1)
+        return 2 * self.n_pairs - 1
+
     def max_input_length(self, splits=None):
         lengths = [2 * self.n_pairs - 1, 2 * self.eval_n_pairs - 1]
         lengths += [d.shape[1] - 1 for d in self.data.values()]

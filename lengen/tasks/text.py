@@ -197,6 +197,10 @@ class Text(Task):
         if self.stride is not None:
             self._check_stride(self.stride, [k])
 
+    def train_input_length(self) -> int:
+        """Training windows have ``seq_len`` tokens."""
+        return self.seq_len
+
     def max_input_length(self, splits=None):
         lengths = [self.length_of(s) for s in (self.splits() if splits is None else splits)]
         return max([self.seq_len] + lengths)

@@ -156,6 +156,10 @@ class ChomskyTask(Task):
         """Model input length (task tokens + placeholders) for input length ``n``."""
         return self.input_length(n) + self.output_length(n)
 
+    def train_input_length(self) -> int:
+        """Longest training model input (task tokens + placeholders) in tokens."""
+        return max(self.model_length(n) for n in range(1, self.max_train_length + 1))
+
     def max_input_length(self, splits: list[str] | None = None) -> int:
         lengths = [parse_split(s) for s in (self.splits() if splits is None else splits)]
         lengths += range(1, self.max_train_length + 1)

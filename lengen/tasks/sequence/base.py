@@ -224,6 +224,11 @@ class SequenceTask(Task):
         predicted, never read). Generation feeds at most this many tokens."""
         return self.sequence_length(n) - 1
 
+    def train_input_length(self) -> int:
+        """Longest training model input in tokens (prompt + answer of the longest training
+        length): M of position interpolation in tokens."""
+        return max(self.input_length(n) for n in range(self.min_length, self.max_train_length + 1))
+
     def train_lengths(self) -> tuple[int, int]:
         """The training range of K (inclusive): shade it in accuracy-vs-length plots."""
         return self.min_length, self.max_train_length

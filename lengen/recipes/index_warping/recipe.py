@@ -1,0 +1,353 @@
+"""``lengen reproduce index-warping``: the algorithmic-task experiments of "Improving Length
+Generalization via Position Index Warping" (Sec. 5.1, Appendix B.1): Fig. 5, Table A, Fig. 6 and
+Fig. C.
+
+Protocol (every scale; ``SCALES`` changes sizes and steps, never the protocol):
+
+* tasks copy, reverse, sort, summation (:mod:`lengen.tasks.sequence`, Kazemnejad et al.'s
+  decoder formats); training lengths K ~ U(2, M), test lengths 2..5M (seen and unseen), with
+  M = 20 for copy / reverse and 8 for sort / summation (``TASK_M``; smaller scales shrink M);
+* a causal decoder (T5-base-like at paper scale: ReLU MLP, RMSNorm pre-norm, dropout 0.1);
+* metric: sequence accuracy (exact match of answer + EOS, teacher forced = greedy) per test length;
+  Table A = its unweighted mean over the evaluated lengths 2..5M, mean over seeds;
+* columns (``MODELS``; CLI keys): ``rope`` (RoPE, positions 0..T-1), ``rope_pi`` (RoPE with
+  position interpolation at evaluation, ratio M / L_te per test length: the ``interpolate``
+  sampler), ``alibi``, ``rpe_10m`` / ``rpe_5m`` / ``rpe_3m`` (RoPE with Ruoss et al.'s randomized
+  positions over [0, L), L = 10M / 5M / 3M), ``ours_sqrt`` / ``ours_beta`` (RoPE with index
+  warping, the ``warp`` sampler: 15% head alpha * j with alpha in {0.4..0.8}, 15% tail l f(j / l)
+  with f = sqrt or the Beta(2, 5) CDF, PI at evaluation), and Fig. 6's ``head_only`` /
+  ``tail_only`` (30% of one warp; ``head_tail`` is ``ours_sqrt``).
+
+Readings where the paper is silent (stated in every caption):
+
+* **M and L_te count tokens** of the model input (prompt + answer), as in the samplers' default
+  ``length_unit="tokens"`` (:mod:`lengen.samplers.interpolate`), so PI maps every test position
+  into the trained range; ``--length-unit items`` uses the paper's item counts instead.
+* **Randomized PE's L = k M** with M the longest training input in tokens. Ruoss et al.'s
+  positions are distinct integers in [0, L), so L must hold the longest test input; when k M is
+  smaller (3M for copy: 3 x 42 < 202 tokens at K = 100) we raise L to the longest test input and
+  the report says so (the paper does not say what it did).
+* **RoPE rotates the whole head** (the paper's eq. 2); Kazemnejad et al.'s code rotates 25%
+  (``--rotary-fraction 0.25``).
+* **Schedule**: the paper's polynomial decay is not implemented in lengen; the paper scale uses
+  linear warm-up (6%) and cosine decay to 0 instead.
+
+Scales:
+
+* ``paper``: all 4 tasks x 10 columns x 3 seeds; 12 layers, 12 heads, d_model 768, d_ff 3072,
+  dropout 0.1; AdamW lr 3e-5, weight decay 0.05, batch 64, 40,000 steps, 6% warm-up; a fixed
+  training set of 100K examples; every test length 2..5M with 10K test sequences in all
+  (ceil(10000 / (5M - 1)) per length). GPU.
+* ``cpu``: sized for about 90 minutes on a 2-core CPU with ``--workers 2`` (check with
+  ``--estimate``; the lead runs it): the 4 tasks at the paper's M, 7 columns (``CPU_MODELS``:
+  RoPE, RoPE+PI, ALiBi, R.P. (3M), ours (sqrt), head_only, tail_only; ``--models`` adds the
+  others), one seed, a small decoder (3 layers, 4 heads, d_model 128), 3,000 steps at batch 64,
+  lr 1e-3, test lengths 2..5M strided (both ends, M and M + 1 kept), 64 sequences per length.
+  ``--estimate --workers 2`` on the shared, loaded 2-core development machine measured 3-15
+  min per run, 1.9 h for these 7 columns (2.7 h for all 10): a quiet machine should be faster,
+  but the 90-minute target is not confirmed; not yet run. One probe (copy, ``ours_sqrt``, seed 0,
+  one thread, loaded machine, ~12 min): training loss 0.005 by step 1,750; sequence accuracy 100%
+  at every seen length 2..20 and at 21, 22; 98 / 95 / 91 / 67 / 44% at K = 27 / 32 / 37 / 42 /
+  47; 0 from K = 62. So the model fits its training distribution at this size; whether RoPE and
+  RoPE+PI fall behind it was not probed.
+* ``smoke``: seconds, for tests (copy with M = 3, a tiny model; numbers are meaningless).
+
+Outputs in ``--out`` (default ``runs/index-warping-<scale>``): one run directory per task x column x
+seed (``lengen.sweep``), ``results.csv`` (every row), ``table_a.md`` / ``table_a.csv`` (ours beside
+the published Table A, plus our seen / unseen averages), and per task ``fig5-<task>.png``,
+``fig6-<task>.png``, ``figC-<task>.png`` (accuracy vs length, training lengths shaded).
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from lengen.recipes.index_warping.published import PAPER_TABLE_A, UNCERTAIN_ROWS
+
+#: M (longest training length, items) of each task in the paper
+TASK_M = {"copy": 20, "reverse": 20, "sort": 8, "summation": 8}
+TEST_FACTOR = 5          # test lengths 2..5M
+
+# columns: key -> (label, posenc, position sampler, sampler kwargs); randomized: L = k M below
+MODELS = {
+    "rope": ("RoPE", "rope", "identity", {}),
+    "rope_pi": ("RoPE+PI", "rope", "interpolate", {}),
+    "alibi": ("ALiBi", "alibi", "identity", {}),
+    "rpe_10m": ("R.P. (10M)", "rope", "randomized", {"k": 10}),
+    "rpe_5m": ("R.P. (5M)", "rope", "randomized", {"k": 5}),
+    "rpe_3m": ("R.P. (3M)", "rope", "randomized", {"k": 3}),
+    "ours_sqrt": ("Ours (sqrt)", "rope", "warp", {"preset": "head_tail", "skew": "sqrt"}),
+    "ours_beta": ("Ours (beta)", "rope", "warp", {"preset": "head_tail", "skew": "beta"}),
+    "head_only": ("head_only", "rope", "warp", {"preset": "head_only", "skew": "sqrt"}),
+    "tail_only": ("tail_only", "rope", "warp", {"preset": "tail_only", "skew": "sqrt"}),
+}
+#: which columns each exhibit shows (Fig. 5's R.P. is the 10M one, Sec. 5.1)
+FIG5 = ("rope", "rope_pi", "alibi", "rpe_10m", "ours_sqrt")
+TABLE_A = ("rope", "rope_pi", "alibi", "rpe_10m", "rpe_5m", "rpe_3m", "ours_sqrt", "ours_beta")
+FIG6 = ("head_only", "tail_only", "ours_sqrt")
+FIG6_LABELS = {"ours_sqrt": "head_tail"}
+FIGC = ("rpe_3m", "rpe_5m", "rpe_10m")
+
+#: the cpu scale's columns: the Fig. 5 contrast (RoPE, RoPE+PI, ALiBi, ours) with the best
+#: published randomized PE (3M) and Fig. 6's ablations; --models adds the others
+CPU_MODELS = ("rope", "rope_pi", "alibi", "rpe_3m", "ours_sqrt", "head_only", "tail_only")
+
+# --- sizes: one dict per scale ----------------------------------------------------------------
+SCALES = {
+    "smoke": dict(tasks=("copy",), M={"copy": 3}, models=tuple(MODELS), seeds=(0,),
+                  model=dict(d_model=16, n_layers=1, n_heads=2, d_ff=32, dropout=0.0),
+                  steps=3, batch_size=8, lr=1e-3, warmup_steps=0, weight_decay=0.05,
+                  min_lr_frac=0.0, train_size=None, test_stride=4, eval_sequences=4,
+                  eval_batch_size=4, ckpt_every=0),
+    "cpu": dict(tasks=tuple(TASK_M), M=dict(TASK_M), models=CPU_MODELS, seeds=(0,),
+                model=dict(d_model=128, n_layers=3, n_heads=4, d_ff=512, dropout=0.0),
+                steps=3000, batch_size=64, lr=1e-3, warmup_steps=150, weight_decay=0.05,
+                min_lr_frac=0.0, train_size=None, test_stride=None, eval_sequences=64,
+                eval_batch_size=64, ckpt_every=500),
+    "paper": dict(tasks=tuple(TASK_M), M=dict(TASK_M), models=tuple(MODELS), seeds=(0, 1, 2),
+                  model=dict(d_model=768, n_layers=12, n_heads=12, d_ff=3072, dropout=0.1),
+                  steps=40_000, batch_size=64, lr=3e-5, warmup_steps=2400, weight_decay=0.05,
+                  min_lr_frac=0.0, train_size=100_000, test_stride=1, eval_sequences=None,
+                  eval_batch_size=128, ckpt_every=2000),
+}
+PAPER_TEST_SEQUENCES = 10_000          # in all, spread over the test lengths 2..5M
+
+
+def task_lengths(task: str, scale: str) -> tuple[int, list[int]]:
+    """(M, the evaluated test lengths 2..5M): every length, or a stride keeping 2, M and 5M."""
+    from lengen.eval.length_sweep import sweep_lengths
+    from lengen.registry import lookup
+
+    s = lookup(SCALES, scale, "scale")
+    M = s["M"][task]
+    top = TEST_FACTOR * M
+    stride = s["test_stride"] or max(1, M // 4)
+    return M, sorted(set(sweep_lengths(2, top, stride)) | {M, M + 1})
+
+
+def eval_sequences(task: str, scale: str) -> int:
+    s = SCALES[scale]
+    if s["eval_sequences"] is not None:
+        return s["eval_sequences"]
+    M = s["M"][task]
+    return -(-PAPER_TEST_SEQUENCES // (TEST_FACTOR * M - 1))
+
+
+def randomized_L(task_obj, k: int, test_lengths) -> tuple[int, bool]:
+    """(L, raised): L = k x the longest training input (tokens), raised to the longest test
+    input when smaller (positions are distinct integers in [0, L))."""
+    from lengen.tasks.splits import length_splits
+
+    L = k * task_obj.train_input_length()
+    need = task_obj.max_input_length(length_splits(test_lengths))
+    return (need, True) if need > L else (L, False)
+
+
+def run_config(task: str, model: str, scale: str = "cpu", seed: int = 0, *,
+               length_unit: str = "tokens", rotary_fraction: float = 1.0, device: str = "cpu",
+               name: str | None = None) -> dict:
+    """Config dict of one run: column ``model`` on ``task`` at ``scale``."""
+    from lengen.registry import lookup
+    from lengen.tasks import build_task
+    from lengen.tasks.splits import length_splits
+
+    s = lookup(SCALES, scale, "scale")
+    lookup(TASK_M, task, "task")
+    _, posenc, positions, extra = lookup(MODELS, model, "Table A / Fig. 6 column")
+    M, lengths = task_lengths(task, scale)
+    task_kwargs = {"min_length": 2, "max_train_length": M, "max_eval_length": TEST_FACTOR * M}
+    if s["train_size"]:
+        task_kwargs["train_size"] = s["train_size"]
+    mc = dict(s["model"], mlp="relu", norm="rms", norm_position="pre", posenc=posenc,
+              positions=positions)
+    if posenc == "rope" and rotary_fraction != 1.0:
+        mc["posenc_kwargs"] = {"rotary_fraction": rotary_fraction}
+    if positions == "randomized":
+        t = build_task(task, **task_kwargs)
+        L, _ = randomized_L(t, extra["k"], lengths)
+        mc["positions_kwargs"] = {"max_length": L}
+    elif positions in ("interpolate", "warp"):
+        mc["positions_kwargs"] = dict(extra, length_unit=length_unit)
+    train = {"steps": s["steps"], "batch_size": s["batch_size"], "lr": s["lr"],
+             "warmup_steps": s["warmup_steps"], "min_lr_frac": s["min_lr_frac"],
+             "weight_decay": s["weight_decay"], "betas": [0.9, 0.999], "schedule": "cosine",
+             "seed": seed, "data_seed": seed, "ckpt_every": s["ckpt_every"], "log_every": 50,
+             "device": device}
+    return {"name": name or run_name(task, model, seed), "model": mc,
+            "task": {"name": task, "kwargs": task_kwargs}, "train": train,
+            "eval": {"splits": length_splits(lengths), "sequences": eval_sequences(task, scale),
+                     "batch_size": s["eval_batch_size"], "seed": 1234}}
+
+
+def run_name(task: str, model: str, seed: int) -> str:
+    return f"{task}-{model}-s{seed}"
+
+
+def _select(given, valid, default, what):
+    chosen = list(given or default)
+    bad = [x for x in chosen if x not in valid]
+    if bad:
+        raise ValueError(f"unknown {what}(s) {bad}. Valid: {', '.join(valid)}")
+    return chosen
+
+
+def build_specs(scale: str = "cpu", *, tasks=None, models=None, seeds=None,
+                length_unit: str = "tokens", rotary_fraction: float = 1.0, device: str = "cpu"):
+    """RunSpecs of tasks x columns x seeds (tags: task, model, seed)."""
+    from lengen.registry import lookup
+    from lengen.sweep import Grid, RunSpec
+
+    s = lookup(SCALES, scale, "scale")
+    tasks = _select(tasks, TASK_M, s["tasks"], "task")
+    models = _select(models, MODELS, s["models"], "column")
+    seeds = list(s["seeds"] if seeds is None else seeds)
+    grid = Grid(axes={"task": {t: {} for t in tasks}, "model": {m: {} for m in models},
+                      "seed": {x: {} for x in seeds}},
+                name=lambda g: run_name(g["task"], g["model"], g["seed"]))
+    return [RunSpec(spec.name, run_config(spec.tags["task"], spec.tags["model"], scale,
+                                          spec.tags["seed"], length_unit=length_unit,
+                                          rotary_fraction=rotary_fraction, device=device,
+                                          name=spec.name), dict(spec.tags))
+            for spec in grid]
+
+
+def default_device(scale: str) -> str:
+    import torch
+
+    return "cuda" if scale == "paper" and torch.cuda.is_available() else "cpu"
+
+
+def caption(scale: str, *, seeds, length_unit: str = "tokens", rotary_fraction: float = 1.0,
+            wall_seconds: float | None = None) -> str:
+    s = SCALES[scale]
+    m = s["model"]
+    n_eval = (f"{s['eval_sequences']} sequences per test length" if s["eval_sequences"]
+              else f"{PAPER_TEST_SEQUENCES:,} test sequences spread over the lengths")
+    every = "every length" if s["test_stride"] == 1 else "strided"
+    rotated = ("the whole head" if rotary_fraction == 1
+               else f"{rotary_fraction:g} of each head")
+    cap = (f"Index-warping reproduction ({scale} scale): sequence accuracy (%), ours = mean over "
+           f"{len(seeds)} seed(s) {list(seeds)}; published Table A in parentheses. Decoder "
+           f"{m['n_layers']} layers, {m['n_heads']} heads, d_model {m['d_model']}, ReLU MLP "
+           f"{m['d_ff']}, RMSNorm pre-norm, dropout {m['dropout']:g}; AdamW lr {s['lr']:g}, "
+           f"weight decay {s['weight_decay']:g}, batch {s['batch_size']}, {s['steps']} steps, "
+           f"{s['warmup_steps']} warm-up steps then cosine decay (the paper: polynomial); "
+           f"training K ~ U(2, M), test K = 2..5M ({every}), "
+           f"{n_eval}. M and L_te of PI count {length_unit}; randomized PE's L = k x the "
+           f"longest training input in tokens, raised to the longest test input where smaller; "
+           f"RoPE rotates {rotated}.")
+    if wall_seconds is not None:
+        cap += f" Wall time of this invocation: {wall_seconds / 60:.1f} min."
+    return cap
+
+
+def run_index_warping(scale: str = "cpu", out: str | None = None, *, workers: int = 1,
+                      tasks=None, models=None, seeds=None, length_unit: str = "tokens",
+                      rotary_fraction: float = 1.0, backend: str = "local",
+                      threads: int | None = None, device: str | None = None,
+                      quiet: bool | None = None, log=print) -> dict:
+    """Train (or reuse) every run, then write Table A and the figures.
+    Returns ``{"rows", "records", "paths", "sweep"}``."""
+    from lengen.recipes.index_warping.report import write_report
+    from lengen.sweep import run_sweep
+
+    s = SCALES[scale]
+    out = out or os.path.join("runs", f"index-warping-{scale}")
+    device = device or default_device(scale)
+    specs = build_specs(scale, tasks=tasks, models=models, seeds=seeds, length_unit=length_unit,
+                        rotary_fraction=rotary_fraction, device=device)
+    t0 = time.time()
+    res = run_sweep(specs, out, workers=workers, backend=backend, threads=threads,
+                    quiet=(workers > 1) if quiet is None else quiet, log=log)
+    seeds = sorted({sp.tags["seed"] for sp in specs})
+    cap = caption(scale, seeds=seeds, length_unit=length_unit, rotary_fraction=rotary_fraction,
+                  wall_seconds=time.time() - t0)
+    records, paths = write_report(res.rows, out, scale=scale,
+                                  tasks=_select(tasks, TASK_M, s["tasks"], "task"),
+                                  models=_select(models, MODELS, s["models"], "column"),
+                                  caption=cap, log=log)
+    if res.failures:
+        log(f"{len(res.failures)} run(s) failed; see {os.path.join(out, 'failures.json')}. "
+            f"Rerun the same command to retry them (finished runs are reused).")
+    return {"rows": res.rows, "records": records, "paths": paths, "sweep": res}
+
+
+def estimate_time(scale: str = "cpu", *, steps: int = 10, tasks=None, models=None,
+                  seeds: int | None = None, workers: int = 1, threads: int | None = None,
+                  device: str | None = None, log=print) -> dict:
+    """Time ``steps`` training steps per task x column (batches and positions drawn as in
+    training) and one evaluation batch at the longest test length, and extrapolate the grid over
+    ``workers`` processes (``threads`` per worker defaults to what the sweep gives each worker).
+    Evaluation at a shorter length is scaled from the longest as (T / T_max)^2 (conservative).
+    Nothing is written; measure on an otherwise idle machine."""
+    import torch
+
+    from lengen.config import resolve
+    from lengen.train.loop import loss_fn, prepare
+    from lengen.train.optim import build_optimizer
+
+    device = device or default_device(scale)
+    s = SCALES[scale]
+    tasks = _select(tasks, TASK_M, s["tasks"], "task")
+    models = _select(models, MODELS, s["models"], "column")
+    n_seeds = seeds or len(s["seeds"])
+    if threads is None:
+        from lengen.sweep import default_threads
+
+        threads = default_threads(workers)
+    if threads:
+        torch.set_num_threads(threads)
+
+    def sync():
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    per_run = {}
+    for task in tasks:
+        for m in models:
+            cfg = resolve(run_config(task, m, scale, device=device))
+            tsk, model = prepare(cfg)
+            model.to(device).train()
+            opt = build_optimizer(model, cfg.train)
+            gen, pos_gen = torch.Generator().manual_seed(0), torch.Generator().manual_seed(1)
+            elapsed = 0.0
+            for i in range(steps + 1):                      # the first step is a warm-up
+                batch = tsk.train_batch(cfg.train.batch_size, gen).to(device)
+                sync()
+                t0 = time.perf_counter()
+                B, T = batch.inputs.shape
+                pos = model.sample_positions(T, batch_size=B, device=device, generator=pos_gen,
+                                             lengths=batch.lengths(), tokens=batch.inputs)
+                loss = loss_fn(model(batch.inputs, positions=pos), batch)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                sync()
+                elapsed += (time.perf_counter() - t0) if i else 0.0
+            t_step = elapsed / steps
+            model.eval()
+            _, lengths = task_lengths(task, scale)
+            with torch.inference_mode():
+                b = tsk.eval_batch(f"len={max(lengths)}", cfg.eval.batch_size, gen).to(device)
+                sync()
+                t0 = time.perf_counter()
+                model(b.inputs, positions=model.sample_positions(
+                    b.inputs.shape[1], batch_size=b.inputs.shape[0], device=device,
+                    lengths=b.lengths(), tokens=b.inputs))
+                sync()
+                t_max = time.perf_counter() - t0
+            T_max = tsk.input_length(max(lengths))
+            n_batches = -(-cfg.eval.sequences // cfg.eval.batch_size)
+            t_eval = t_max * n_batches * sum((tsk.input_length(n) / T_max) ** 2 for n in lengths)
+            per_run[(task, m)] = t_step * cfg.train.steps + t_eval
+            log(f"{task:>10} {m:>10}: {1000 * t_step:7.1f} ms/step, eval ~{t_eval:6.1f} s -> "
+                f"{per_run[(task, m)] / 60:6.1f} min per run")
+    total = sum(per_run.values()) * n_seeds / max(1, workers)
+    log(f"estimated total: {len(tasks)} tasks x {len(models)} columns x {n_seeds} seed(s) with "
+        f"{workers} worker(s): {total / 3600:.2f} h (torch threads {torch.get_num_threads()})")
+    return {"seconds_per_run": per_run, "total_seconds": total}
+
+
+__all__ = ["SCALES", "MODELS", "CPU_MODELS", "TASK_M", "FIG5", "FIG6", "FIGC", "TABLE_A",
+           "PAPER_TABLE_A", "UNCERTAIN_ROWS", "build_specs", "run_config", "run_index_warping",
+           "estimate_time", "task_lengths", "randomized_L", "caption"]

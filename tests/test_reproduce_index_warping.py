@@ -1,0 +1,99 @@
+"""Index-warping reproduction recipe: smoke run end to end (Table A layout, cells recomputed from
+results.csv, published numbers beside ours, figures), configs of each column and scale, --estimate
+through the CLI, registration, bad names."""
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+
+from lengen.cli import main
+from lengen.recipes import RECIPES
+from lengen.recipes.index_warping import recipe as iw
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("iw") / "smoke")
+    res = iw.run_index_warping("smoke", out, quiet=True, log=lambda *a: None)
+    return out, res
+
+
+def test_smoke_writes_table_a_with_cells_from_the_rows(smoke):
+    import matplotlib.image
+    import pandas as pd
+
+    out, res = smoke
+    assert res["sweep"].ok
+    md = open(os.path.join(out, "table_a.md")).read()
+    header = [line for line in md.splitlines() if line.startswith("| Task")][0]
+    assert [c.strip() for c in header.strip("|").split("|")][1:] == \
+        [iw.MODELS[m][0] for m in iw.MODELS]
+    assert "(43.2)" in md and "(19.2)" in md            # published copy row beside ours
+    rows = pd.read_csv(os.path.join(out, "results.csv"))
+    csv = pd.read_csv(os.path.join(out, "table_a.csv"))
+    assert len(csv) == len(iw.MODELS)
+    M = iw.SCALES["smoke"]["M"]["copy"]
+    for rec in csv.itertuples():
+        r = rows[(rows.model == rec.model) & (rows.metric == "seq_acc")].copy()
+        r["n"] = r.split.str.slice(4).astype(int)
+        assert set(r.n) == set(iw.task_lengths("copy", "smoke")[1])
+        assert math.isclose(rec.all_mean, 100 * r.value.mean(), abs_tol=1e-9)
+        assert math.isclose(rec.seen_mean, 100 * r[r.n <= M].value.mean(), abs_tol=1e-9)
+        assert math.isclose(rec.unseen_mean, 100 * r[r.n > M].value.mean(), abs_tol=1e-9)
+        want = iw.PAPER_TABLE_A["copy"].get(rec.model)
+        assert (math.isnan(rec.paper) if want is None else rec.paper == want)
+    for fig in ("fig5", "fig6", "figC"):
+        img = matplotlib.image.imread(os.path.join(out, f"{fig}-copy.png"))
+        assert img.ndim == 3 and img.shape[1] > 300
+
+
+def test_columns_get_their_samplers():
+    cfg = {m: iw.run_config("copy", m, "cpu") for m in iw.MODELS}
+    assert cfg["rope"]["model"]["positions"] == "identity"
+    assert cfg["rope_pi"]["model"]["positions"] == "interpolate"
+    assert cfg["alibi"]["model"]["posenc"] == "alibi"
+    assert cfg["ours_sqrt"]["model"]["positions_kwargs"] == {"preset": "head_tail",
+                                                             "skew": "sqrt", "length_unit": "tokens"}
+    assert cfg["ours_beta"]["model"]["positions_kwargs"]["skew"] == "beta"
+    assert cfg["head_only"]["model"]["positions_kwargs"]["preset"] == "head_only"
+    # copy, M = 20: longest training input 2 * 20 + 2 = 42 tokens, longest test 2 * 100 + 2
+    L = {m: cfg[m]["model"]["positions_kwargs"]["max_length"] for m in ("rpe_10m", "rpe_5m",
+                                                                         "rpe_3m")}
+    assert L == {"rpe_10m": 420, "rpe_5m": 210, "rpe_3m": 202}     # 3M raised to the test input
+    task = cfg["rope"]["task"]["kwargs"]
+    assert task == {"min_length": 2, "max_train_length": 20, "max_eval_length": 100}
+    lengths = iw.task_lengths("copy", "cpu")[1]
+    assert lengths[0] == 2 and lengths[-1] == 100 and {20, 21} <= set(lengths)
+    assert iw.task_lengths("sort", "paper")[1] == list(range(2, 41))
+    paper = iw.run_config("sort", "ours_sqrt", "paper")
+    assert paper["train"]["lr"] == 3e-5 and paper["train"]["steps"] == 40_000
+    assert paper["task"]["kwargs"]["train_size"] == 100_000
+    assert paper["eval"]["sequences"] == math.ceil(10_000 / 39)
+    frac = iw.run_config("copy", "rope", "cpu", rotary_fraction=0.25)
+    assert frac["model"]["posenc_kwargs"] == {"rotary_fraction": 0.25}
+
+
+def test_configs_resolve_and_fill_M():
+    import lengen
+
+    cfg = lengen.resolve(iw.run_config("reverse", "rope_pi", "cpu"))
+    assert cfg.model.positions_kwargs["train_length"] == 2 * 20 + 2
+    cfg = lengen.resolve(iw.run_config("sort", "ours_sqrt", "cpu", length_unit="items"))
+    assert cfg.model.positions_kwargs["train_length"] == 8
+
+
+def test_estimate_through_the_cli(capsys):
+    assert "index-warping" in RECIPES
+    assert main(["reproduce", "index-warping", "--scale", "smoke", "--estimate",
+                 "--models", "rope", "ours_sqrt"]) == 0
+    text = capsys.readouterr().out
+    assert "ms/step" in text and "estimated total: 1 tasks x 2 columns" in text
+
+
+def test_bad_names():
+    with pytest.raises(ValueError, match="unknown column"):
+        iw.build_specs("smoke", models=["rope", "yarn"])
+    with pytest.raises(ValueError, match="unknown task"):
+        iw.build_specs("smoke", tasks=["addition"])
