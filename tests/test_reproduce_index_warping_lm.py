@@ -1,10 +1,9 @@
 """Index-warping LM reproduction (``lengen reproduce index-warping-lm``).
 
-The ``interpolate`` and ``warp`` samplers come from issue 12 (another branch). Until they are on
-this branch, the tests register small stand-ins (below, in the test only) under those names with
-the keyword arguments the recipe passes; the lead rewires these tests to the real samplers after
-merging. Without any sampler registered, the recipe refuses the models that need them, with a
-clear message, and runs the others."""
+Runs on issue 12's real ``interpolate`` and ``warp`` samplers (lengen/samplers/). The small
+stand-ins below remain for two tests only: one that removes the real samplers (the recipe must
+then refuse the models that need them, with a clear message, and run the others) and one that
+registers a sampler with other keyword names (the recipe must say where its kwargs are named)."""
 from __future__ import annotations
 
 import importlib
@@ -83,33 +82,32 @@ class StandInWarp(StandInInterpolate):
         return torch.where(tail[:, None], warped_tail, out)
 
 
-@pytest.fixture
-def stand_ins(monkeypatch):
-    monkeypatch.setitem(P.SAMPLERS, "interpolate", StandInInterpolate)
-    monkeypatch.setitem(P.SAMPLERS, "warp", StandInWarp)
-
-
 def cell_table(md: str):
     lines = [line for line in md.splitlines() if line.startswith("| ")]
     return [[c.strip() for c in line.strip("|").split(" | ")] for line in lines]
 
 
-def test_the_stand_in_warp_follows_the_papers_equations():
-    torch.manual_seed(0)
-    s = StandInWarp(16, p_head=0.5, p_tail=0.5, alpha=1 / 6)
-    pos = s.sample(16, training=True, batch_size=64, generator=torch.Generator().manual_seed(1))
+def test_the_real_warp_sampler_with_the_recipes_kwargs_follows_the_papers_equations():
+    """Head warping alpha j (eq. 7) or tail warping l F(j / l) with F the Beta(2, 5) CDF (eq. 8),
+    per row, with the kwargs the recipe passes; interpolation j M / l at evaluation."""
+    s = P.SAMPLERS["warp"](**iw.warp_kwargs(16, p_head=0.5, p_tail=0.5, alpha=6))
+    pos = s.sample(16, training=True, batch_size=64, generator=torch.Generator().manual_seed(1),
+                   lengths=torch.full((64,), 16))
     j = torch.arange(16.0)
-    for row in pos:
-        assert torch.allclose(row, j / 6) or torch.allclose(row, 16 * beta25_cdf(j / 16))
+    head = [torch.allclose(row, j / 6, atol=1e-6) for row in pos]
+    tail = [torch.allclose(row, 16 * beta25_cdf(j / 16), atol=1e-5) for row in pos]
+    assert all(h or t for h, t in zip(head, tail)) and any(head) and any(tail)
     ev = s.sample(64, training=False, batch_size=2, lengths=torch.tensor([64, 64]))
     assert torch.allclose(ev, torch.arange(64.0).expand(2, -1) / 4)
 
 
-def test_without_the_samplers_the_recipe_says_what_it_needs(capsys):
-    from lengen.positions import SAMPLERS
+@pytest.fixture
+def no_warp_samplers(monkeypatch):
+    monkeypatch.delitem(P.SAMPLERS, "warp", raising=False)
+    monkeypatch.delitem(P.SAMPLERS, "interpolate", raising=False)
 
-    if "warp" in SAMPLERS and "interpolate" in SAMPLERS:
-        pytest.skip("issue 12's samplers are installed")
+
+def test_without_the_samplers_the_recipe_says_what_it_needs(capsys, no_warp_samplers):
     with pytest.raises(ValueError, match=iw.NEEDS_WARP) as e:
         iw.build_specs("smoke")
     assert "--models RoPE RandPE-8072 RandPE-4096 RandPE-1024 ALiBi" in str(e.value)
@@ -135,12 +133,12 @@ def test_model_settings_follow_the_paper():
     cfg = iw.model_config("Ours", "paper")
     kw = cfg["model"]["positions_kwargs"]
     assert cfg["model"]["positions"] == "warp" and cfg["model"]["posenc"] == "rope"
-    assert (kw["p_head"], kw["p_tail"], kw["alpha"], kw["f_skew"]) == (0.15, 0.15, 1 / 6, "beta")
+    assert (kw["p_head"], kw["p_tail"], kw["alphas"], kw["skew"]) == (0.15, 0.15, 1 / 6, "beta")
     assert (kw["beta_a"], kw["beta_b"], kw["train_length"]) == (2.0, 5.0, 512)
     for m, (ph, pt) in (("head_only", (0.30, 0.0)), ("tail_only", (0.0, 0.30))):
         kw = iw.model_config(m, "paper")["model"]["positions_kwargs"]
-        assert (kw["p_head"], kw["p_tail"], kw["alpha"]) == (ph, pt, 1 / 6)
-    assert [iw.model_config(f"alpha-{d}", "paper")["model"]["positions_kwargs"]["alpha"]
+        assert (kw["p_head"], kw["p_tail"], kw["alphas"]) == (ph, pt, 1 / 6)
+    assert [iw.model_config(f"alpha-{d}", "paper")["model"]["positions_kwargs"]["alphas"]
             for d in (2, 4, 8)] == [1 / 2, 1 / 4, 1 / 8]
     # randomized PE: L as the paper's at T = 512, scaled with T; lengths past L are not run
     for m, L in (("RandPE-8072", 8072), ("RandPE-4096", 4096), ("RandPE-1024", 1024)):
@@ -165,15 +163,9 @@ def test_paper_lengths_map_by_multiple_of_the_training_length():
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setitem(P.SAMPLERS, "interpolate", StandInInterpolate)
-    mp.setitem(P.SAMPLERS, "warp", StandInWarp)
     out = str(tmp_path_factory.mktemp("iwlm") / "smoke")
-    try:
-        assert main(["reproduce", "index-warping-lm", "--scale", "smoke", "--out", out]) == 0
-        yield out
-    finally:
-        mp.undo()
+    assert main(["reproduce", "index-warping-lm", "--scale", "smoke", "--out", out]) == 0
+    yield out
 
 
 def test_smoke_through_the_cli_writes_every_table(smoke):
@@ -232,7 +224,7 @@ def test_rope_pi_is_the_rope_run_evaluated_with_interpolation(smoke):
     assert cfg["model"]["positions"] == "warp"
 
 
-def test_rerun_reuses_runs_and_the_pi_evaluation(smoke, stand_ins, monkeypatch, capsys):
+def test_rerun_reuses_runs_and_the_pi_evaluation(smoke, monkeypatch, capsys):
     from lengen.train import runs
 
     def no(*a, **k):
@@ -244,7 +236,7 @@ def test_rerun_reuses_runs_and_the_pi_evaluation(smoke, stand_ins, monkeypatch, 
     assert "**Table 3**" in capsys.readouterr().out
 
 
-def test_cpu_scale_configs_resolve(stand_ins):
+def test_cpu_scale_configs_resolve():
     specs = iw.build_specs("cpu")
     assert [s.tags["model"] for s in specs] == [m for m in iw.ALL_MODELS if m != "RoPE+PI"]
     for spec in specs:
@@ -258,7 +250,7 @@ def test_cpu_scale_configs_resolve(stand_ins):
             assert kw["eval_lengths"] == [128, 256, 512, 768, 1024, 2048, 4096]
 
 
-def test_estimate_includes_the_pi_evaluation(stand_ins, capsys):
+def test_estimate_includes_the_pi_evaluation(capsys):
     res = iw.estimate_time("smoke", models=["RoPE", "RoPE+PI", "Ours"], steps=2, workers=1,
                            threads=1)
     assert set(res["per_run"]) == {"RoPE-s0", "Ours-s0"}

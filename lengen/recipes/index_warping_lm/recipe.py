@@ -29,7 +29,7 @@ protocol):
   - Table B: ``alpha-2``, ``alpha-4``, ``alpha-8``: Ours with alpha = 1/2, 1/4, 1/8 (1/6 is Ours;
     the paper does not say which model Table B varies, see :mod:`.published`).
 
-* The warping and interpolation samplers are issue 12's (branch ``warp``), registered as
+* The warping and interpolation samplers are lengen/samplers/ (issue 12), registered as
   ``warp`` and ``interpolate``: :func:`interpolate_kwargs` and :func:`warp_kwargs` are the one
   place that names their keyword arguments. Without them installed, the models that need them
   fail before anything runs with a message saying so; the others run.
@@ -138,7 +138,8 @@ def warp_kwargs(train_length: int, *, p_head: float, p_tail: float, alpha: int) 
     """``warp``: per training instance, head warping (alpha j) with probability ``p_head``, tail
     warping (l F(j / l), F the Beta(2, 5) CDF) with ``p_tail``; interpolation at evaluation."""
     return {"train_length": int(train_length), "p_head": float(p_head), "p_tail": float(p_tail),
-            "alpha": 1.0 / alpha, "f_skew": "beta", "beta_a": BETA[0], "beta_b": BETA[1]}
+            "alphas": 1.0 / alpha, "skew": "beta", "beta_a": BETA[0], "beta_b": BETA[1],
+            "eval_mode": "interpolate"}
 
 
 def randomized_L(model: str, seq_len: int) -> int:
@@ -177,7 +178,7 @@ def check_available(models) -> None:
         lacking = [m for m in models if set(samplers_needed([m])) & set(missing)]
         others = [m for m in models if m not in lacking]
         raise ValueError(
-            f"the index-warping LM study {NEEDS_WARP} (issue 12, branch 'warp'): position "
+            f"the index-warping LM study {NEEDS_WARP} (lengen/samplers/, issue 12): position "
             f"sampler(s) {', '.join(repr(n) for n in missing)} are not registered in "
             f"lengen.positions.SAMPLERS (registered: {', '.join(sorted(SAMPLERS))}), and "
             f"{', '.join(lacking)} use them. Install a lengen with them, or run the others: "
