@@ -264,6 +264,21 @@ def check_components(cfg: ExperimentConfig):
     # build each component once (as prepare() will), without touching the caller's RNG
     with torch.random.fork_rng(devices=[]):
         task = construct(parts["task.kwargs"][2], cfg.task.kwargs, what=what("task.kwargs"))
+        splits = cfg.eval.splits or task.splits()
+        for split in splits:
+            try:
+                task.check_split(split)
+            except ValueError as e:
+                raise ConfigError(f"eval.splits: {e}") from None
+        from_task = getattr(parts["model.positions_kwargs"][2], "from_task", None)
+        if from_task is not None:
+            # a sampler that reads the token structure (coupling, abacus) takes the token ids
+            # from the task; the resolved config keeps them, so a run directory rebuilds it
+            try:
+                m.positions_kwargs = from_task(task, dict(m.positions_kwargs), splits)
+            except ValueError as e:
+                raise ConfigError(f"{what('model.positions_kwargs')}: {e}") from None
+            checked["model.positions_kwargs"] = m.positions_kwargs
         sampler = construct(parts["model.positions_kwargs"][2], m.positions_kwargs,
                             what=what("model.positions_kwargs"))
         posenc = construct(parts["model.posenc_kwargs"][2], m.posenc_kwargs,
@@ -277,12 +292,6 @@ def check_components(cfg: ExperimentConfig):
         raise ConfigError(f"task '{cfg.task.name}' needs model.causal={str(task.causal).lower()} "
                           f"({'a causal decoder' if task.causal else 'a bidirectional encoder'}); "
                           f"set model.causal={str(task.causal).lower()}")
-    splits = cfg.eval.splits or task.splits()
-    for split in splits:
-        try:
-            task.check_split(split)
-        except ValueError as e:
-            raise ConfigError(f"eval.splits: {e}") from None
     try:
         posenc.check_positions(sampler.max_position(task.max_input_length(splits)))
     except ConfigError:

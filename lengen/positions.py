@@ -183,11 +183,16 @@ class LabelSampler(RandomizedSampler):
         return super().describe()
 
 
+# token-structured samplers for arithmetic (position coupling, Abacus) live in their own module
+from lengen.positions_digits import AbacusSampler, CouplingSampler  # noqa: E402
+
 # Literal registry: the CLI name is the key. Later samplers (interpolate, warp) plug in here.
 SAMPLERS: dict[str, type[PositionSampler]] = {
     "identity": IdentitySampler,
     "randomized": RandomizedSampler,
     "label": LabelSampler,
+    "coupling": CouplingSampler,
+    "abacus": AbacusSampler,
 }
 
 

@@ -87,3 +87,14 @@ def fot_reference(q, k, v, log_f, bias=None, scale=None):
             heads.append(torch.stack(rows))
         out.append(torch.stack(heads))
     return torch.stack(out)
+
+
+def sampler_test_kwargs(name: str, vocab_size: int = 5) -> dict:
+    """Keyword arguments that build sampler ``name`` for a toy model over ``vocab_size`` ids in
+    the grids that run every sampler: randomized ranges of 64, and for the token-structured
+    samplers (coupling, abacus) the two highest ids as digits (no task fills them there)."""
+    if name == "identity":
+        return {}
+    if name in ("coupling", "abacus"):
+        return {"digit_ids": [vocab_size - 2, vocab_size - 1], "max_digits": 64}
+    return {"max_length": 64}

@@ -17,6 +17,7 @@ import lengen.posenc.fire as fire_module
 from lengen.model import ModelConfig, Transformer
 from lengen.positions import SAMPLERS, RandomizedSampler
 from lengen.posenc import FIRE
+from reference_loops import sampler_test_kwargs
 
 H, D = 3, 4
 F64 = dict(rtol=1e-10, atol=1e-10)
@@ -312,7 +313,7 @@ def test_per_layer_needs_a_scheme_with_learned_bias():
 @pytest.mark.parametrize("causal", [True, False])
 def test_model_runs_with_every_sampler(sampler, causal):
     torch.manual_seed(0)
-    kw = {} if sampler == "identity" else {"max_length": 64}
+    kw = sampler_test_kwargs(sampler)
     model = Transformer(ModelConfig(vocab_size=5, d_model=16, n_layers=2, n_heads=2, posenc="fire",
                                     positions=sampler, positions_kwargs=kw, causal=causal,
                                     posenc_kwargs={"L_init": 16.0}))   # rows beyond L as well

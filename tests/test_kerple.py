@@ -16,6 +16,7 @@ import lengen.posenc.kerple_log as kerple_module
 from lengen.model import ModelConfig, Transformer
 from lengen.positions import SAMPLERS, RandomizedSampler
 from lengen.posenc import KerpleLog
+from reference_loops import sampler_test_kwargs
 
 H, D = 3, 4
 F64 = dict(rtol=1e-12, atol=1e-12)
@@ -207,7 +208,7 @@ def test_bad_kwargs_name_the_key(kwargs, key):
 @pytest.mark.parametrize("causal", [True, False])
 def test_model_runs_with_every_sampler(sampler, causal):
     torch.manual_seed(0)
-    kw = {} if sampler == "identity" else {"max_length": 64}
+    kw = sampler_test_kwargs(sampler)
     model = Transformer(ModelConfig(vocab_size=5, d_model=16, n_layers=2, n_heads=2,
                                     posenc="kerple_log", positions=sampler, positions_kwargs=kw,
                                     causal=causal))

@@ -132,6 +132,18 @@ class Addition(SequenceTask):
     def digit_ids(self) -> range:
         return range(self.first_digit, self.first_digit + 10)
 
+    def token_structure(self, splits: list[str] | None = None) -> dict:
+        """The digit structure token-structured position samplers read (position coupling,
+        Abacus: :mod:`lengen.positions_digits`): the digit, index-hint and blank ids (they make
+        up the numbers; every other token separates them) and ``max_digits``, the widest number
+        (n + 1 digits with the zero pad) over the training lengths and ``splits`` (default: the
+        task's splits)."""
+        ns = [self._parse(s) for s in (self.splits() if splits is None else splits)]
+        ns += [self.max_train_length]
+        return {"digit_ids": list(self.digit_ids),
+                "hint_ids": list(range(self.first_hint, self.first_hint + len(HINTS))),
+                "blank_ids": [BLANK], "max_digits": self._width(max(ns))}
+
     # ---- lengths ------------------------------------------------------------------------------
     def _width(self, n: int) -> int:
         return n + 1                                    # digits per number (one zero pad)
