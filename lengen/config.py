@@ -52,6 +52,7 @@ class TrainConfig:
     data_seed: int = 0                # training data order (independent of init, Zhou et al.)
     eval_every: int = 0               # 0 = only at the end
     eval_sequences: int = 256         # per split during periodic evaluation
+    eval_splits: list | None = None   # splits of the periodic evaluation (default: eval.splits)
     ckpt_every: int = 0               # 0 = only at the end (and on interrupt)
     keep_checkpoints: int = 2         # newest checkpoints kept (0 = keep all)
     log_every: int = 10               # 0 = no loss lines in metrics.jsonl
@@ -110,6 +111,9 @@ TRAIN_RULES = {
     "data_seed": SEED,
     "eval_every": Int(min=0),
     "eval_sequences": Int(min=1),
+    "eval_splits": Seq(Str(what="a split name"), min_len=1, unique=True, scalar_ok=True,
+                       optional=True, what="a non-empty list of distinct split names such as "
+                                           "[len=10, len=20]"),
     "ckpt_every": Int(min=0),
     "keep_checkpoints": Int(min=0),
     "log_every": Int(min=0),
@@ -140,7 +144,8 @@ RUNTIME_KEYS = ("train.threads", "train.progress", "train.device", "train.tensor
 #: keys a resumed training run may change: the runtime keys, plus those that only shape the final
 #: evaluation (recomputed in full at the end) or when periodic evaluation happens (evaluation is
 #: deterministic and never touches the training RNG). eval.seed, eval.splits and
-#: train.eval_sequences are compared: they change the periodic values already in metrics.jsonl.
+#: train.eval_sequences / train.eval_splits are compared: they change the periodic values already
+#: in metrics.jsonl.
 RESUME_IGNORED = RUNTIME_KEYS + ("train.eval_every", "eval.sequences", "eval.batch_size", "name")
 
 
@@ -265,11 +270,15 @@ def check_components(cfg: ExperimentConfig):
     with torch.random.fork_rng(devices=[]):
         task = construct(parts["task.kwargs"][2], cfg.task.kwargs, what=what("task.kwargs"))
         splits = cfg.eval.splits or task.splits()
-        for split in splits:
-            try:
-                task.check_split(split)
-            except ValueError as e:
-                raise ConfigError(f"eval.splits: {e}") from None
+        for key, names in (("eval.splits", splits), ("train.eval_splits",
+                                                     cfg.train.eval_splits or [])):
+            for split in names:
+                try:
+                    task.check_split(split)
+                except ValueError as e:
+                    raise ConfigError(f"{key}: {e}") from None
+        # every split the run evaluates, at the end or periodically
+        splits = list(dict.fromkeys(list(splits) + list(cfg.train.eval_splits or [])))
         from_task = getattr(parts["model.positions_kwargs"][2], "from_task", None)
         if from_task is not None:
             # a sampler that reads the token structure (coupling, abacus) takes the token ids
@@ -328,9 +337,10 @@ def config_diff(old: dict, new: dict, ignore=()) -> list[tuple[str, object, obje
 
     a = flat(json.loads(json.dumps(old, default=str)))
     b = flat(json.loads(json.dumps(new, default=str)))
-    missing = object()
+    # a key one side lacks counts as None: a field added to lengen later with default None
+    # (e.g. train.eval_splits) does not make a run stored before it a different run
     return [(k, a.get(k, "(unset)"), b.get(k, "(unset)")) for k in sorted(set(a) | set(b))
-            if not ignored(k) and a.get(k, missing) != b.get(k, missing)]
+            if not ignored(k) and a.get(k) != b.get(k)]
 
 
 def save_json_atomic(obj, path: str) -> None:
