@@ -160,9 +160,21 @@ class Addition(SequenceTask):
         base = self.prompt_length(n)
         return base + (base - 1) * self.max_spaces if spaces else base
 
-    def input_length(self, n):
-        spaces = self.random_spaces > 0
+    def input_length(self, n, spaces: bool | None = None):
+        """Longest model input for n digits, with random blanks (the default when the task
+        inserts any) or without."""
+        spaces = self.random_spaces > 0 if spaces is None else spaces
         return self.max_prompt_length(n, spaces) + self.answer_length(n)
+
+    def max_input_length(self, splits: list[str] | None = None) -> int:
+        """Longest model input of the training lengths (with blanks, when random spaces are
+        on) and of ``splits`` (with blanks only when ``random_spaces_eval``): a clean test set
+        is not held to the length a blank in every gap would give it."""
+        spaces = self.random_spaces > 0
+        test = [self._parse(s) for s in (self.splits() if splits is None else splits)]
+        return max([self.input_length(n, spaces)
+                    for n in range(self.min_length, self.max_train_length + 1)]
+                   + [self.input_length(n, spaces and self.random_spaces_eval) for n in test])
 
     # ---- sampling -----------------------------------------------------------------------------
     def sample_operands(self, n: int, batch_size: int, g: torch.Generator):
