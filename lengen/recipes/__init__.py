@@ -11,6 +11,7 @@ line) and description (first paragraph). A new reproduction is one package and o
 RECIPES: dict[str, str] = {
     "tra-flipflop": "lengen.recipes.tra_flipflop.cli",
     "randomized-pe": "lengen.recipes.randomized_pe.cli",
+    "addition": "lengen.recipes.addition.cli",
 }
 
 __all__ = ["RECIPES"]
