@@ -11,7 +11,7 @@ import pytest
 from lengen.cli import main
 from lengen.config import resolve
 from lengen.recipes import RECIPES
-from lengen.recipes.addition import published, recipe as add
+from lengen.recipes.addition import published, recipe as add, specs
 from lengen.recipes.addition.report import (FIT, REACH, UNFIT, _claim_rows, best, reach,
                                             run_scores, write_table)
 
@@ -211,7 +211,8 @@ def test_a_diverging_run_is_recorded_not_fatal(tmp_path, monkeypatch, capsys):
             cfg["train"]["lr"] = 1e30
         return cfg
 
-    monkeypatch.setattr(add, "run_config", exploding)
+    # build_specs (lengen.recipes.addition.specs) looks run_config up in its own module
+    monkeypatch.setattr(specs, "run_config", exploding)
     out = str(tmp_path / "div")
     code = main(["reproduce", "addition", "--scale", "smoke", "--out", out, "--settings",
                  "fire", "rope", "--no-heatmap", "--no-train-lengths"])

@@ -21,7 +21,7 @@ def add_arguments(q) -> None:
                                    "e.g. 0 1 for cpu); the data order is seed 0")
     q.add_argument("--settings", nargs="+", default=None, metavar="SETTING",
                    help="subset of settings (default: the scale's), e.g. fire rope "
-                        "fire-nohints coupling; see lengen.recipes.addition.recipe.SETTINGS")
+                        "fire-nohints coupling; see lengen.recipes.addition.specs.SETTINGS")
     q.add_argument("--no-train-lengths", dest="train_lengths", action="store_false",
                    help="skip FIRE at the other training lengths (Fig. 13)")
     q.add_argument("--no-heatmap", dest="heatmap", action="store_false",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 
-from lengen.recipes.addition.recipe import FIGURES, PE_LABELS, PES, SCALES, SETTINGS
+from lengen.recipes.addition.specs import FIGURES, PE_LABELS, PES, SCALES, SETTINGS
 
 
 def _plt():

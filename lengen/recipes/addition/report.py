@@ -24,8 +24,8 @@ import math
 import os
 
 from lengen.recipes.addition.published import BEYOND, CLAIMS, PAPER_REACH
-from lengen.recipes.addition.recipe import (FIGURES, PE_LABELS, PES, SCALES, SETTINGS,
-                                            is_divergence)
+from lengen.recipes.addition.recipe import is_divergence
+from lengen.recipes.addition.specs import FIGURES, PE_LABELS, PES, SCALES, SETTINGS
 
 REACH = 90.0        # % EM the reach requires at every length up to it
 FIT = 90.0          # % in-distribution EM below which a run did not fit its training lengths
