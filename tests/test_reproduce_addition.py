@@ -22,7 +22,7 @@ def test_registered_and_published_claims_are_well_formed():
     assert len(keys) == len(set(keys)) and "fire_100" in keys and "single_digit" in keys
     assert published.PAPER_REACH == {40: 100, 30: 45, 20: 25, 10: 10}
     for c in published.CLAIMS:
-        assert c["where"] and c["text"] and c["op"]
+        assert c["where"] and c["text"] and c["op"] and c["paper"]
     fire = next(c for c in published.CLAIMS if c["key"] == "fire_100")
     assert (fire["value"], fire["op"]) == (98.0, ">")
     assert set(published.BEYOND) == {"coupling", "abacus"}
@@ -158,6 +158,9 @@ def test_claims_follow_the_rows(tmp_path, monkeypatch):
     assert claims["reversed"]["holds"] == "1 of 1 PEs"
     assert claims["train_length"]["holds"] == "yes"          # reach 2 (N=2) < 5 (N=3)
     assert claims["5m"]["holds"] == "n/a"
+    # the published number stands in its own column beside ours
+    assert claims["fire_100"]["paper"].startswith("> 98% EM at 100 digits")
+    assert claims["train_length"]["paper"] == "reach 40 -> 100, 30 -> 45, 20 -> 25, 10 -> 10"
     # a standard format that beats the reversed one flips the claim
     rows2 = [dict(r, value=0.0) if r["run"] == "f" and r["split"] in ("len=4", "len=5")
              else r for r in rows]
@@ -183,6 +186,9 @@ def test_smoke_end_to_end_through_the_cli(tmp_path, capsys):
         assert f"| {label} |" in table
     claims = open(os.path.join(out, "claims.md")).read()
     assert "> 98% exact match at 100 digits" in claims and "Holds here?" in claims
+    header = next(line for line in claims.splitlines() if line.startswith("| Claim"))
+    assert [c.strip() for c in header.strip("|").split("|")] == [
+        "Claim (where)", "Paper", "Ours at this scale", "Holds here?"]
     with open(os.path.join(out, "results.csv")) as f:
         rows = list(csv.DictReader(f))
     metrics = {r["metric"] for r in rows}

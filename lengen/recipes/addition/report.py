@@ -131,7 +131,8 @@ def _md(path: str, title: str, caption: str, grid, note: str = "") -> None:
     from lengen.analysis.tables import markdown_table
     from lengen.eval.evaluate import write_text_atomic
 
-    text = f"**{title}**\n\n{caption}\n\n{markdown_table(grid, align='l' + 'r' * (len(grid[0]) - 1))}\n"
+    table = markdown_table(grid, align="l" + "r" * (len(grid[0]) - 1))
+    text = f"**{title}**\n\n{caption}\n\n{table}\n"
     write_text_atomic(text + (f"\n{note}\n" if note else ""), path)
 
 
@@ -305,12 +306,14 @@ def _claim_rows(rows, scores, scale: str) -> list[dict]:
                 ours = (f"{len(grid)} FIRE runs: in-distribution EM {_f(min(ind))}..{_f(max(ind))}"
                         f", OOD EM {_f(min(ood))}..{_f(max(ood))}")
                 holds = "yes" if min(ind) >= FIT and max(ood) - min(ood) >= 10 else "no"
-        out.append(dict(key=key, where=c["where"], claim=c["text"], ours=ours, holds=holds))
+        out.append(dict(key=key, where=c["where"], claim=c["text"], paper=c["paper"], ours=ours,
+                        holds=holds))
     for name, info in BEYOND.items():
         r = b(name)
         if r:
             out.append(dict(key=name, where=info["paper"], claim=f"trained {info['train']}: "
-                            f"{info['claim']}", ours=f"best trial: reach {r['reach']} "
+                            f"{info['claim']}", paper=info["claim"],
+                            ours=f"best trial: reach {r['reach']} "
                             f"({r['ratio']:.2f}x), OOD EM {_f(r['ood'])}; FIRE: "
                             + (f"reach {b('fire')['reach']}, OOD EM {_f(b('fire')['ood'])}"
                                if b("fire") else "-"), holds="n/a"))
@@ -319,8 +322,8 @@ def _claim_rows(rows, scores, scale: str) -> list[dict]:
 
 def write_claims(rows, scores, out: str, *, scale: str, caption: str) -> dict:
     recs = _claim_rows(rows, scores, scale)
-    grid = [["Claim (where)", "Ours at this scale", "Holds here?"]]
-    grid += [[f"{r['claim']} ({r['where']})", r["ours"], r["holds"]] for r in recs]
+    grid = [["Claim (where)", "Paper", "Ours at this scale", "Holds here?"]]
+    grid += [[f"{r['claim']} ({r['where']})", r["paper"], r["ours"], r["holds"]] for r in recs]
     paths = {"claims_md": os.path.join(out, "claims.md"),
              "claims_csv": os.path.join(out, "claims.csv")}
     s = SCALES[scale]
