@@ -246,7 +246,7 @@ def estimate_time(scale: str = "cpu", *, settings=None, trials=None, train_lengt
         cfg = resolve(copy.deepcopy(spec.config))
         task, model = prepare(cfg)
         model.to(device).train()
-        opt, sched = build_optimizer(model, cfg.train), None
+        opt = build_optimizer(model, cfg.train)
         sched = build_scheduler(opt, cfg.train)
         gen, pgen = torch.Generator().manual_seed(0), positions_generator(0)
 
@@ -268,9 +268,10 @@ def estimate_time(scale: str = "cpu", *, settings=None, trials=None, train_lengt
         model.eval()
         bs = cfg.eval.batch_size
         # one batch per length, scaled to the sequences evaluated
-        t_final = sum(timed(lambda sp=sp: evaluate(model, task, [sp], n_sequences=min(
-            bs, cfg.eval.sequences), batch_size=bs)) * -(-cfg.eval.sequences // bs) / 1
-            for sp in cfg.eval.splits)
+        n_final = min(bs, cfg.eval.sequences)
+        t_final = sum(timed(lambda sp=sp: evaluate(model, task, [sp], n_sequences=n_final,
+                                                   batch_size=bs)) * cfg.eval.sequences / n_final
+                      for sp in cfg.eval.splits)
         per_eval = sum(timed(lambda sp=sp: evaluate(
             model, task, [sp], n_sequences=cfg.train.eval_sequences, batch_size=bs))
             for sp in cfg.train.eval_splits)

@@ -103,8 +103,7 @@ def run_scores(rows, *, M: int) -> list[dict]:
     return out
 
 
-def best(scores, setting: str, N: int, group_ok=("main", "train_length", "heatmap"),
-         data_seed: int | None = 0) -> dict | None:
+def best(scores, setting: str, N: int, data_seed: int | None = 0) -> dict | None:
     """The best trial (highest OOD EM) of ``setting`` at training length ``N``."""
     runs = trials(scores, setting, N, data_seed=data_seed)
     return max(runs, key=lambda r: (r["ood"] or 0.0, r["in_dist"] or 0.0)) if runs else None
