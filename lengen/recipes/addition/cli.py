@@ -14,9 +14,11 @@ from lengen.recipes.common import add_sweep_arguments
 def add_arguments(q) -> None:
     add_sweep_arguments(q, "addition",
                         scale_help="smoke = seconds (tests), cpu = a small model, train 1..10 "
-                                   "digits, test 1..20, 2 trials, about 90 min on 2 cores with "
-                                   "--workers 2 (check with --estimate), paper = the 25M model, "
-                                   "1..40 -> 100 digits, 10 trials, 50k steps (GPU)",
+                                   "digits, test 1..20, 2 trials, meant for about 90 min on 2 "
+                                   "cores with --workers 2 (check with --estimate; its models "
+                                   "do not yet fit their training lengths, see the recipe "
+                                   "module), paper = the 25M model, 1..40 -> 100 digits, 10 "
+                                   "trials, 50k steps (GPU)",
                         seeds_help="trials = weight-initialisation seeds (default: the scale's, "
                                    "e.g. 0 1 for cpu); the data order is seed 0")
     q.add_argument("--settings", nargs="+", default=None, metavar="SETTING",
