@@ -54,6 +54,7 @@ class TrainConfig:
     data_seed: int = 0                # training data order (independent of init, Zhou et al.)
     eval_every: int = 0               # 0 = only at the end
     eval_sequences: int = 256         # per split during periodic evaluation
+    eval_splits: list | None = None   # splits of the periodic evaluation (default: eval.splits)
     ckpt_every: int = 0               # 0 = only at the end (and on interrupt)
     keep_checkpoints: int = 2         # newest checkpoints kept (0 = keep all)
     log_every: int = 10               # 0 = no loss lines in metrics.jsonl
@@ -114,6 +115,9 @@ TRAIN_RULES = {
     "data_seed": SEED,
     "eval_every": Int(min=0),
     "eval_sequences": Int(min=1),
+    "eval_splits": Seq(Str(what="a split name"), min_len=1, unique=True, scalar_ok=True,
+                       optional=True, what="a non-empty list of distinct split names such as "
+                                           "[len=10, len=20]"),
     "ckpt_every": Int(min=0),
     "keep_checkpoints": Int(min=0),
     "log_every": Int(min=0),
@@ -147,7 +151,8 @@ RUNTIME_KEYS = ("train.threads", "train.progress", "train.device", "train.tensor
 #: keys a resumed training run may change: the runtime keys, plus those that only shape the final
 #: evaluation (recomputed in full at the end) or when periodic evaluation happens (evaluation is
 #: deterministic and never touches the training RNG). eval.seed, eval.splits and
-#: train.eval_sequences are compared: they change the periodic values already in metrics.jsonl.
+#: train.eval_sequences / train.eval_splits are compared: they change the periodic values already
+#: in metrics.jsonl.
 RESUME_IGNORED = RUNTIME_KEYS + ("train.eval_every", "eval.sequences", "eval.batch_size", "name")
 
 
@@ -279,6 +284,25 @@ def check_components(cfg: ExperimentConfig):
     # build each component once (as prepare() will), without touching the caller's RNG
     with torch.random.fork_rng(devices=[]):
         task = construct(parts["task.kwargs"][2], cfg.task.kwargs, what=what("task.kwargs"))
+        splits = cfg.eval.splits or task.splits()
+        for key, names in (("eval.splits", splits), ("train.eval_splits",
+                                                     cfg.train.eval_splits or [])):
+            for split in names:
+                try:
+                    task.check_split(split)
+                except ValueError as e:
+                    raise ConfigError(f"{key}: {e}") from None
+        # every split the run evaluates, at the end or periodically
+        splits = list(dict.fromkeys(list(splits) + list(cfg.train.eval_splits or [])))
+        from_task = getattr(parts["model.positions_kwargs"][2], "from_task", None)
+        if from_task is not None:
+            # a sampler that reads the token structure (coupling, abacus) takes the token ids
+            # from the task; the resolved config keeps them, so a run directory rebuilds it
+            try:
+                m.positions_kwargs = from_task(task, dict(m.positions_kwargs), splits)
+            except ValueError as e:
+                raise ConfigError(f"{what('model.positions_kwargs')}: {e}") from None
+            checked["model.positions_kwargs"] = m.positions_kwargs
         for section in ("model.positions_kwargs", "model.posenc_kwargs"):
             # keyword arguments only the task knows (e.g. M for position interpolation, the
             # original length of RoPE scaling), filled in and saved with the config
@@ -304,12 +328,6 @@ def check_components(cfg: ExperimentConfig):
         raise ConfigError(f"task '{cfg.task.name}' needs model.causal={str(task.causal).lower()} "
                           f"({'a causal decoder' if task.causal else 'a bidirectional encoder'}); "
                           f"set model.causal={str(task.causal).lower()}")
-    splits = cfg.eval.splits or task.splits()
-    for split in splits:
-        try:
-            task.check_split(split)
-        except ValueError as e:
-            raise ConfigError(f"eval.splits: {e}") from None
     try:
         posenc.check_positions(sampler.max_position(task.max_input_length(splits)))
     except ConfigError:
@@ -346,9 +364,10 @@ def config_diff(old: dict, new: dict, ignore=()) -> list[tuple[str, object, obje
 
     a = flat(json.loads(json.dumps(old, default=str)))
     b = flat(json.loads(json.dumps(new, default=str)))
-    missing = object()
+    # a key one side lacks counts as None: a field added to lengen later with default None
+    # (e.g. train.eval_splits) does not make a run stored before it a different run
     return [(k, a.get(k, "(unset)"), b.get(k, "(unset)")) for k in sorted(set(a) | set(b))
-            if not ignored(k) and a.get(k, missing) != b.get(k, missing)]
+            if not ignored(k) and a.get(k) != b.get(k)]
 
 
 def save_json_atomic(obj, path: str) -> None:

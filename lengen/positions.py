@@ -170,6 +170,9 @@ class LabelSampler(RandomizedSampler):
         return super().describe()
 
 
+# token-structured samplers for arithmetic (position coupling, Abacus) live in their own module
+from lengen.positions_digits import AbacusSampler, CouplingSampler  # noqa: E402
+
 # Literal registry: the CLI name is the key.
 SAMPLERS: dict[str, type[PositionSampler]] = {
     "identity": IdentitySampler,
@@ -177,6 +180,8 @@ SAMPLERS: dict[str, type[PositionSampler]] = {
     "label": LabelSampler,
     "interpolate": InterpolateSampler,
     "warp": WarpSampler,
+    "coupling": CouplingSampler,
+    "abacus": AbacusSampler,
 }
 
 

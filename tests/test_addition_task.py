@@ -122,6 +122,15 @@ def test_lengths_and_limits():
     spaced = build_task("addition", max_train_length=5, random_spaces=0.3)
     g = torch.Generator().manual_seed(0)
     assert spaced.train_batch(128, g).inputs.shape[1] <= spaced.max_input_length(["len=5"])
+    # a clean test set (random_spaces_eval false) is bounded without blanks; with blanks at
+    # evaluation it is bounded with them
+    assert spaced.max_input_length(["len=50"]) == spaced.input_length(50, False)
+    assert spaced.eval_batch("len=50", 4, g).inputs.shape[1] == spaced.input_length(50, False)
+    assert spaced.max_input_length(["len=1"]) == spaced.input_length(5, True)
+    noisy = build_task("addition", max_train_length=5, random_spaces=0.3,
+                       random_spaces_eval=True)
+    assert noisy.max_input_length(["len=50"]) == noisy.input_length(50, True)
+    assert noisy.eval_batch("len=9", 64, g).inputs.shape[1] <= noisy.max_input_length(["len=9"])
 
 
 @pytest.mark.parametrize("kw,match", [(dict(format="little"), "format"),

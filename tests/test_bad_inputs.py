@@ -263,6 +263,14 @@ tr("range-chomsky-split", ["task.name=reverse_string", "model.causal=false",
 tr("range-randomized-too-short", ["model.positions=randomized",
                                   "model.positions_kwargs.max_length=16"],
    "raise model.positions_kwargs.max_length")
+tr("range-coupling-no-digits", ["task.name=copy", "model.positions=coupling"],
+   "model.positions=coupling", "task 'copy' has no digit structure", "task.name=addition")
+tr("range-abacus-learned-too-short", ["task.name=addition", "model.positions=abacus",
+                                      "model.posenc=learned",
+                                      "model.posenc_kwargs.max_positions=120"],
+   "learned positional table has 120 rows", "model.posenc_kwargs.max_positions")
+tr("range-addition-hints-too-long", ["task.name=addition", "task.kwargs.max_eval_length=120"],
+   "operands of at most 101 digits", "task.kwargs.max_eval_length")
 
 tr("range-warp-probability", ["task.name=copy", "model.positions=warp",
                                "model.positions_kwargs.p_head=1.5"],

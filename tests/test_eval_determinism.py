@@ -165,3 +165,21 @@ def test_training_positions_have_their_own_stream(tmp_path, monkeypatch):
     assert len(seen["a"]) == 6 and len(seen["b"]) == 6
     for p, q in zip(seen["a"], seen["b"]):
         assert torch.equal(p, q)
+
+
+def test_periodic_evaluation_on_chosen_splits(tmp_path):
+    """train.eval_splits picks the lengths tracked during training (Zhou et al. Figs. 13,
+    C.4-C.7); the final evaluation still covers eval.splits; bad names fail at resolve."""
+    train(cfg(eval_every=2, eval_sequences=8, eval_splits=["sparse"]), str(tmp_path / "c"),
+          quiet=True)
+    lines = [json.loads(x) for x in open(tmp_path / "c" / "metrics.jsonl")]
+    periodic = [r for r in lines if any(k.startswith("eval/") for k in r)]
+    assert [r["step"] for r in periodic] == [2, 4]
+    assert all({k.split("/")[1] for k in r if k.startswith("eval/")} == {"sparse"}
+               for r in periodic)
+    final = json.load(open(tmp_path / "c" / "eval.json"))
+    assert {r["split"] for r in final} == {"iid", "sparse", "dense"}
+    from lengen.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="train.eval_splits: .*unknown split 'spars'"):
+        cfg(eval_splits=["spars"])

@@ -68,7 +68,9 @@ def generated_batches(model, task, split: str, n_sequences: int, batch_size: int
     """Yield ``(prompts, answers, outputs)`` per evaluation batch of ``split``: greedy decoding of
     the very sequences, at the very positions, that teacher-forced evaluation scores
     (:func:`lengen.eval.evaluate.eval_stream`; randomized samplers draw per evaluation block), so
-    the two can be compared row by row."""
+    the two can be compared row by row. Positions that a sampler reads from the tokens (position
+    coupling, Abacus) are computed by ``generate`` from the model's own output instead, which
+    equals the teacher-forced positions as long as the output is right."""
     from lengen.eval.evaluate import eval_stream
 
     was_training = getattr(model, "training", False)
@@ -77,9 +79,14 @@ def generated_batches(model, task, split: str, n_sequences: int, batch_size: int
         stream = list(eval_stream(model, task, split, n_sequences, batch_size, seed, device))
     finally:
         model.train(was_training)
+    from_tokens = getattr(getattr(model, "sampler", None), "reads_tokens", False)
     for _, batch, pos in stream:
         prompts, answers = prompts_and_answers(batch)
-        if pos is not None:
+        if from_tokens:
+            # positions read from the tokens (coupling, abacus): generate computes them from
+            # what the model writes, step by step; equal to these wherever the output is right
+            pos = None
+        elif pos is not None:
             # teacher forcing feeds prompt + answer; generation needs one more column (for the
             # EOS it writes last and never feeds back): any finite value will do
             pos = torch.cat([pos, pos[..., -1:]], -1)

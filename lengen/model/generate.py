@@ -15,7 +15,11 @@ produced, at most ``max_new_tokens`` long.
 * **Positions** are those of the model's sampler, drawn once in eval mode for the longest prompt +
   ``max_new_tokens`` (row i uses the first ``len(prompt i) + max_new_tokens`` of them), or given:
   ``[T_max]`` shared or ``[B, T_max]`` per prompt, row i covering prompt i and then its generated
-  tokens from column 0 (e.g. fractional, interpolated positions).
+  tokens from column 0 (e.g. fractional, interpolated positions). A sampler whose positions are a
+  function of the tokens (``reads_tokens``: position coupling, Abacus; causal by construction, a
+  token's position depends on it and earlier tokens only) is asked again at every step with the
+  tokens written so far, so a generated token is positioned by what the model wrote (never by a
+  target it does not know); for a correct output these are the teacher-forced positions.
 * **Stopping.** A row that produces ``eos_id`` stops growing: it is dropped from the running batch
   (and from the cache), the others go on.
 * **Choosing a token.** ``temperature == 0``: argmax (greedy). Otherwise a draw from
@@ -48,11 +52,12 @@ def generate(model, prompts, max_new_tokens: int, eos_id: int | None = None, *,
         model.check_length(t_max)             # e.g. a learned table or a randomized L too small
     else:
         positions = _check_positions(model, positions, lengths, max_new_tokens, device)
+    from_tokens = positions is None and getattr(model.sampler, "reads_tokens", False)
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
-            if positions is None:
+            if positions is None and not from_tokens:
                 # batch-aware samplers get the lengths the rows can reach (prompt + new tokens)
                 reach = torch.tensor(lengths, device=device) + max_new_tokens
                 positions = model.sample_positions(t_max, batch_size=len(rows), device=device,
@@ -61,7 +66,9 @@ def generate(model, prompts, max_new_tokens: int, eos_id: int | None = None, *,
             for length in sorted(set(lengths)):
                 idx = [i for i, n in enumerate(lengths) if n == length]
                 tokens = torch.stack([rows[i] for i in idx]).to(device)           # [b, Tp]
-                if positions.dim() == 1:                                           # [Tp + N]
+                if from_tokens:                        # computed step by step from the tokens
+                    pos = None
+                elif positions.dim() == 1:                                         # [Tp + N]
                     pos = positions[:length + max_new_tokens]
                 else:                                                              # [b, Tp + N]
                     pos = positions[torch.tensor(idx, device=positions.device),
@@ -108,7 +115,8 @@ def _cached_group(model, tokens, pos, n_new, eos_id, temperature, top_k, generat
     b, tp = tokens.shape
     out = _Outputs(b, n_new, eos_id, tokens.device)
     cache = model.new_cache(capacity=tp + n_new)
-    logits = model(tokens, _columns(pos, out.active, 0, tp), cache=cache)[:, -1]   # [b, V]
+    seq = tokens                              # the active rows so far (token-read positions)
+    logits = model(tokens, _columns(pos, out.active, 0, tp, model, seq), cache=cache)[:, -1]
     for step in range(n_new):
         nxt = _choose(logits, temperature, top_k, generator)                       # [b_active]
         keep = out.add(step, nxt)
@@ -117,8 +125,12 @@ def _cached_group(model, tokens, pos, n_new, eos_id, temperature, top_k, generat
         if keep is not None:                  # drop finished rows from the batch and the cache
             nxt = nxt[keep]
             cache.select(keep)
+            seq = seq[keep]
         col = tp + step                       # position column of the token just chosen
-        logits = model(nxt[:, None], _columns(pos, out.active, col, col + 1), cache=cache)[:, -1]
+        if pos is None:
+            seq = torch.cat([seq, nxt[:, None]], dim=1)                            # [b, col + 1]
+        logits = model(nxt[:, None], _columns(pos, out.active, col, col + 1, model, seq),
+                       cache=cache)[:, -1]
     return out.rows()
 
 
@@ -128,7 +140,7 @@ def _recomputed_group(model, tokens, pos, n_new, eos_id, temperature, top_k, gen
     out = _Outputs(b, n_new, eos_id, tokens.device)
     seq = tokens
     for step in range(n_new):
-        logits = model(seq, _columns(pos, out.active, 0, tp + step))[:, -1]        # [b_active, V]
+        logits = model(seq, _columns(pos, out.active, 0, tp + step, model, seq))[:, -1]
         nxt = _choose(logits, temperature, top_k, generator)
         keep = out.add(step, nxt)
         if step == n_new - 1 or out.active.numel() == 0:
@@ -139,8 +151,15 @@ def _recomputed_group(model, tokens, pos, n_new, eos_id, temperature, top_k, gen
     return out.rows()
 
 
-def _columns(pos, active, c0, c1):
-    """Columns c0..c1-1 of the positions of the active rows: [c1 - c0] or [b_active, c1 - c0]."""
+def _columns(pos, active, c0, c1, model=None, seq=None):
+    """Columns c0..c1-1 of the positions of the active rows: [c1 - c0] or [b_active, c1 - c0].
+    ``pos`` None: positions read from the tokens, ``seq`` [b_active, c1] (the active rows' tokens
+    up to column c1 - 1), by the model's sampler in eval mode (a ``reads_tokens`` sampler)."""
+    if pos is None:
+        b, n = seq.shape
+        full = model.sample_positions(n, batch_size=b, device=seq.device, tokens=seq,
+                                      lengths=torch.full((b,), n, device=seq.device))
+        return full[..., c0:c1]
     return pos[c0:c1] if pos.dim() == 1 else pos[active, c0:c1]
 
 

@@ -14,6 +14,7 @@ RECIPES: dict[str, str] = {
     "tra-wikitext": "lengen.recipes.tra_wikitext.cli",
     "index-warping-lm": "lengen.recipes.index_warping_lm.cli",
     "index-warping": "lengen.recipes.index_warping.cli",
+    "addition": "lengen.recipes.addition.cli",
 }
 
 __all__ = ["RECIPES"]

@@ -9,7 +9,8 @@ Random streams, all saved in every checkpoint so a resumed run equals an uninter
 for bit: the data generator (``data_seed``), the training-positions generator (derived from
 ``train.seed``; randomized / label samplers draw from it), torch's global RNG (dropout; seeded by
 ``train.seed``) and the task's own state (and the fp16 loss scaler's). Evaluation draws from none
-of them, so periodic evaluation (``train.eval_every``) never changes training.
+of them, so periodic evaluation (``train.eval_every``, on ``train.eval_splits`` or else the
+evaluation splits) never changes training.
 
 Run-directory safety (:mod:`lengen.train.rundir`, :mod:`lengen.train.checkpoint`): the directory
 is locked for the whole run; resuming with a config that changes what is computed is refused;
@@ -244,6 +245,7 @@ def _train_locked(cfg, run_dir, task, model, d, *, resume, fresh, stop_at, quiet
     log = holder.get("log") or NullLog()
     meta = run_meta(cfg, run_dir)
     splits = cfg.eval.splits or task.splits()
+    periodic = tc.eval_splits or splits          # periodic evaluation: chosen lengths, if given
     end = tc.steps if stop_at is None else min(stop_at, tc.steps)
     out_slice = getattr(task, "output_slice", None)    # loss over the output classes only
     fwd = distributed.wrap(model, d, device)           # DDP broadcasts rank 0's weights
@@ -319,7 +321,7 @@ def _train_locked(cfg, run_dir, task, model, d, *, resume, fresh, stop_at, quiet
                 log.write(step, loss=shown.item(), lr=sched.get_last_lr()[0],
                           grad_norm=float(gnorm))
             if tc.eval_every and step % tc.eval_every == 0 and step < tc.steps and d.is_main:
-                rows = evaluate(model, task, splits, n_sequences=tc.eval_sequences,
+                rows = evaluate(model, task, periodic, n_sequences=tc.eval_sequences,
                                 batch_size=cfg.eval.batch_size, seed=cfg.eval.seed, device=device)
                 log.write(step, **{f"eval/{r['split']}/{r['metric']}": r["value"] for r in rows})
             if tc.ckpt_every and step % tc.ckpt_every == 0 and step < end:

@@ -132,6 +132,18 @@ class Addition(SequenceTask):
     def digit_ids(self) -> range:
         return range(self.first_digit, self.first_digit + 10)
 
+    def token_structure(self, splits: list[str] | None = None) -> dict:
+        """The digit structure token-structured position samplers read (position coupling,
+        Abacus: :mod:`lengen.positions_digits`): the digit, index-hint and blank ids (they make
+        up the numbers; every other token separates them) and ``max_digits``, the widest number
+        (n + 1 digits with the zero pad) over the training lengths and ``splits`` (default: the
+        task's splits)."""
+        ns = [self._parse(s) for s in (self.splits() if splits is None else splits)]
+        ns += [self.max_train_length]
+        return {"digit_ids": list(self.digit_ids),
+                "hint_ids": list(range(self.first_hint, self.first_hint + len(HINTS))),
+                "blank_ids": [BLANK], "max_digits": self._width(max(ns))}
+
     # ---- lengths ------------------------------------------------------------------------------
     def _width(self, n: int) -> int:
         return n + 1                                    # digits per number (one zero pad)
@@ -148,9 +160,21 @@ class Addition(SequenceTask):
         base = self.prompt_length(n)
         return base + (base - 1) * self.max_spaces if spaces else base
 
-    def input_length(self, n):
-        spaces = self.random_spaces > 0
+    def input_length(self, n, spaces: bool | None = None):
+        """Longest model input for n digits, with random blanks (the default when the task
+        inserts any) or without."""
+        spaces = self.random_spaces > 0 if spaces is None else spaces
         return self.max_prompt_length(n, spaces) + self.answer_length(n)
+
+    def max_input_length(self, splits: list[str] | None = None) -> int:
+        """Longest model input of the training lengths (with blanks, when random spaces are
+        on) and of ``splits`` (with blanks only when ``random_spaces_eval``): a clean test set
+        is not held to the length a blank in every gap would give it."""
+        spaces = self.random_spaces > 0
+        test = [self._parse(s) for s in (self.splits() if splits is None else splits)]
+        return max([self.input_length(n, spaces)
+                    for n in range(self.min_length, self.max_train_length + 1)]
+                   + [self.input_length(n, spaces and self.random_spaces_eval) for n in test])
 
     # ---- sampling -----------------------------------------------------------------------------
     def sample_operands(self, n: int, batch_size: int, g: torch.Generator):

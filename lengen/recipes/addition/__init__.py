@@ -1,0 +1,1 @@
+"""Zhou et al. (2024) decimal addition: ``lengen reproduce addition`` (see :mod:`.recipe`)."""

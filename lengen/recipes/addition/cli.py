@@ -1,0 +1,45 @@
+"""Zhou et al. 2024 decimal addition: FIRE / KerpleLog / RoPE / NoPE, index hints, formats, random
+spaces, randomized positions, position coupling and Abacus; EM vs length and error analysis.
+
+Train the grid of settings x trials (plus FIRE at several training lengths and on an init x
+data-order grid), evaluate exact match at every test length, analyse greedy answers (carry, wrong
+digits, positions), and write table.md, claims.md (the paper's stated claims beside ours),
+errors.md and the figures (Figs. 3, 4, 5, 7, 8, 9, 11, 13, C.1, C.4-C.7, C.10). Finished runs are
+reused; a diverging run is recorded in the report and the sweep goes on."""
+from __future__ import annotations
+
+from lengen.recipes.common import add_sweep_arguments
+
+
+def add_arguments(q) -> None:
+    add_sweep_arguments(q, "addition",
+                        scale_help="smoke = seconds (tests), cpu = a small model, train 1..10 "
+                                   "digits, test 1..20, 2 trials, meant for about 90 min on 2 "
+                                   "cores with --workers 2 (check with --estimate; its models "
+                                   "do not yet fit their training lengths, see the recipe "
+                                   "module), paper = the 25M model, 1..40 -> 100 digits, 10 "
+                                   "trials, 50k steps (GPU)",
+                        seeds_help="trials = weight-initialisation seeds (default: the scale's, "
+                                   "e.g. 0 1 for cpu); the data order is seed 0")
+    q.add_argument("--settings", nargs="+", default=None, metavar="SETTING",
+                   help="subset of settings (default: the scale's), e.g. fire rope "
+                        "fire-nohints coupling; see lengen.recipes.addition.specs.SETTINGS")
+    q.add_argument("--no-train-lengths", dest="train_lengths", action="store_false",
+                   help="skip FIRE at the other training lengths (Fig. 13)")
+    q.add_argument("--no-heatmap", dest="heatmap", action="store_false",
+                   help="skip FIRE on the init x data-order grid (Fig. 11)")
+
+
+def run(args) -> int:
+    from lengen.recipes.addition.recipe import estimate_time, run_addition_recipe
+
+    if args.estimate:
+        estimate_time(args.scale, settings=args.settings, trials=args.seeds,
+                      train_lengths=args.train_lengths, heatmap=args.heatmap,
+                      workers=args.workers, threads=args.threads, device=args.device)
+        return 0
+    res = run_addition_recipe(args.scale, args.out, workers=args.workers, settings=args.settings,
+                              trials=args.seeds, train_lengths=args.train_lengths,
+                              heatmap=args.heatmap, backend=args.backend, threads=args.threads,
+                              device=args.device)
+    return 1 if res["failed"] else 0

@@ -1,0 +1,305 @@
+"""``lengen reproduce addition``: Zhou et al. (2024), "Transformers Can Achieve Length
+Generalization But Not Robustly": decimal addition, trained on 1..N digits, exact match (EM) of
+greedy answers at every length 1..M.
+
+Protocol (every scale; ``SCALES`` changes sizes, steps and trial counts, never the protocol):
+
+* the ``addition`` task: both operands n digits, n ~ U(1, N), one zero pad for the carry; the
+  paper's default format is the reversed one with index hints (102 ordered hints, a consecutive run
+  from a random start, in training and at test time: the model writes the answer's hints itself);
+* the paper's block (``lengen.model.presets``: GeGLU, RMSNorm before each sublayer and after each
+  residual sum, final norm, no dropout, causal) and optimiser (AdamW, weight decay 0.1, linear
+  warm-up, cosine to 0.1 x lr); FIRE shared by the layers;
+* per-PE defaults (the paper: "we tailor the default hyperparameter choice to best suit each PE";
+  only its final recipe is spelled out): FIRE runs with randomized positions (the recipe of Fig. 1:
+  FIRE + randomized PE + reversed + hints), KerpleLog / RoPE / NoPE with positions 0..T-1, and no
+  random spaces anywhere (random spaces only "marginally" help RoPE / KerpleLog; they are an
+  ablation here). Randomized positions are a sorted subset of [0, L) in training and, as in Ruoss
+  et al. and lengen's default, a fresh draw per block of test sequences at evaluation;
+* ``SETTINGS``: the four PEs with hints (Figs. 3/4), without hints (Fig. 4), in the standard format
+  (Fig. 5), with random spaces (Fig. 7, Shen et al.: a blank token with probability ``spaces`` in
+  every prompt gap, geometric run length, at most 4; training only), with randomized positions
+  toggled (Fig. 8: FIRE without, KerpleLog and RoPE with), and beyond the paper position coupling
+  (learned table on the coupled ids; Cho et al. 2024) and Abacus (learned table on the digit
+  index; McLeish et al. 2024), both in the reversed format without hints
+  (:mod:`lengen.positions_digits`). Trials = weight-initialisation seeds 0..T-1 on one data order
+  (the paper's "10 FIRE trials using identical training data order but distinct weight
+  initializations"); Fig. 11 is FIRE on an init x data-order grid; Fig. 13 is FIRE at several
+  training lengths N;
+* evaluation: EM of answer + EOS at every test length (teacher forced, which equals greedy
+  decoding; ``lengen.eval.generation``), ``eval_sequences`` per length; OOD EM at ``track``
+  lengths every ``eval_every`` steps (Figs. 13 and C.4-C.7); error analysis of real greedy decoding
+  (``lengen.eval.addition_errors``) at ``error_lengths`` for the four PEs with hints and for
+  coupling / Abacus (Fig. 9: with vs without carry; Fig. C.10: wrong digits per answer and where);
+* a run that diverges (NaN loss: the paper's fragile seeds) is recorded as diverged and the sweep
+  goes on; the report lists it and the command still exits 0 (other failures exit 1).
+
+Not built: sequence packing to 2048 tokens (the paper's batches are packed; ours hold whole
+examples, right-padded, so a batch of 128 holds fewer tokens than theirs); the 268M / 5M / 2M
+model-size ablations (Figs. 14-15, C.14-C.15); the learning-rate, weight-decay and dropout
+studies (Figs. 16, C.16-C.17).
+
+Scales (numbers in ``SCALES``; the captions of the written tables restate them):
+
+* ``paper``: the 25M preset, N = 40, every test length 1..100 with 1,000 sequences, 10 trials,
+  50,000 steps at batch 128, lr 3e-4; Fig. 13 at N = 10, 20, 30, 40 (5 trials, as Fig. C.13);
+  Fig. 11 on 3 inits x 5 data orders; randomized positions from [0, 2048). A GPU job (lengen
+  picks cuda when present).
+* ``cpu``: meant to fit in 90 minutes on a 2-core CPU with ``--workers 2`` (``--estimate`` times
+  it on the machine; on a 2-core machine shared with other jobs it estimated 2.3 h); a small model
+  of the paper's block (see ``SCALES['cpu']``), N = 10, test lengths 1..20; fewer trials than the
+  paper (the scale's ``trials``) and a smaller init x data grid. NOT YET VALIDATED: single-run
+  probes of this scale did not fit the training lengths within its 3,000 steps (FIRE: EM <= 6%
+  at 1..10 digits; RoPE: 87% at 2 digits, 0% from 3 on, loss still falling; Abacus: 100% / 95%
+  at 1 / 2 digits, <= 2% from 3 on at the evaluation offset k = 0, yet 100% at 3..8 digits when
+  evaluated with offset k = 5: one offset per batch leaves the table's rows unevenly trained
+  after so few steps), so its OOD numbers mean little until the model, the steps or the
+  learning rate are raised (the report marks unfitted settings with a double dagger).
+* ``smoke``: seconds, for tests (tiny model, N = 3, M = 5; numbers are meaningless).
+
+Outputs in ``--out`` (default ``runs/addition-<scale>``): one run directory per setting x trial
+(``lengen.sweep``; error analyses in ``<run>/errors.json``), ``results.csv`` (every row: final EM
+per length, EM during training, error-analysis rows), and the report (:mod:`.report`):
+``table.md/.csv``, ``claims.md``, ``errors.md``, ``fig*.png``.
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import os
+import time
+
+from lengen.recipes.addition.specs import (ERROR_SETTINGS, EVAL_SEED, FIGURES, PE_LABELS, PES,
+                                           SCALES, SETTINGS, build_specs, caption,
+                                           default_device, eval_lengths, run_config, run_name)
+
+
+# ---- running ------------------------------------------------------------------------------------
+def error_key(analysis: dict) -> dict:
+    return {k: analysis[k] for k in ("error_splits", "error_sequences", "seed")}
+
+
+def training_rows(run_dir: str, meta: dict) -> list[dict]:
+    """Periodic-evaluation EM of a run (``metrics.jsonl``) as rows with metric
+    ``seq_acc_during_training`` and the ``step``."""
+    rows = []
+    path = os.path.join(run_dir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return rows
+    with open(path) as f:
+        for line in f:
+            try:
+                d = json.loads(line)
+            except ValueError:
+                continue
+            for k, v in d.items():
+                parts = k.split("/")
+                if len(parts) == 3 and parts[0] == "eval" and parts[2] == "seq_acc":
+                    rows.append(dict(meta, split=parts[1], metric="seq_acc_during_training",
+                                     value=v, step=d["step"]))
+    return rows
+
+
+def error_rows(spec, run_dir: str, analysis: dict) -> list[dict]:
+    """Greedy-decoding error analysis of a finished run at the error lengths, cached in
+    ``<run>/errors.json`` (recomputed when its settings differ)."""
+    from lengen.config import save_json_atomic
+
+    path = os.path.join(run_dir, "errors.json")
+    key = error_key(analysis)
+    try:
+        with open(path) as f:
+            cached = json.load(f)
+        if cached.get("key") == key:
+            return cached["rows"]
+    except (OSError, ValueError):
+        pass
+    import torch
+
+    from lengen.eval.addition_errors import addition_error_analysis
+    from lengen.train.loop import load_run
+
+    cfg, task, model = load_run(run_dir, device=analysis.get("device", "cpu"))
+    with torch.random.fork_rng(devices=[]):
+        rows, records = addition_error_analysis(
+            model, task, analysis["error_splits"], n_sequences=analysis["error_sequences"],
+            seed=analysis["seed"], batch_size=cfg.eval.batch_size,
+            device=analysis.get("device", "cpu"), meta={"run": spec.name})
+    save_json_atomic({"key": key, "rows": rows, "records": records}, path)
+    return rows
+
+
+def run_addition(spec, out_dir: str, *, quiet: bool = True, threads: int = 0,
+                 analysis: dict | None = None) -> dict:
+    """:func:`lengen.sweep.run_one`, then the run's training-curve rows and (for settings in
+    ``analysis['settings']``) its error-analysis rows, appended to the result's rows.
+    Picklable through ``functools.partial`` for sweep workers."""
+    from lengen.sweep import RunSpec, run_one
+
+    if isinstance(spec, dict):
+        spec = RunSpec(**spec)
+    res = run_one(spec, out_dir, quiet=quiet, threads=threads)
+    if res["status"] == "failed" or analysis is None:
+        return res
+    run_dir = os.path.join(out_dir, spec.name)
+    meta = {"run": spec.name}
+    try:
+        extra = training_rows(run_dir, meta)
+        if spec.tags.get("setting") in analysis["settings"]:
+            extra += error_rows(spec, run_dir, analysis)
+    except Exception as e:  # noqa: BLE001 - recorded like a failing run
+        import traceback
+
+        res.update(status="failed", error=f"error analysis: {type(e).__name__}: {e}",
+                   traceback=traceback.format_exc(), rows=[])
+        return res
+    res["rows"] = list(res["rows"]) + extra
+    return res
+
+
+def analysis_settings(scale: str, device: str) -> dict:
+    from lengen.tasks.splits import length_splits
+
+    s = SCALES[scale]
+    return {"settings": list(ERROR_SETTINGS), "error_splits": length_splits(s["error_lengths"]),
+            "error_sequences": s["error_sequences"], "seed": EVAL_SEED, "device": device}
+
+
+def run_addition_recipe(scale: str = "cpu", out: str | None = None, *, workers: int = 1,
+                        settings=None, trials=None, train_lengths: bool = True,
+                        heatmap: bool = True, backend: str = "local", threads: int | None = None,
+                        device: str | None = None, quiet: bool | None = None,
+                        log=print) -> dict:
+    """Train (or reuse) every run, analyse the errors, write the report. Returns
+    ``{"rows", "paths", "sweep", "diverged"}``."""
+    from lengen.recipes.addition.report import write_report
+    from lengen.sweep import run_sweep
+
+    s = SCALES[scale]
+    out = out or os.path.join("runs", f"addition-{scale}")
+    device = device or default_device(scale)
+    specs = build_specs(scale, settings=settings, trials=trials, device=device,
+                        train_lengths=train_lengths, heatmap=heatmap)
+    run_fn = functools.partial(run_addition, analysis=analysis_settings(scale, device))
+    t0 = time.time()
+    res = run_sweep(specs, out, workers=workers, backend=backend, threads=threads,
+                    quiet=(workers > 1) if quiet is None else quiet, log=log, run_fn=run_fn)
+    trials = list(s["trials"] if trials is None else trials)
+    cap = caption(scale, n_runs=len(specs), trials=trials)
+    paths = write_report(res.rows, out, scale=scale, caption=cap,
+                         wall_seconds=time.time() - t0, log=log)
+    diverged = [f["name"] for f in res.failures if is_divergence(f["error"])]
+    other = [f for f in res.failures if not is_divergence(f["error"])]
+    if diverged:
+        log(f"{len(diverged)} run(s) diverged (recorded in the report): {', '.join(diverged)}")
+    if other:
+        log(f"{len(other)} run(s) failed; see {os.path.join(out, 'failures.json')}. Rerun the "
+            f"same command to retry them (finished runs are reused).")
+    return {"rows": res.rows, "paths": paths, "sweep": res, "diverged": diverged,
+            "failed": [f["name"] for f in other]}
+
+
+def is_divergence(error: str | None) -> bool:
+    """A run stopped by a non-finite loss (``lengen.train.TrainingDiverged``)."""
+    return bool(error) and error.startswith("TrainingDiverged")
+
+
+# ---- time estimate ------------------------------------------------------------------------------
+def estimate_time(scale: str = "cpu", *, settings=None, trials=None, train_lengths: bool = True,
+                  heatmap: bool = True, workers: int = 1, threads: int | None = None,
+                  device: str | None = None, steps: int = 8, log=print) -> dict:
+    """Time ``steps`` training steps (after two warm-up steps, batches drawn as in training) for
+    every distinct (setting, N) of the grid, plus its evaluation work measured on this machine:
+    the final evaluation (one batch per test length, scaled to ``eval_sequences``), the periodic
+    evaluations (``track`` lengths, every ``eval_every`` steps) and the greedy-decoding error
+    analysis (one generation batch per error length, scaled); then sum over the grid's runs and
+    divide by ``workers`` (``threads`` per worker defaults to what the sweep gives each worker:
+    cores // workers). Nothing is written; measure on an otherwise idle machine."""
+    import torch
+
+    from lengen.config import resolve
+    from lengen.eval.addition_errors import addition_error_analysis
+    from lengen.eval.evaluate import evaluate
+    from lengen.sweep import default_threads
+    from lengen.train.loop import loss_fn, positions_generator, prepare
+    from lengen.train.optim import build_optimizer, build_scheduler
+
+    device = device or default_device(scale)
+    s = SCALES[scale]
+    specs = build_specs(scale, settings=settings, trials=trials, device=device,
+                        train_lengths=train_lengths, heatmap=heatmap)
+    if threads is None:
+        threads = default_threads(workers)
+    if threads:
+        torch.set_num_threads(threads)
+
+    def sync():
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    def timed(fn):
+        sync()
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        return time.perf_counter() - t0
+
+    per_kind: dict[tuple, float] = {}
+    for spec in specs:
+        kind = (spec.tags["setting"], spec.tags["N"])
+        if kind in per_kind:
+            continue
+        cfg = resolve(copy.deepcopy(spec.config))
+        task, model = prepare(cfg)
+        model.to(device).train()
+        opt = build_optimizer(model, cfg.train)
+        sched = build_scheduler(opt, cfg.train)
+        gen, pgen = torch.Generator().manual_seed(0), positions_generator(0)
+
+        def step():
+            b = task.train_batch(cfg.train.batch_size, gen).to(device)
+            B, T = b.inputs.shape
+            pos = model.sample_positions(T, batch_size=B, device=device, generator=pgen,
+                                         lengths=b.lengths(), tokens=b.inputs)
+            loss = loss_fn(model(b.inputs, positions=pos), b)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
+            opt.step()
+            sched.step()
+
+        for _ in range(2):
+            step()
+        t_step = sum(timed(step) for _ in range(steps)) / steps
+        model.eval()
+        bs = cfg.eval.batch_size
+        # one batch per length, scaled to the sequences evaluated
+        n_final = min(bs, cfg.eval.sequences)
+        t_final = sum(timed(lambda sp=sp: evaluate(model, task, [sp], n_sequences=n_final,
+                                                   batch_size=bs)) * cfg.eval.sequences / n_final
+                      for sp in cfg.eval.splits)
+        per_eval = sum(timed(lambda sp=sp: evaluate(
+            model, task, [sp], n_sequences=cfg.train.eval_sequences, batch_size=bs))
+            for sp in cfg.train.eval_splits)
+        n_periodic = (cfg.train.steps - 1) // cfg.train.eval_every if cfg.train.eval_every else 0
+        t_err = 0.0
+        if spec.tags["setting"] in ERROR_SETTINGS:
+            n = min(bs, s["error_sequences"])
+            for L in s["error_lengths"]:
+                t_err += timed(lambda L=L: addition_error_analysis(
+                    model, task, [f"len={L}"], n_sequences=n, batch_size=bs,
+                    device=device)) * s["error_sequences"] / n
+        per_kind[kind] = (t_step * cfg.train.steps + t_final + per_eval * n_periodic + t_err)
+        log(f"{spec.tags['setting']:>18} N={spec.tags['N']:<3}: {1000 * t_step:7.1f} ms/step, "
+            f"final eval {t_final:5.1f} s, periodic {per_eval * n_periodic:5.1f} s, errors "
+            f"{t_err:5.1f} s -> {per_kind[kind] / 60:5.1f} min per run")
+    total = sum(per_kind[(sp.tags["setting"], sp.tags["N"])] for sp in specs) / max(1, workers)
+    log(f"estimated total: {len(specs)} runs with {workers} worker(s): {total / 60:.1f} min "
+        f"({total / 3600:.2f} h; torch threads {torch.get_num_threads()} per worker)")
+    return {"seconds_per_kind": per_kind, "total_seconds": total, "runs": len(specs)}
+
+
+__all__ = ["SCALES", "SETTINGS", "FIGURES", "PES", "PE_LABELS", "ERROR_SETTINGS", "EVAL_SEED",
+           "build_specs", "run_config", "run_name", "default_device", "run_addition",
+           "run_addition_recipe", "estimate_time", "eval_lengths", "caption", "is_divergence"]

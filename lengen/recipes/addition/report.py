@@ -1,0 +1,367 @@
+"""Tables of ``lengen reproduce addition`` (reads rows, never trains; figures in
+:mod:`.figures`).
+
+From the sweep's rows (final EM per run and length, EM during training, error-analysis rows;
+tagged ``setting label N seed data_seed group``, failed runs as one row with ``status`` failed):
+
+* ``scores.csv``: one record per run: in-distribution EM (mean over 1..N), OOD EM (mean over
+  N+1..M), EM at M, the *reach* (the longest K with EM >= ``REACH`` % at every length 1..K; the
+  paper reads "generalizes to 45 digits" off its plots, our threshold is stated) and its ratio to
+  N, whether the run fitted its training lengths (in-distribution EM >= ``FIT`` %), or
+  ``diverged`` / ``failed``;
+* ``table.md`` / ``table.csv``: per setting (the scale's N): trials (diverged), in-distribution EM
+  mean ± std, OOD EM best trial and mean ± std, EM at M (best), reach (best). ‡ marks settings
+  whose best trial did not fit its training lengths (their OOD numbers then mean little);
+* ``claims.md`` / ``claims.csv``: each claim the paper states in words (:mod:`.published`), what
+  our runs show for it at this scale, and whether it holds here;
+* ``errors.md``: Fig. 9 (EM of examples with and without a carry, real greedy decoding), the share
+  of wrong answers with exactly one wrong digit (Fig. C.10), premature terminations.
+"""
+from __future__ import annotations
+
+import csv
+import math
+import os
+
+from lengen.recipes.addition.published import BEYOND, CLAIMS, PAPER_REACH
+from lengen.recipes.addition.recipe import is_divergence
+from lengen.recipes.addition.specs import FIGURES, PE_LABELS, PES, SCALES, SETTINGS
+
+REACH = 90.0        # % EM the reach requires at every length up to it
+FIT = 90.0          # % in-distribution EM below which a run did not fit its training lengths
+UNFIT = "‡"
+NEAR_ZERO = 5.0     # % EM at the error length below which a run is left out of the share
+
+
+def _mean(v):
+    return sum(v) / len(v) if v else None
+
+
+def _std(v):
+    if len(v) < 2:
+        return math.nan
+    m = _mean(v)
+    return math.sqrt(sum((x - m) ** 2 for x in v) / (len(v) - 1))
+
+
+def _f(x, d=1) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{d}f}"
+
+
+def _pm(v) -> str:
+    if not v:
+        return "-"
+    s = _std(v)
+    return _f(_mean(v)) if math.isnan(s) else f"{_f(_mean(v))} ± {_f(s)}"
+
+
+def curves_by_run(rows) -> dict[str, dict[int, float]]:
+    """run -> {length: final EM in %}."""
+    from lengen.eval.length_sweep import add_lengths
+
+    out: dict[str, dict[int, float]] = {}
+    for r in add_lengths(r for r in rows if r.get("metric") == "seq_acc"
+                         and r.get("status", "ok") == "ok" and r.get("value") is not None):
+        out.setdefault(r["run"], {})[r["n"]] = 100.0 * float(r["value"])
+    return out
+
+
+def reach(curve: dict[int, float], threshold: float = REACH) -> int:
+    """Longest K with EM >= threshold at every evaluated length <= K (0 if the first fails)."""
+    best = 0
+    for n in sorted(curve):
+        if curve[n] < threshold:
+            break
+        best = n
+    return best
+
+
+def run_scores(rows, *, M: int) -> list[dict]:
+    """One record per run (see the module docstring)."""
+    curves = curves_by_run(rows)
+    out, seen = [], set()
+    for r in rows:
+        name = r.get("run")
+        if name in seen or name is None:
+            continue
+        seen.add(name)
+        rec = {k: r.get(k) for k in ("run", "setting", "label", "N", "seed", "data_seed",
+                                     "group")}
+        if r.get("status") == "failed":
+            rec["status"] = "diverged" if is_divergence(r.get("error")) else "failed"
+            rec["error"] = r.get("error")
+            out.append(rec)
+            continue
+        c = curves.get(name, {})
+        N = int(rec["N"])
+        ind = [v for n, v in c.items() if n <= N]
+        ood = [v for n, v in c.items() if N < n <= M]
+        rec.update(status="ok", in_dist=_mean(ind), ood=_mean(ood), at_M=c.get(M),
+                   reach=reach(c), ratio=reach(c) / N)
+        rec["fitted"] = rec["in_dist"] is not None and rec["in_dist"] >= FIT
+        out.append(rec)
+    return out
+
+
+def best(scores, setting: str, N: int, data_seed: int | None = 0) -> dict | None:
+    """The best trial (highest OOD EM) of ``setting`` at training length ``N``."""
+    runs = trials(scores, setting, N, data_seed=data_seed)
+    return max(runs, key=lambda r: (r["ood"] or 0.0, r["in_dist"] or 0.0)) if runs else None
+
+
+def trials(scores, setting: str, N: int, data_seed: int | None = 0) -> list[dict]:
+    return [r for r in scores if r["setting"] == setting and int(r["N"]) == N
+            and r["status"] == "ok" and (data_seed is None or r["data_seed"] == data_seed)]
+
+
+def write_csv(path: str, records: list[dict]) -> None:
+    keys: list[str] = []
+    for r in records:
+        keys += [k for k in r if k not in keys]
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        w.writerows(records)
+    os.replace(tmp, path)
+
+
+def _md(path: str, title: str, caption: str, grid, note: str = "") -> None:
+    from lengen.analysis.tables import markdown_table
+    from lengen.eval.evaluate import write_text_atomic
+
+    table = markdown_table(grid, align="l" + "r" * (len(grid[0]) - 1))
+    text = f"**{title}**\n\n{caption}\n\n{table}\n"
+    write_text_atomic(text + (f"\n{note}\n" if note else ""), path)
+
+
+def write_table(scores, out: str, *, scale: str, caption: str) -> dict:
+    s = SCALES[scale]
+    N, M = s["N"], s["M"]
+    grid = [["Setting", "trials ok (diverged)", f"EM 1..{N}", f"OOD EM {N + 1}..{M}, best",
+             "OOD EM, mean ± std", f"EM at {M}, best", "reach, best (x N)"]]
+    records = []
+    for setting in [x for x in SETTINGS if any(r["setting"] == x for r in scores)]:
+        runs = trials(scores, setting, N)
+        div = [r for r in scores if r["setting"] == setting and r["status"] == "diverged"
+               and int(r["N"]) == N]
+        b = best(scores, setting, N)
+        mark = "" if b is None or b["fitted"] else UNFIT
+        grid.append([SETTINGS[setting]["label"], f"{len(runs)} ({len(div)})",
+                     _pm([r["in_dist"] for r in runs]),
+                     _f(b and b["ood"]) + mark, _pm([r["ood"] for r in runs]),
+                     _f(b and b["at_M"]), "-" if b is None else f"{b['reach']} "
+                                                             f"({b['ratio']:.2f}x)"])
+        records.append(dict(setting=setting, label=SETTINGS[setting]["label"], trials=len(runs),
+                            diverged=len(div), in_dist_mean=_mean([r["in_dist"] for r in runs]),
+                            ood_best=b and b["ood"], ood_mean=_mean([r["ood"] for r in runs]),
+                            ood_std=_std([r["ood"] for r in runs]), at_M_best=b and b["at_M"],
+                            reach_best=b and b["reach"], best_run=b and b["run"],
+                            fitted=bool(b and b["fitted"])))
+    paths = {"table_md": os.path.join(out, "table.md"), "table_csv": os.path.join(out,
+                                                                                  "table.csv")}
+    _md(paths["table_md"], "Exact match (%) by setting (Zhou et al. 2024, decimal addition)",
+        caption, grid,
+        f"Best = the trial with the highest OOD EM. Reach = the longest K with EM >= {REACH:.0f}% "
+        f"at every length 1..K (ratio to N in brackets). {UNFIT} the best trial did not fit its "
+        f"training lengths (EM 1..{N} below {FIT:.0f}%): its OOD numbers say more about "
+        f"under-training than about length generalization. Diverged runs (NaN loss) are counted "
+        f"in brackets and left out of the statistics.")
+    write_csv(paths["table_csv"], records)
+    return paths
+
+
+def pooled(rows, runs: set, metric: str) -> tuple[float | None, int]:
+    """Count-weighted mean of an error-analysis metric over ``runs`` and the error lengths."""
+    num = den = 0.0
+    for r in rows:
+        if r.get("run") in runs and r.get("metric") == metric and r.get("value") is not None:
+            w = float(r.get("count", r.get("sequences", 1)) or 0)
+            num += float(r["value"]) * w
+            den += w
+    return (100.0 * num / den if den else None), int(den)
+
+
+def write_errors(rows, scores, out: str, *, scale: str, caption: str) -> dict:
+    s = SCALES[scale]
+    grid = [["Setting", "EM with carry (n)", "EM without carry (n)", "one wrong digit, % of "
+             "wrong (n)", "premature EOS %", "runs"]]
+    records = []
+    for setting in [x for x in SETTINGS if any(r["setting"] == x for r in scores)]:
+        runs = {r["run"] for r in trials(scores, setting, s["N"])}
+        have = {r["run"] for r in rows if r.get("metric") == "acc_with_carry"} & runs
+        if not have:
+            continue
+        wc, nwc = pooled(rows, have, "acc_with_carry")
+        wo, nwo = pooled(rows, have, "acc_without_carry")
+        # the paper leaves near-zero-accuracy runs out of the single-digit share
+        ok_runs = {r["run"] for r in rows if r.get("run") in have and r.get("metric") ==
+                   "seq_acc_generated" and 100 * float(r["value"]) >= NEAR_ZERO}
+        one, n_wrong = pooled(rows, ok_runs, "single_digit_error_share")
+        pre, _ = pooled(rows, have, "premature_rate")
+        grid.append([SETTINGS[setting]["label"], f"{_f(wc)} ({nwc})", f"{_f(wo)} ({nwo})",
+                     f"{_f(one)} ({n_wrong})", _f(pre), str(len(have))])
+        records.append(dict(setting=setting, em_with_carry=wc, n_with_carry=nwc,
+                            em_without_carry=wo, n_without_carry=nwo, single_digit_share=one,
+                            n_wrong=n_wrong, premature=pre, runs=len(have)))
+    paths = {"errors_md": os.path.join(out, "errors.md"),
+             "errors_csv": os.path.join(out, "errors.csv")}
+    lens = ", ".join(map(str, s["error_lengths"]))
+    _md(paths["errors_md"], f"Error analysis of greedy decoding at lengths {lens} (Fig. 9, "
+        f"Fig. C.10)", caption, grid,
+        f"Pooled over the trials and the error lengths ({s['error_sequences']} sequences per "
+        f"length and run). The single-digit share leaves out runs below {NEAR_ZERO:.0f}% EM at "
+        f"a length, as the paper leaves out its two near-zero runs. Premature = the answer "
+        f"stopped (EOS) before writing all its digits. The paper: errors about as frequent with "
+        f"as without carry; > 90% of FIRE's wrong answers at 100 digits have one wrong digit.")
+    write_csv(paths["errors_csv"], records)
+    return paths
+
+
+def _claim_rows(rows, scores, scale: str) -> list[dict]:
+    s = SCALES[scale]
+    N, M = s["N"], s["M"]
+    out = []
+
+    def b(setting, n=N):
+        return best(scores, setting, n)
+
+    for c in CLAIMS:
+        ours, holds = "not run at this scale", "n/a"
+        key = c["key"]
+        if key == "fire_100" and b("fire"):
+            v = b("fire")["at_M"]
+            ours = f"best FIRE trial: {_f(v)}% at {M} digits (trained 1..{N})"
+            holds = "yes" if v is not None and v > c["value"] else "no"
+        elif key == "others_degrade" and b("fire"):
+            others = {pe: b(pe) for pe in PES[1:] if b(pe)}
+            f = b("fire")["ood"]
+            ours = f"best OOD EM: FIRE {_f(f)}, " + ", ".join(
+                f"{PE_LABELS[pe]} {_f(r['ood'])}" for pe, r in others.items())
+            holds = "yes" if others and all(f > r["ood"] for r in others.values()) else "no"
+        elif key in ("no_hints", "reversed"):
+            suffix = "-nohints" if key == "no_hints" else "-standard"
+            pairs = [(pe, b(pe), b(pe + suffix)) for pe in PES if b(pe) and b(pe + suffix)]
+            if pairs:
+                parts, ok = [], 0
+                for pe, a, x in pairs:
+                    cond = x["ood"] < a["ood"] and (key == "reversed" or
+                                                    x["in_dist"] < a["in_dist"])
+                    ok += cond
+                    parts.append(f"{PE_LABELS[pe]} {_f(x['in_dist'])}/{_f(x['ood'])} vs "
+                                 f"{_f(a['in_dist'])}/{_f(a['ood'])}")
+                ours = ("EM in/out of distribution, " + ("without vs with hints: "
+                        if key == "no_hints" else "standard vs reversed: ") + "; ".join(parts))
+                holds = f"{ok} of {len(pairs)} PEs"
+        elif key in ("spaces", "randomized"):
+            want = ({"rope": 1, "kerple_log": 1, "nope": -1, "fire": -1} if key == "spaces"
+                    else {"fire": 1, "kerple_log": -1})
+            parts, ok, n = [], 0, 0
+            for pe, sign in want.items():
+                if key == "spaces":
+                    with_, without = b(pe + "-spaces"), b(pe)
+                else:
+                    with_, without = ((b("fire"), b("fire-norand")) if pe == "fire"
+                                      else (b(pe + "-rand"), b(pe)))
+                if not (with_ and without):
+                    continue
+                d = with_["ood"] - without["ood"]
+                n += 1
+                ok += (d > 0) == (sign > 0)
+                parts.append(f"{PE_LABELS[pe]} {d:+.1f} (paper: {'+' if sign > 0 else '-'})")
+            if n:
+                ours = "best-trial OOD EM difference: " + ", ".join(parts)
+                holds = f"{ok} of {n} PEs"
+        elif key == "carry":
+            runs = {r["run"] for r in trials(scores, "fire", N)}
+            wc, nwc = pooled(rows, runs, "acc_with_carry")
+            wo, nwo = pooled(rows, runs, "acc_without_carry")
+            if wc is not None and wo is not None:
+                ours = f"FIRE EM with carry {_f(wc)}% (n={nwc}), without {_f(wo)}% (n={nwo})"
+                holds = "yes" if abs(wc - wo) <= 10 else "no"
+        elif key == "single_digit":
+            runs = {r["run"] for r in trials(scores, "fire", N)}
+            ok_runs = {r["run"] for r in rows if r.get("run") in runs and r.get("metric") ==
+                       "seq_acc_generated" and 100 * float(r["value"]) >= NEAR_ZERO}
+            share, n_wrong = pooled(rows, ok_runs, "single_digit_error_share")
+            if share is not None:
+                ours = f"FIRE: {_f(share)}% of {n_wrong} wrong answers"
+                holds = "yes" if share > c["value"] else "no"
+        elif key == "train_length":
+            Ns = sorted({int(r["N"]) for r in scores if r["setting"] == "fire"})
+            got = {n: b("fire", n) for n in Ns if b("fire", n)}
+            if len(got) > 1:
+                ours = ", ".join(f"{n} -> {r['reach']} ({r['ratio']:.2f}x)"
+                                 for n, r in got.items())
+                reaches = [r["reach"] for r in got.values()]
+                holds = "yes" if all(x < y for x, y in zip(reaches, reaches[1:])) else "no"
+                ours += f" (paper: {', '.join(f'{n} -> {m}' for n, m in PAPER_REACH.items())})"
+        elif key == "variance":
+            grid = [r for r in scores if r["setting"] == "fire" and int(r["N"]) == N
+                    and r["status"] == "ok" and r.get("group") in ("main", "heatmap")]
+            if len(grid) > 1:
+                ood = [r["ood"] for r in grid]
+                ind = [r["in_dist"] for r in grid]
+                ours = (f"{len(grid)} FIRE runs: in-distribution EM {_f(min(ind))}..{_f(max(ind))}"
+                        f", OOD EM {_f(min(ood))}..{_f(max(ood))}")
+                holds = "yes" if min(ind) >= FIT and max(ood) - min(ood) >= 10 else "no"
+        out.append(dict(key=key, where=c["where"], claim=c["text"], paper=c["paper"], ours=ours,
+                        holds=holds))
+    for name, info in BEYOND.items():
+        r = b(name)
+        if r:
+            out.append(dict(key=name, where=info["paper"], claim=f"trained {info['train']}: "
+                            f"{info['claim']}", paper=info["claim"],
+                            ours=f"best trial: reach {r['reach']} "
+                            f"({r['ratio']:.2f}x), OOD EM {_f(r['ood'])}; FIRE: "
+                            + (f"reach {b('fire')['reach']}, OOD EM {_f(b('fire')['ood'])}"
+                               if b("fire") else "-"), holds="n/a"))
+    return out
+
+
+def write_claims(rows, scores, out: str, *, scale: str, caption: str) -> dict:
+    recs = _claim_rows(rows, scores, scale)
+    grid = [["Claim (where)", "Paper", "Ours at this scale", "Holds here?"]]
+    grid += [[f"{r['claim']} ({r['where']})", r["paper"], r["ours"], r["holds"]] for r in recs]
+    paths = {"claims_md": os.path.join(out, "claims.md"),
+             "claims_csv": os.path.join(out, "claims.csv")}
+    s = SCALES[scale]
+    _md(paths["claims_md"], "The paper's stated claims beside our runs", caption, grid,
+        f"Best = the trial with the highest OOD EM (lengths {s['N'] + 1}..{s['M']}). The paper's "
+        f"numbers are for training on 1..40 digits and testing to 100; at a smaller scale the "
+        f"analogous quantity is shown (e.g. EM at the longest test length {s['M']}), and 'holds "
+        f"here' judges the claim's direction, not its numbers. Carry: 'yes' when the two EMs "
+        f"are within 10 points. Variance: 'yes' when every run fits its training lengths and "
+        f"the OOD EM spreads over >= 10 points.")
+    write_csv(paths["claims_csv"], recs)
+    return paths
+
+
+def write_report(rows, out: str, *, scale: str, caption: str,
+                 wall_seconds: float | None = None, log=print) -> dict:
+    from lengen.recipes.addition.figures import write_figures
+    from lengen.sweep import training_span
+
+    s = SCALES[scale]
+    scores = run_scores(rows, M=s["M"])
+    paths = {"scores_csv": os.path.join(out, "scores.csv")}
+    write_csv(paths["scores_csv"], scores)
+    span = training_span(out, [r["run"] for r in scores if r["status"] == "ok"])
+    cap = caption + (f" Training wall time (first run start to last run end): {span / 60:.1f} "
+                     f"min." if span is not None else "")
+    cap += (f" Wall time of this invocation: {wall_seconds / 60:.1f} min."
+            if wall_seconds is not None else "")
+    paths.update(write_table(scores, out, scale=scale, caption=cap))
+    paths.update(write_errors(rows, scores, out, scale=scale, caption=cap))
+    paths.update(write_claims(rows, scores, out, scale=scale, caption=cap))
+    paths.update(write_figures(rows, scores, out, scale=scale))
+    with open(paths["table_md"]) as f:
+        log(f.read())
+    with open(paths["claims_md"]) as f:
+        log(f.read())
+    log("wrote " + ", ".join(sorted(os.path.relpath(v, out) for v in paths.values())))
+    return paths
+
+
+__all__ = ["REACH", "FIT", "run_scores", "best", "trials", "reach", "write_report",
+           "write_table", "write_errors", "write_claims", "curves_by_run", "FIGURES"]

@@ -1,0 +1,218 @@
+"""Settings, scales and run configs of ``lengen reproduce addition`` (builds configs, never
+trains; the protocol is described in :mod:`.recipe`).
+
+* ``SETTINGS``: setting -> {posenc, positions, hints, format, spaces, label}: the four PEs with
+  index hints (Figs. 3/4), without hints (Fig. 4), in the standard format (Fig. 5), with random
+  spaces (Fig. 7), with randomized positions toggled (Fig. 8: FIRE without, KerpleLog and RoPE
+  with), and beyond the paper position coupling and Abacus;
+* ``FIGURES``: each figure and the settings it compares; ``ERROR_SETTINGS``: the settings whose
+  runs get the greedy-decoding error analysis;
+* ``SCALES``: sizes, steps, trial counts and evaluation budgets per scale (``smoke``, ``cpu``,
+  ``paper``); the protocol is the same at every scale;
+* :func:`run_config` (one run's config dict), :func:`build_specs` (the sweep's RunSpecs: settings
+  x trials, FIRE at other training lengths, FIRE on the init x data-order grid) and
+  :func:`caption` (the scale restated under every table).
+"""
+from __future__ import annotations
+
+from lengen.model.presets import ZHOU2024_BLOCK, ZHOU2024_SIZES, ZHOU2024_TRAIN
+
+PES = ("fire", "kerple_log", "rope", "nope")
+PE_LABELS = {"fire": "FIRE", "kerple_log": "KerpleLog", "rope": "RoPE", "nope": "NoPE"}
+
+
+def _settings() -> dict[str, dict]:
+    out = {}
+    for pe in PES:
+        randomized = pe == "fire"          # the paper's recipe is randomized FIRE
+        base = dict(posenc=pe, positions="randomized" if randomized else "identity",
+                    hints=True, format="reversed", spaces=False, label=PE_LABELS[pe])
+        out[pe] = base
+        out[f"{pe}-nohints"] = dict(base, hints=False, label=f"{PE_LABELS[pe]}, no hints")
+        out[f"{pe}-standard"] = dict(base, format="standard",
+                                     label=f"{PE_LABELS[pe]}, standard format")
+        out[f"{pe}-spaces"] = dict(base, spaces=True, label=f"{PE_LABELS[pe]}, random spaces")
+        if pe != "nope":                   # NoPE has no positions to randomize
+            key = f"{pe}-norand" if randomized else f"{pe}-rand"
+            out[key] = dict(base, positions="identity" if randomized else "randomized",
+                            label=f"{PE_LABELS[pe]}, {'no ' if randomized else ''}"
+                                  f"randomized positions")
+    for name, label in (("coupling", "Position coupling"), ("abacus", "Abacus")):
+        out[name] = dict(posenc="learned", positions=name, hints=False, format="reversed",
+                         spaces=False, label=label)
+    return out
+
+
+#: setting -> {posenc, positions, hints, format, spaces, label}
+SETTINGS = _settings()
+
+#: the figures and the settings each compares
+FIGURES = {
+    "fig3": list(PES),
+    "fig4": [s for pe in PES for s in (pe, f"{pe}-nohints")],
+    "fig5": [s for pe in PES for s in (pe, f"{pe}-standard")],
+    "fig7": [s for pe in PES for s in (pe, f"{pe}-spaces")],
+    "fig8": ["fire", "fire-norand", "kerple_log", "kerple_log-rand", "rope", "rope-rand"],
+    "beyond": ["fire", "coupling", "abacus"],
+}
+#: settings whose runs get the greedy-decoding error analysis (Figs. 9, C.10)
+ERROR_SETTINGS = (*PES, "coupling", "abacus")
+
+SCALES = {
+    "smoke": dict(N=3, M=5, test_stride=1, steps=3, batch_size=8, lr=1e-3, warmup_steps=1,
+                  model=dict(d_model=16, n_layers=1, n_heads=2, d_ff=32), preset=None,
+                  settings=("fire", "rope", "fire-nohints", "fire-standard", "fire-spaces",
+                            "fire-norand", "coupling", "abacus"),
+                  trials=(0,), train_lengths=(2, 3), train_length_trials=(0,),
+                  heatmap=((0, 1), (0, 1)), eval_sequences=4, eval_batch_size=4, eval_every=2,
+                  track=(2, 5), track_sequences=4, error_lengths=(4, 5), error_sequences=4,
+                  L=128, spaces=0.3, ckpt_every=0),
+    "cpu": dict(N=10, M=20, test_stride=1, steps=3000, batch_size=64, lr=1e-3,
+                warmup_steps=100, model=dict(d_model=64, n_layers=2, n_heads=4, d_ff=256),
+                preset=None, settings=tuple(SETTINGS), trials=(0, 1), train_lengths=(5, 10),
+                train_length_trials=(0, 1), heatmap=((0, 1), (0, 1, 2)), eval_sequences=100,
+                eval_batch_size=100, eval_every=500, track=(12, 15, 20), track_sequences=64,
+                error_lengths=(12, 15), error_sequences=100, L=256, spaces=0.2,
+                ckpt_every=1000),
+    "paper": dict(N=40, M=100, test_stride=1, steps=ZHOU2024_TRAIN["steps"],
+                  batch_size=ZHOU2024_TRAIN["batch_size"], lr=ZHOU2024_TRAIN["lr"],
+                  warmup_steps=ZHOU2024_TRAIN["warmup_steps"], model={}, preset="25m",
+                  settings=tuple(SETTINGS), trials=tuple(range(10)),
+                  train_lengths=(10, 20, 30, 40), train_length_trials=tuple(range(5)),
+                  heatmap=((0, 1, 2), (0, 1, 2, 3, 4)), eval_sequences=1000,
+                  eval_batch_size=100, eval_every=1000, track=(30, 50, 70, 90),
+                  track_sequences=100, error_lengths=(100,), error_sequences=1000, L=2048,
+                  spaces=0.2, ckpt_every=5000),
+}
+EVAL_SEED = 1234
+
+
+# ---- configs ------------------------------------------------------------------------------------
+def eval_lengths(scale: str) -> list[int]:
+    from lengen.eval.length_sweep import sweep_lengths
+
+    s = SCALES[scale]
+    return sweep_lengths(1, s["M"], s["test_stride"])
+
+
+def run_name(setting: str, seed: int, data_seed: int, N: int | None = None) -> str:
+    return f"{setting}{'' if N is None else f'-N{N}'}-s{seed}-d{data_seed}"
+
+
+def run_config(setting: str, scale: str = "cpu", seed: int = 0, data_seed: int = 0,
+               N: int | None = None, *, device: str = "cpu", name: str | None = None) -> dict:
+    """Config dict of one run: ``setting`` (a key of ``SETTINGS``) at ``scale``, initialisation
+    seed ``seed``, data-order seed ``data_seed``, training lengths 1..``N`` (default: the
+    scale's)."""
+    from lengen.registry import lookup
+    from lengen.tasks.splits import length_splits
+
+    s = lookup(SCALES, scale, "scale")
+    st = lookup(SETTINGS, setting, "addition setting")
+    N_ = s["N"] if N is None else int(N)
+    M = s["M"]
+    size = {}
+    if s["preset"]:
+        n_layers, d_model, d_ff, n_heads = ZHOU2024_SIZES[s["preset"]]
+        size = dict(n_layers=n_layers, d_model=d_model, d_ff=d_ff, n_heads=n_heads)
+    mc = dict(ZHOU2024_BLOCK, **size, **s["model"], posenc=st["posenc"],
+              positions=st["positions"])
+    task_kwargs = {"max_train_length": N_, "max_eval_length": M, "format": st["format"],
+                   "hints": st["hints"], "hint_start": "random"}
+    if st["spaces"]:
+        task_kwargs["random_spaces"] = s["spaces"]
+    if st["positions"] == "randomized":
+        mc["positions_kwargs"] = {"max_length": s["L"], "eval_mode": "randomized"}
+    elif st["positions"] == "coupling":
+        # ids 1..M+1 for the widest test number and M+2 for the separator after it, all of them
+        # trained through the random start (Cho et al.: max_pos >= the test length + 2)
+        mc["positions_kwargs"] = {"max_position": M + 2}
+        mc["posenc_kwargs"] = {"max_positions": M + 3}
+    elif st["positions"] == "abacus":
+        # training offsets k <= M make the trained indices cover every test number (McLeish et
+        # al.: k <= 99 for tests to 100 digits)
+        mc["positions_kwargs"] = {"max_k": M}
+        mc["posenc_kwargs"] = {"max_positions": 2 * M + 2}
+    splits = length_splits(eval_lengths(scale))
+    train = dict(ZHOU2024_TRAIN, steps=s["steps"], batch_size=s["batch_size"], lr=s["lr"],
+                 warmup_steps=s["warmup_steps"], seed=seed, data_seed=data_seed,
+                 eval_every=s["eval_every"], eval_splits=length_splits(s["track"]),
+                 eval_sequences=s["track_sequences"], ckpt_every=s["ckpt_every"],
+                 log_every=max(1, min(50, s["steps"] // 20)), device=device)
+    return {"name": name or run_name(setting, seed, data_seed, N),
+            "model": mc, "task": {"name": "addition", "kwargs": task_kwargs}, "train": train,
+            "eval": {"splits": splits, "sequences": s["eval_sequences"],
+                     "batch_size": s["eval_batch_size"], "seed": EVAL_SEED}}
+
+
+def build_specs(scale: str = "cpu", *, settings=None, trials=None, device: str = "cpu",
+                train_lengths: bool = True, heatmap: bool = True):
+    """RunSpecs: settings x trials (group ``main``), FIRE at the scale's training lengths
+    (``train_length``) and FIRE on the init x data-order grid (``heatmap``); a run shared by two
+    groups is built once (tagged with the first). Tags: ``setting label N seed data_seed
+    group``."""
+    from lengen.sweep import RunSpec
+
+    s = SCALES[scale]
+    settings = list(settings or s["settings"])
+    bad = [x for x in settings if x not in SETTINGS]
+    if bad:
+        raise ValueError(f"unknown setting(s) {bad}. Valid: {', '.join(SETTINGS)}")
+    trials = list(s["trials"] if trials is None else trials)
+    specs, seen = [], set()
+
+    def add(setting, seed, data_seed, N, group):
+        name = run_name(setting, seed, data_seed, None if N == s["N"] else N)
+        if name in seen:
+            return
+        seen.add(name)
+        cfg = run_config(setting, scale, seed, data_seed, None if N == s["N"] else N,
+                         device=device, name=name)
+        specs.append(RunSpec(name, cfg, {"setting": setting, "label": SETTINGS[setting]["label"],
+                                         "N": N, "seed": seed, "data_seed": data_seed,
+                                         "group": group}))
+
+    for setting in settings:
+        for t in trials:
+            add(setting, t, 0, s["N"], "main")
+    if train_lengths and "fire" in settings:
+        for N in s["train_lengths"]:
+            for t in s["train_length_trials"]:
+                add("fire", t, 0, N, "train_length")
+    if heatmap and "fire" in settings:
+        inits, orders = s["heatmap"]
+        for i in inits:
+            for d in orders:
+                add("fire", i, d, s["N"], "heatmap")
+    return specs
+
+
+def default_device(scale: str) -> str:
+    import torch
+
+    return "cuda" if scale == "paper" and torch.cuda.is_available() else "cpu"
+
+
+def caption(scale: str, *, n_runs: int, trials) -> str:
+    s = SCALES[scale]
+    if s["preset"]:
+        model = f"the paper's {s['preset'].upper()} model"
+    else:
+        m = s["model"]
+        model = (f"a small model of the paper's block ({m['n_layers']} blocks, d_model "
+                 f"{m['d_model']}, GeGLU FFN {m['d_ff']}, {m['n_heads']} heads)")
+    text = (f"Scale `{scale}`: {n_runs} runs; {model}; train on 1..{s['N']} digits, "
+            f"{s['steps']:,} steps at batch {s['batch_size']}, lr {s['lr']:g}; EM at every length "
+            f"1..{s['M']} with {s['eval_sequences']} sequences; {len(trials)} trial(s) (init seeds "
+            f"{', '.join(map(str, trials))}, one data order); randomized positions from "
+            f"[0, {s['L']}); random spaces p = {s['spaces']}.")
+    if scale != "paper":
+        p = SCALES["paper"]
+        text += (f" The paper: 25M model, 1..{p['N']} digits, {p['steps']:,} steps at batch "
+                 f"{p['batch_size']}, EM at 1..{p['M']} with {p['eval_sequences']} sequences, 10 "
+                 f"trials; numbers at this scale are not comparable in absolute terms.")
+    return text
+
+
+__all__ = ["PES", "PE_LABELS", "SETTINGS", "FIGURES", "ERROR_SETTINGS", "SCALES", "EVAL_SEED",
+           "eval_lengths", "run_name", "run_config", "build_specs", "default_device", "caption"]
