@@ -157,14 +157,15 @@ def print_rows(rows) -> None:
 
 def add_registry_commands(parser, registry: dict, *, dest: str, metavar: str) -> None:
     """One subcommand per registry entry (name -> module path). The module provides
-    ``add_arguments(parser)`` and ``run(args) -> int``; its docstring gives the help (first line)
+    ``add_arguments(parser)`` and ``run(args) -> int``; its docstring gives the help (first paragraph)
     and the description (its first two paragraphs). So a new recipe or analysis never touches this file."""
     sub = parser.add_subparsers(dest=dest, required=True, metavar=metavar,
                                 help=f"one of: {', '.join(registry)}")
     for name, module in registry.items():
         mod = importlib.import_module(module)
         doc = (mod.__doc__ or name).strip()
-        q = sub.add_parser(name, help=doc.splitlines()[0],
+        first = " ".join(doc.split("\n\n")[0].split())
+        q = sub.add_parser(name, help=first,
                            description="\n\n".join(textwrap.fill(" ".join(par.split()), 90)
                                                     for par in doc.split("\n\n")[:2]),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
