@@ -60,7 +60,7 @@ def caption_for(scale: str, seeds: list, rel: str, wall_seconds: float | None = 
            f"over {len(seeds)} seed(s) {list(seeds)} (ours), published TRA-paper Table 1 in "
            f"parentheses (mean ± std over four initialisations, 512 tokens). Ours: {T}-token "
            f"sequences ({s['n_pairs']} pairs), {s['n_layers']} layers, {s['n_heads']} heads, "
-           f"d_model {s['d_model']}, SwiGLU MLP {2 * s['d_model']}, RMSNorm pre-norm; AdamW lr "
+           f"d_model {s['d_model']}, SwiGLU MLP {s.get('d_ff') or 2 * s['d_model']}, RMSNorm pre-norm; AdamW lr "
            f"{s['lr']:g}, batch {s['batch_size']}, {s['steps']} steps, cosine decay; evaluation "
            f"on {s['eval_sequences']:,} fresh sequences per split (IID p_i=0.8, OOD dense p_i=0.1, "
            f"OOD sparse p_i=0.98). REL = {'T5 bucketed bias' if rel == 't5' else 'Transformer-XL relative'}.")
