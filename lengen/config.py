@@ -294,23 +294,15 @@ def check_components(cfg: ExperimentConfig):
                     raise ConfigError(f"{key}: {e}") from None
         # every split the run evaluates, at the end or periodically
         splits = list(dict.fromkeys(list(splits) + list(cfg.train.eval_splits or [])))
-        from_task = getattr(parts["model.positions_kwargs"][2], "from_task", None)
-        if from_task is not None:
-            # a sampler that reads the token structure (coupling, abacus) takes the token ids
-            # from the task; the resolved config keeps them, so a run directory rebuilds it
-            try:
-                m.positions_kwargs = from_task(task, dict(m.positions_kwargs), splits)
-            except ValueError as e:
-                raise ConfigError(f"{what('model.positions_kwargs')}: {e}") from None
-            checked["model.positions_kwargs"] = m.positions_kwargs
         for section in ("model.positions_kwargs", "model.posenc_kwargs"):
-            # keyword arguments only the task knows (e.g. M for position interpolation, the
-            # original length of RoPE scaling), filled in and saved with the config
+            # keyword arguments only the task knows (M for position interpolation, the original
+            # length of RoPE scaling, the digit ids of coupling / Abacus), filled in and saved
+            # with the config, so a run directory rebuilds the same component
             hook = getattr(parts[section][2], "task_defaults", None)
             if hook is None:
                 continue
             try:
-                filled = hook(checked[section], task)
+                filled = hook(checked[section], task, splits)
             except ValueError as e:
                 raise ConfigError(f"{what(section)}: {e}") from None
             checked[section] = filled

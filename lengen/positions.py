@@ -32,8 +32,10 @@ evaluation (``random_at_eval = False``): its evaluation positions are computed b
 from the rows, so a random draw there would depend on the batch size.
 
 Samplers that need something only the task knows (position interpolation needs M, the longest
-training length) fill it in from a classmethod ``task_defaults(kwargs, task) -> kwargs``, which a
-config calls before building the sampler (the filled-in values are saved with the run).
+training length; coupling / Abacus the digit ids) fill it in from a classmethod
+``task_defaults(kwargs, task, splits) -> kwargs`` (``splits``: every split the run evaluates),
+which a config calls before building the sampler (the filled-in values are saved with the run).
+Positional schemes take the same hook (RoPE scaling's original length).
 
 To add a sampler: subclass :class:`PositionSampler` (:mod:`lengen.samplers.base`), implement
 ``sample`` and ``max_position``, and add one line to ``SAMPLERS``; samplers past a few dozen

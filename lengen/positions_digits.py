@@ -58,7 +58,7 @@ positioned by what the model wrote, never by the target. Called without ``tokens
 raise a ValueError (they have nothing to compute from).
 
 The token ids come from the task: :func:`lengen.config.check_components` calls
-:meth:`DigitRunSampler.from_task` before building the sampler, which fills ``digit_ids``,
+:meth:`DigitRunSampler.task_defaults` before building the sampler, which fills ``digit_ids``,
 ``hint_ids``, ``blank_ids`` and ``max_digits`` from the task's ``token_structure(splits)`` (the
 addition task has one; a task without digit structure is an error there). The resolved config
 holds the ids, so a run directory rebuilds the same sampler.
@@ -147,7 +147,7 @@ class DigitRunSampler(PositionSampler):
 
     # ---- resolve-time hook ---------------------------------------------------------------------
     @classmethod
-    def from_task(cls, task, kwargs: dict, splits) -> dict:
+    def task_defaults(cls, kwargs: dict, task, splits=()) -> dict:
         """``kwargs`` with the keys in ``TASK_KEYS`` the user left out filled from
         ``task.token_structure(splits)``; ValueError when the task has no digit structure or a
         given ``max_digits`` is below what the task's lengths need."""

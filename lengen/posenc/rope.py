@@ -101,7 +101,7 @@ class RoPE(PositionalScheme):
                        yarn_attention_factor(factor) if scaling == "yarn" else 1.0)
 
     @classmethod
-    def task_defaults(cls, kwargs: dict, task) -> dict:
+    def task_defaults(cls, kwargs: dict, task, splits=()) -> dict:
         """Dynamic NTK and YaRN: ``original_length`` defaults to the task's longest training
         input (tokens)."""
         kw = dict(kwargs)

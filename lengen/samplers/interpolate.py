@@ -143,7 +143,7 @@ class InterpolateSampler(PositionSampler):
 
     # -- the task hook (lengen.config.check_components) ------------------------------------------
     @classmethod
-    def task_defaults(cls, kwargs: dict, task) -> dict:
+    def task_defaults(cls, kwargs: dict, task, splits=()) -> dict:
         """Fill in what the task knows: ``train_length`` (M) and, for items, ``items_map``.
         Explicit values win. ValueError when M is needed and the task does not know it."""
         kw = dict(kwargs)
