@@ -1,9 +1,9 @@
 """Index-warping LM reproduction (``lengen reproduce index-warping-lm``).
 
-Runs on issue 12's real ``interpolate`` and ``warp`` samplers (lengen/samplers/). The small
-stand-ins below remain for two tests only: one that removes the real samplers (the recipe must
-then refuse the models that need them, with a clear message, and run the others) and one that
-registers a sampler with other keyword names (the recipe must say where its kwargs are named)."""
+Runs on issue 12's real ``interpolate`` and ``warp`` samplers (lengen/samplers/). Two tests
+change the registry: one removes them (the recipe must then refuse the models that need them,
+with a clear message, and run the others) and one registers a ``warp`` with other keyword names
+(the recipe must say where its kwargs are named)."""
 from __future__ import annotations
 
 import importlib
@@ -28,58 +28,6 @@ train_mod = importlib.import_module("lengen.train")
 def beta25_cdf(x):
     """CDF of Beta(2, 5): 1 - (1 - x)^6 - 6 x (1 - x)^5."""
     return 1 - (1 - x) ** 6 - 6 * x * (1 - x) ** 5
-
-
-class StandInInterpolate(P.PositionSampler):
-    """Test stand-in for issue 12's ``interpolate``: identity in training; at evaluation each
-    row's positions j x min(1, train_length / l) for its length l."""
-    uses_batch, per_instance, random_at_eval = True, True, False
-
-    def __init__(self, train_length: int):
-        self.M = int(train_length)
-
-    def _rows(self, length, batch_size, device):
-        j = torch.arange(length, dtype=torch.float32, device=device)
-        return j.expand(batch_size or 1, -1).clone()                    # [B, T]
-
-    def sample(self, length, *, training, device=None, generator=None, batch_size=None,
-               lengths=None, tokens=None):
-        pos = self._rows(length, batch_size, device)
-        if training:
-            return self.train_positions(pos, generator)
-        ls = (lengths.float() if lengths is not None
-              else torch.full((pos.shape[0],), float(length)))
-        return pos * torch.clamp(self.M / ls, max=1.0)[:, None]
-
-    def train_positions(self, pos, generator):
-        return pos
-
-    def max_position(self, length):
-        return float(max(length - 1, 0))
-
-
-class StandInWarp(StandInInterpolate):
-    """Test stand-in for issue 12's ``warp``: per training row, alpha j with probability p_head,
-    l F(j / l) (F = Beta(a, b) CDF, here only (2, 5), or sqrt) with p_tail; PI at evaluation."""
-    random_at_eval = False
-
-    def __init__(self, train_length: int, p_head: float = 0.15, p_tail: float = 0.15,
-                 alpha: float = 0.5, f_skew: str = "beta", beta_a: float = 2.0,
-                 beta_b: float = 5.0):
-        super().__init__(train_length)
-        if (beta_a, beta_b) != (2.0, 5.0) and f_skew == "beta":
-            raise ValueError("the stand-in knows Beta(2, 5) only")
-        self.p_head, self.p_tail, self.alpha, self.f_skew = p_head, p_tail, alpha, f_skew
-
-    def train_positions(self, pos, generator):
-        B, T = pos.shape
-        u = torch.rand(B, generator=generator)
-        head = u < self.p_head
-        tail = (u >= self.p_head) & (u < self.p_head + self.p_tail)
-        f = torch.sqrt if self.f_skew == "sqrt" else beta25_cdf
-        warped_tail = T * f(pos / T)
-        out = torch.where(head[:, None], self.alpha * pos, pos)
-        return torch.where(tail[:, None], warped_tail, out)
 
 
 def cell_table(md: str):
@@ -119,11 +67,10 @@ def test_without_the_samplers_the_recipe_says_what_it_needs(capsys, no_warp_samp
 
 
 def test_kwargs_the_installed_samplers_do_not_take_fail_naming_the_recipe(monkeypatch):
-    class OtherNames(StandInWarp):
+    class OtherNames(P.IdentitySampler):          # a 'warp' whose kwargs have other names
         def __init__(self, M: int, p_head: float = 0.15):
-            super().__init__(M)
+            super().__init__()
 
-    monkeypatch.setitem(P.SAMPLERS, "interpolate", StandInInterpolate)
     monkeypatch.setitem(P.SAMPLERS, "warp", OtherNames)
     with pytest.raises(ConfigError, match="warp_kwargs / interpolate_kwargs"):
         iw.build_specs("smoke", models=["Ours"])
