@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import torch
 
+from lengen.positions_digits import AbacusSampler, CouplingSampler   # position coupling, Abacus
 from lengen.samplers.base import PositionSampler
 from lengen.samplers.interpolate import InterpolateSampler
 from lengen.samplers.warp import WarpSampler
@@ -171,9 +172,6 @@ class LabelSampler(RandomizedSampler):
                     f"one per batch; eval: evenly spaced labels over [0, {self.max_length - 1}]")
         return super().describe()
 
-
-# token-structured samplers for arithmetic (position coupling, Abacus) live in their own module
-from lengen.positions_digits import AbacusSampler, CouplingSampler  # noqa: E402
 
 # Literal registry: the CLI name is the key.
 SAMPLERS: dict[str, type[PositionSampler]] = {

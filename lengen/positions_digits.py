@@ -68,7 +68,7 @@ from __future__ import annotations
 import torch
 
 from lengen.checks import Choice, Int
-from lengen.positions import PositionSampler
+from lengen.samplers.base import PositionSampler
 
 OFFSETS = ("row", "batch")
 

@@ -27,8 +27,24 @@ across layers, or KerpleLog, whose public code learns one per layer.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
+
+
+def positive_kwarg(scheme: str, name: str, value, why: str, example: str) -> float:
+    """``value`` as a float if it is a finite number > 0; else a ValueError naming
+    ``posenc_kwargs.<name>``, why it must be positive and an example (for schemes built directly,
+    outside a config's ``KWARG_RULES`` check)."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        v = float("nan")
+    if isinstance(value, bool) or not math.isfinite(v) or v <= 0:
+        raise ValueError(f"{scheme}: posenc_kwargs.{name} must be a finite number > 0 ({why}), "
+                         f"got {value!r}; use e.g. {name}={example}")
+    return v
 
 
 class PositionalScheme(nn.Module):

@@ -72,7 +72,7 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from lengen.posenc.base import PositionalScheme
+from lengen.posenc.base import PositionalScheme, positive_kwarg
 from lengen.posenc.distance import (expand_batch, integral_positions, split_positions,
                                     toeplitz)
 from lengen.posenc.t5 import integer_progression
@@ -81,17 +81,6 @@ from lengen.posenc.t5 import integer_progression
 def psi(x: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     """log(c x + 1) for x >= 0, extended as an odd function (see the module docstring)."""
     return torch.sign(x) * torch.log1p(c * x.abs())
-
-
-def _check_positive(name: str, value, why: str, example: str) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        v = float("nan")
-    if isinstance(value, bool) or not math.isfinite(v) or v <= 0:
-        raise ValueError(f"fire: posenc_kwargs.{name} must be a finite number > 0 ({why}), got "
-                         f"{value!r}; use e.g. {name}={example}")
-    return v
 
 
 #: elements of the [H, chunk] temporaries of the CPU piecewise-linear evaluation (fp32: 1 MB)
@@ -142,9 +131,10 @@ class FIRE(PositionalScheme):
         if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 1:
             raise ValueError(f"fire: posenc_kwargs.hidden is the MLP's hidden width and must be an "
                              f"integer >= 1, got {hidden!r}; use e.g. hidden=32 (Zhou et al.)")
-        c_init = _check_positive("c_init", c_init, "psi(x) = log(c x + 1) needs c > 0", "0.1")
-        L_init = _check_positive("L_init", L_init, "the normaliser psi(max(L, i)) needs L > 0",
-                                 "512")
+        c_init = positive_kwarg("fire", "c_init", c_init, "psi(x) = log(c x + 1) needs c > 0",
+                                "0.1")
+        L_init = positive_kwarg("fire", "L_init", L_init,
+                                "the normaliser psi(max(L, i)) needs L > 0", "512")
         super().__init__(**kw)
         self.hidden, self.c_init, self.L_init = hidden, c_init, L_init
         H = self.n_heads

@@ -37,21 +37,10 @@ import math
 import torch
 from torch import nn
 
-from lengen.posenc.base import PositionalScheme
+from lengen.posenc.base import PositionalScheme, positive_kwarg
 from lengen.posenc.distance import (expand_batch, integral_positions, split_positions,
                                     toeplitz)
 from lengen.posenc.t5 import integer_progression
-
-
-def _check_positive(name: str, value, why: str, example: str) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        v = float("nan")
-    if isinstance(value, bool) or not math.isfinite(v) or v <= 0:
-        raise ValueError(f"kerple_log: posenc_kwargs.{name} must be a finite number > 0 ({why}), "
-                         f"got {value!r}; use e.g. {name}={example}")
-    return v
 
 
 class KerpleLog(PositionalScheme):
@@ -60,14 +49,16 @@ class KerpleLog(PositionalScheme):
 
     def __init__(self, *, r1_init: float | None = None, r2_init: float | None = None,
                  min_value: float = 0.01, **kw):
-        min_value = _check_positive("min_value", min_value,
-                                    "the floor that keeps r1 and r2 positive", "0.01")
+        min_value = positive_kwarg("kerple_log", "min_value", min_value,
+                                   "the floor that keeps r1 and r2 positive", "0.01")
         if r1_init is not None:
-            r1_init = _check_positive("r1_init", r1_init, "KERPLE needs r1 > 0; leave it unset "
-                                      "for the KERPLE code's 2 U(0, 1)", "1.0")
+            r1_init = positive_kwarg("kerple_log", "r1_init", r1_init,
+                                     "KERPLE needs r1 > 0; leave it unset for the KERPLE code's "
+                                     "2 U(0, 1)", "1.0")
         if r2_init is not None:
-            r2_init = _check_positive("r2_init", r2_init, "KERPLE needs r2 > 0; leave it unset "
-                                      "for the KERPLE code's U(0, 1)", "0.5")
+            r2_init = positive_kwarg("kerple_log", "r2_init", r2_init,
+                                     "KERPLE needs r2 > 0; leave it unset for the KERPLE code's "
+                                     "U(0, 1)", "0.5")
         super().__init__(**kw)
         self.min_value, self.r1_init, self.r2_init = min_value, r1_init, r2_init
         self.r1 = nn.Parameter(torch.empty(self.n_heads))       # [H] scale of the log
