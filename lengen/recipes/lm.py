@@ -22,6 +22,8 @@ import json
 import math
 import time
 
+from lengen.recipes.common import default_device
+
 #: ``max_eval_tokens`` that scores the whole evaluation split at every length (paper scales)
 EVAL_ALL = 10 ** 9
 
@@ -59,12 +61,6 @@ def task_caption(task_kwargs: dict) -> str:
     from lengen.tasks import build_task
 
     return build_task("text", **task_kwargs).caption()
-
-
-def default_device(scale: str) -> str:
-    import torch
-
-    return "cuda" if scale == "paper" and torch.cuda.is_available() else "cpu"
 
 
 # ---------------------------------------------------------------------------- the estimate

@@ -38,7 +38,7 @@ def _best_rows(rows, scores, settings, N):
         if b:
             picked[b["run"]] = st
     return [dict(r, setting=picked[r["run"]]) for r in rows
-            if r.get("run") in picked and r.get("metric") == "seq_acc"], picked
+            if r.get("run") in picked and r.get("metric") == "seq_acc"]
 
 
 def _curves(ax, rows, settings, N, title):
@@ -54,7 +54,7 @@ def _curves(ax, rows, settings, N, title):
 def compare(rows, scores, out, name, settings, N, title, *, per_pe: bool) -> str | None:
     """Best-trial curves of ``settings``; ``per_pe``: one panel per PE (pairs of settings)."""
     plt = _plt()
-    sub, _ = _best_rows(rows, scores, settings, N)
+    sub = _best_rows(rows, scores, settings, N)
     if not sub:
         return None
     groups = ([[s for s in settings if s == pe or s.startswith(pe + "-")] for pe in PES]

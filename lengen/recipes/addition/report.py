@@ -19,10 +19,10 @@ tagged ``setting label N seed data_seed group``, failed runs as one row with ``s
 """
 from __future__ import annotations
 
-import csv
 import math
 import os
 
+from lengen.recipes.common import write_csv, write_md
 from lengen.recipes.addition.published import BEYOND, CLAIMS, PAPER_REACH
 from lengen.recipes.addition.recipe import is_divergence
 from lengen.recipes.addition.specs import FIGURES, PE_LABELS, PES, SCALES, SETTINGS
@@ -49,10 +49,10 @@ def _f(x, d=1) -> str:
 
 
 def _pm(v) -> str:
-    if not v:
-        return "-"
-    s = _std(v)
-    return _f(_mean(v)) if math.isnan(s) else f"{_f(_mean(v))} ± {_f(s)}"
+    """mean ± sample std of ``v`` to one decimal (mean alone for one value, - for none)."""
+    from lengen.analysis.tables import fmt_mean_std
+
+    return fmt_mean_std(_mean(v), _std(v), 1)
 
 
 def curves_by_run(rows) -> dict[str, dict[int, float]]:
@@ -114,27 +114,6 @@ def trials(scores, setting: str, N: int, data_seed: int | None = 0) -> list[dict
             and r["status"] == "ok" and (data_seed is None or r["data_seed"] == data_seed)]
 
 
-def write_csv(path: str, records: list[dict]) -> None:
-    keys: list[str] = []
-    for r in records:
-        keys += [k for k in r if k not in keys]
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=keys)
-        w.writeheader()
-        w.writerows(records)
-    os.replace(tmp, path)
-
-
-def _md(path: str, title: str, caption: str, grid, note: str = "") -> None:
-    from lengen.analysis.tables import markdown_table
-    from lengen.eval.evaluate import write_text_atomic
-
-    table = markdown_table(grid, align="l" + "r" * (len(grid[0]) - 1))
-    text = f"**{title}**\n\n{caption}\n\n{table}\n"
-    write_text_atomic(text + (f"\n{note}\n" if note else ""), path)
-
-
 def write_table(scores, out: str, *, scale: str, caption: str) -> dict:
     s = SCALES[scale]
     N, M = s["N"], s["M"]
@@ -160,7 +139,7 @@ def write_table(scores, out: str, *, scale: str, caption: str) -> dict:
                             fitted=bool(b and b["fitted"])))
     paths = {"table_md": os.path.join(out, "table.md"), "table_csv": os.path.join(out,
                                                                                   "table.csv")}
-    _md(paths["table_md"], "Exact match (%) by setting (Zhou et al. 2024, decimal addition)",
+    write_md(paths["table_md"], "Exact match (%) by setting (Zhou et al. 2024, decimal addition)",
         caption, grid,
         f"Best = the trial with the highest OOD EM. Reach = the longest K with EM >= {REACH:.0f}% "
         f"at every length 1..K (ratio to N in brackets). {UNFIT} the best trial did not fit its "
@@ -207,7 +186,7 @@ def write_errors(rows, scores, out: str, *, scale: str, caption: str) -> dict:
     paths = {"errors_md": os.path.join(out, "errors.md"),
              "errors_csv": os.path.join(out, "errors.csv")}
     lens = ", ".join(map(str, s["error_lengths"]))
-    _md(paths["errors_md"], f"Error analysis of greedy decoding at lengths {lens} (Fig. 9, "
+    write_md(paths["errors_md"], f"Error analysis of greedy decoding at lengths {lens} (Fig. 9, "
         f"Fig. C.10)", caption, grid,
         f"Pooled over the trials and the error lengths ({s['error_sequences']} sequences per "
         f"length and run). The single-digit share leaves out runs below {NEAR_ZERO:.0f}% EM at "
@@ -326,7 +305,7 @@ def write_claims(rows, scores, out: str, *, scale: str, caption: str) -> dict:
     paths = {"claims_md": os.path.join(out, "claims.md"),
              "claims_csv": os.path.join(out, "claims.csv")}
     s = SCALES[scale]
-    _md(paths["claims_md"], "The paper's stated claims beside our runs", caption, grid,
+    write_md(paths["claims_md"], "The paper's stated claims beside our runs", caption, grid,
         f"Best = the trial with the highest OOD EM (lengths {s['N'] + 1}..{s['M']}). The paper's "
         f"numbers are for training on 1..40 digits and testing to 100; at a smaller scale the "
         f"analogous quantity is shown (e.g. EM at the longest test length {s['M']}), and 'holds "

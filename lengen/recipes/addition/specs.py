@@ -15,6 +15,7 @@ trains; the protocol is described in :mod:`.recipe`).
 """
 from __future__ import annotations
 
+from lengen.recipes.common import default_device, select
 from lengen.model.presets import ZHOU2024_BLOCK, ZHOU2024_SIZES, ZHOU2024_TRAIN
 
 PES = ("fire", "kerple_log", "rope", "nope")
@@ -154,10 +155,7 @@ def build_specs(scale: str = "cpu", *, settings=None, trials=None, device: str =
     from lengen.sweep import RunSpec
 
     s = SCALES[scale]
-    settings = list(settings or s["settings"])
-    bad = [x for x in settings if x not in SETTINGS]
-    if bad:
-        raise ValueError(f"unknown setting(s) {bad}. Valid: {', '.join(SETTINGS)}")
+    settings = select(settings, SETTINGS, s["settings"], "setting")
     trials = list(s["trials"] if trials is None else trials)
     specs, seen = [], set()
 
@@ -185,12 +183,6 @@ def build_specs(scale: str = "cpu", *, settings=None, trials=None, device: str =
             for d in orders:
                 add("fire", i, d, s["N"], "heatmap")
     return specs
-
-
-def default_device(scale: str) -> str:
-    import torch
-
-    return "cuda" if scale == "paper" and torch.cuda.is_available() else "cpu"
 
 
 def caption(scale: str, *, n_runs: int, trials) -> str:

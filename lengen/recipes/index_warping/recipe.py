@@ -62,6 +62,7 @@ from __future__ import annotations
 import os
 import time
 
+from lengen.recipes.common import default_device, select
 from lengen.recipes.index_warping.published import PAPER_TABLE_A, UNCERTAIN_ROWS
 
 #: M (longest training length, items) of each task in the paper
@@ -183,14 +184,6 @@ def run_name(task: str, model: str, seed: int) -> str:
     return f"{task}-{model}-s{seed}"
 
 
-def _select(given, valid, default, what):
-    chosen = list(given or default)
-    bad = [x for x in chosen if x not in valid]
-    if bad:
-        raise ValueError(f"unknown {what}(s) {bad}. Valid: {', '.join(valid)}")
-    return chosen
-
-
 def build_specs(scale: str = "cpu", *, tasks=None, models=None, seeds=None,
                 length_unit: str = "tokens", rotary_fraction: float = 1.0, device: str = "cpu"):
     """RunSpecs of tasks x columns x seeds (tags: task, model, seed)."""
@@ -198,8 +191,8 @@ def build_specs(scale: str = "cpu", *, tasks=None, models=None, seeds=None,
     from lengen.sweep import Grid, RunSpec
 
     s = lookup(SCALES, scale, "scale")
-    tasks = _select(tasks, TASK_M, s["tasks"], "task")
-    models = _select(models, MODELS, s["models"], "column")
+    tasks = select(tasks, TASK_M, s["tasks"], "task")
+    models = select(models, MODELS, s["models"], "column")
     seeds = list(s["seeds"] if seeds is None else seeds)
     grid = Grid(axes={"task": {t: {} for t in tasks}, "model": {m: {} for m in models},
                       "seed": {x: {} for x in seeds}},
@@ -209,12 +202,6 @@ def build_specs(scale: str = "cpu", *, tasks=None, models=None, seeds=None,
                                           rotary_fraction=rotary_fraction, device=device,
                                           name=spec.name), dict(spec.tags))
             for spec in grid]
-
-
-def default_device(scale: str) -> str:
-    import torch
-
-    return "cuda" if scale == "paper" and torch.cuda.is_available() else "cpu"
 
 
 def caption(scale: str, *, seeds, length_unit: str = "tokens", rotary_fraction: float = 1.0,
@@ -263,8 +250,8 @@ def run_index_warping(scale: str = "cpu", out: str | None = None, *, workers: in
     cap = caption(scale, seeds=seeds, length_unit=length_unit, rotary_fraction=rotary_fraction,
                   wall_seconds=time.time() - t0)
     records, paths = write_report(res.rows, out, scale=scale,
-                                  tasks=_select(tasks, TASK_M, s["tasks"], "task"),
-                                  models=_select(models, MODELS, s["models"], "column"),
+                                  tasks=select(tasks, TASK_M, s["tasks"], "task"),
+                                  models=select(models, MODELS, s["models"], "column"),
                                   caption=cap, log=log)
     if res.failures:
         log(f"{len(res.failures)} run(s) failed; see {os.path.join(out, 'failures.json')}. "
@@ -288,8 +275,8 @@ def estimate_time(scale: str = "cpu", *, steps: int = 10, tasks=None, models=Non
 
     device = device or default_device(scale)
     s = SCALES[scale]
-    tasks = _select(tasks, TASK_M, s["tasks"], "task")
-    models = _select(models, MODELS, s["models"], "column")
+    tasks = select(tasks, TASK_M, s["tasks"], "task")
+    models = select(models, MODELS, s["models"], "column")
     n_seeds = seeds or len(s["seeds"])
     if threads is None:
         from lengen.sweep import default_threads

@@ -17,9 +17,6 @@ from lengen.analysis.tables import fmt_mean_std, markdown_table
 from lengen.recipes.index_warping.recipe import (FIG5, FIG6, FIG6_LABELS, FIGC, MODELS,
                                                  PAPER_TABLE_A, SCALES, UNCERTAIN_ROWS)
 
-RANGES = ("all", "seen", "unseen")
-
-
 def table_a_records(rows: list[dict], scale: str, tasks, models) -> list[dict]:
     """One record per (task, column): ours (mean / std over seeds of the per-run average over
     all / seen / unseen lengths, in %) beside the published Table A value (None if absent)."""
@@ -29,7 +26,6 @@ def table_a_records(rows: list[dict], scale: str, tasks, models) -> list[dict]:
     for task in tasks:
         M = SCALES[scale]["M"][task]
         of_task = [r for r in rows if r.get("task") == task]
-        rec_task = []
         for model in models:
             of_model = [r for r in of_task if r.get("model") == model]
             rec = {"task": task, "model": model, "label": MODELS[model][0],
@@ -40,9 +36,9 @@ def table_a_records(rows: list[dict], scale: str, tasks, models) -> list[dict]:
                 rec[f"{rng}_mean"] = statistics.fmean(per_seed) if per_seed else math.nan
                 rec[f"{rng}_std"] = (statistics.stdev(per_seed) if len(per_seed) > 1
                                      else math.nan)
-                rec["n_seeds"] = len(per_seed) if rng == "all" else rec["n_seeds"]
-            rec_task.append(rec)
-        out += rec_task
+                if rng == "all":
+                    rec["n_seeds"] = len(per_seed)
+            out.append(rec)
     return out
 
 
@@ -114,4 +110,4 @@ def write_report(rows: list[dict], out_dir: str, *, scale: str, tasks, models, c
     return records, paths
 
 
-__all__ = ["table_a_records", "table_a_markdown", "write_figures", "write_report", "RANGES"]
+__all__ = ["table_a_records", "table_a_markdown", "write_figures", "write_report"]

@@ -70,7 +70,8 @@ import time
 from lengen.model.presets import GPT2_BASE, HF_CLM_TRAIN
 from lengen.recipes.index_warping_lm.published import (PAPER_TABLE3, PAPER_TABLEB,
                                                        TRAIN_LENGTH)
-from lengen.recipes.lm import EVAL_ALL, default_device, eval_lengths, text_task_kwargs
+from lengen.recipes.common import default_device, select
+from lengen.recipes.lm import EVAL_ALL, eval_lengths, text_task_kwargs
 
 _SMALL_GPT2 = dict(GPT2_BASE, dropout=0.0)
 _HF = {k: v for k, v in HF_CLM_TRAIN.items() if k != "batch_size"}
@@ -170,9 +171,7 @@ def check_available(models) -> None:
     """Raise ValueError when a selected model needs a sampler that is not registered."""
     from lengen.positions import SAMPLERS
 
-    unknown = [m for m in models if m not in ALL_MODELS]
-    if unknown:
-        raise ValueError(f"unknown model(s) {unknown}. Valid: {', '.join(ALL_MODELS)}")
+    select(models, ALL_MODELS, (), "model")
     missing = [n for n in samplers_needed(models) if n not in SAMPLERS]
     if missing:
         lacking = [m for m in models if set(samplers_needed([m])) & set(missing)]

@@ -227,14 +227,12 @@ def findings(table, models, scale) -> str:
 def plot(rows, out, models, T, title, by_models) -> str:
     from lengen.analysis.perplexity_plot import plot_perplexity
 
-    tmp = out + ".tmp.png"
     names = {m: ("head_tail (= Ours)" if m == "Ours" and by_models is FIG7 else m)
              for m in by_models}
     keep = [r for r in rows if r.get("model") in by_models and r.get("model") in models]
     keep.sort(key=lambda r: list(by_models).index(r["model"]))
-    plot_perplexity(keep, tmp, by=("model",), train_length=T, title=title,
+    plot_perplexity(keep, out, by=("model",), train_length=T, title=title,
                     label=lambda key: names[key[0]])
-    os.replace(tmp, out)
     return out
 
 

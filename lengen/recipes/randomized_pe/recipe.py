@@ -44,6 +44,7 @@ from __future__ import annotations
 import os
 import time
 
+from lengen.recipes.common import default_device
 from lengen.model.presets import RUOSS2023_ENCODER, RUOSS2023_LRS, RUOSS2023_TRAIN
 from lengen.recipes.randomized_pe.published import (COLUMNS, PAPER_TABLE1, PAPER_TABLE3,
                                                     PAPER_TABLE4, UNSORTED)
@@ -225,12 +226,6 @@ def build_specs(scale: str = "cpu", *, tasks=None, schemes=None, seeds=None, lrs
                     for lr in lrs:
                         add(t, scheme, seed, lr, None, "unsorted")
     return specs
-
-
-def default_device(scale: str) -> str:
-    import torch
-
-    return "cuda" if scale == "paper" and torch.cuda.is_available() else "cpu"
 
 
 def caption(scale: str, *, tasks, schemes, seeds, lrs, eval_randomized: bool = True) -> str:

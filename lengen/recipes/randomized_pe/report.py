@@ -19,10 +19,10 @@ From the sweep's rows (one per run x length x metric, tagged ``task scheme seed 
 """
 from __future__ import annotations
 
-import csv
 import math
 import os
 
+from lengen.recipes.common import write_csv, write_md
 from lengen.recipes.randomized_pe.recipe import (EXTRA_SCHEMES, PAPER_TABLE1, PAPER_TABLE3,
                                           PAPER_TABLE4, SCALES, SCHEMES, TASK_LABELS, UNSORTED,
                                           eval_lengths)
@@ -117,27 +117,6 @@ def table_grid(agg: dict, tasks, schemes, cell) -> list[list[str]]:
     return grid
 
 
-def write_csv(path: str, records: list[dict]) -> None:
-    keys = []
-    for r in records:
-        keys += [k for k in r if k not in keys]
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=keys)
-        w.writeheader()
-        w.writerows(records)
-    os.replace(tmp, path)
-
-
-def _write_md(path: str, title: str, caption: str, grid, note: str = "") -> None:
-    from lengen.analysis.tables import markdown_table
-    from lengen.eval.evaluate import write_text_atomic
-
-    table = markdown_table(grid, align="ll" + "r" * (len(grid[0]) - 2))
-    text = f"**{title}**\n\n{caption}\n\n{table}\n"
-    write_text_atomic(text + (f"\n{note}\n" if note else ""), path)
-
-
 def write_tables(scores, out: str, *, tasks, schemes, caption: str, L: int, N: int,
                  train_lengths=None) -> tuple[dict, dict]:
     main = [r for r in scores if r["scheme"] in SCHEMES and r["L"] in (None, L)]
@@ -164,20 +143,21 @@ def write_tables(scores, out: str, *, tasks, schemes, caption: str, L: int, N: i
         return _pm(a["train_mean"], a["train_std"]) if a and a["train_mean"] is not None else "-"
 
     paths["table1_md"] = os.path.join(out, "table1.md")
-    _write_md(paths["table1_md"], "Table 1: accuracy (%) averaged over test lengths, max over "
-              "seeds x learning rates", caption, table_grid(agg, tasks, schemes, cell1), note)
+    write_md(paths["table1_md"], "Table 1: accuracy (%) averaged over test lengths, max over "
+             "seeds x learning rates", caption, table_grid(agg, tasks, schemes, cell1), note,
+             label_columns=2)
     paths["table4_md"] = os.path.join(out, "table4.md")
-    _write_md(paths["table4_md"], "Table 4: accuracy (%) averaged over test lengths, mean ± std "
-              "over seeds at the best learning rate", caption,
-              table_grid(agg, tasks, schemes, cell4), note)
+    write_md(paths["table4_md"], "Table 4: accuracy (%) averaged over test lengths, mean ± std "
+             "over seeds at the best learning rate", caption,
+             table_grid(agg, tasks, schemes, cell4), note, label_columns=2)
     at = (f" (evaluated at lengths {', '.join(map(str, train_lengths))})"
           if train_lengths else "")
     paths["table_train_md"] = os.path.join(out, "table_train.md")
-    _write_md(paths["table_train_md"], f"Accuracy (%) at the training lengths 1..{N}{at}, mean ± "
-              f"std over seeds at the best learning rate (the runs of Table 4)", caption,
-              table_grid(agg, tasks, schemes, cell_train),
-              "Not reported by the paper; a model that generalizes must first fit these. "
-              + fit_note)
+    write_md(paths["table_train_md"], f"Accuracy (%) at the training lengths 1..{N}{at}, mean ± "
+             f"std over seeds at the best learning rate (the runs of Table 4)", caption,
+             table_grid(agg, tasks, schemes, cell_train),
+             "Not reported by the paper; a model that generalizes must first fit these. "
+             + fit_note, label_columns=2)
     records = []
     for t in ordered_tasks(tasks):
         for s in schemes:
@@ -311,9 +291,9 @@ def write_table3(scores, out: str, *, tasks, caption: str, L: int) -> dict:
         last = level
     paths = {"table3_md": os.path.join(out, "table3.md"),
              "table3_csv": os.path.join(out, "table3.csv")}
-    _write_md(paths["table3_md"], "Table 3: randomized sin/cos with and without sorting, accuracy "
-              "(%) averaged over test lengths, max over seeds x learning rates", caption, grid,
-              "Cells: ours (published, Ruoss et al. 2023 Table 3).")
+    write_md(paths["table3_md"], "Table 3: randomized sin/cos with and without sorting, accuracy "
+             "(%) averaged over test lengths, max over seeds x learning rates", caption, grid,
+             "Cells: ours (published, Ruoss et al. 2023 Table 3).", label_columns=2)
     write_csv(paths["table3_csv"], records)
     return paths
 

@@ -48,6 +48,7 @@ from __future__ import annotations
 import os
 import time
 
+from lengen.recipes.common import default_device, select
 from lengen.recipes.tra_flipflop.published import PAPER_TABLE1
 
 # --- sizes: one dict per scale ----------------------------------------------------------------
@@ -168,10 +169,7 @@ def build_specs(scale: str = "cpu", *, seeds=None, models=None, rel: str = "t5",
     pair per seed in ``heatmap_seeds``)."""
     from lengen.sweep import Grid, RunSpec
 
-    models = list(models or MODELS)
-    unknown = [m for m in models if m not in MODELS]
-    if unknown:
-        raise ValueError(f"unknown Table 1 model(s) {unknown}. Valid: {', '.join(MODELS)}")
+    models = select(models, MODELS, MODELS, "Table 1 model")
     check_available(models + (list(HEATMAP_PAIR) if heatmaps else []), rel)
     seeds = list(SCALES[scale]["seeds"] if seeds is None else seeds)
     grid = Grid(axes={"model": {m: {} for m in models}, "seed": {s: {} for s in seeds}},
@@ -189,12 +187,6 @@ def build_specs(scale: str = "cpu", *, seeds=None, models=None, rel: str = "t5",
                                                         device=device, name=name),
                                      {"model": m, "seed": seed, "group": "heatmap"}))
     return specs
-
-
-def default_device(scale: str) -> str:
-    import torch
-
-    return "cuda" if scale == "paper" and torch.cuda.is_available() else "cpu"
 
 
 def run_tra_flipflop(scale: str = "cpu", out: str | None = None, *, workers: int = 1, seeds=None,

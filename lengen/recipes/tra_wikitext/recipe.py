@@ -54,7 +54,8 @@ from __future__ import annotations
 import os
 import time
 
-from lengen.recipes.lm import EVAL_ALL, default_device, eval_lengths, text_task_kwargs
+from lengen.recipes.common import default_device, select
+from lengen.recipes.lm import EVAL_ALL, eval_lengths, text_task_kwargs
 from lengen.recipes.tra_flipflop.recipe import MODELS, RELS, check_available, model_parts
 from lengen.recipes.tra_wikitext.published import PAPER_FIG4, PAPER_TABLE2
 
@@ -123,10 +124,7 @@ def build_specs(scale: str = "cpu", *, seeds=None, models=None, rel: str = "t5",
     """RunSpecs of the Table 2 grid (models x seeds), tagged ``model seed``."""
     from lengen.sweep import Grid, RunSpec
 
-    models = list(models or MODELS)
-    unknown = [m for m in models if m not in MODELS]
-    if unknown:
-        raise ValueError(f"unknown Table 2 model(s) {unknown}. Valid: {', '.join(MODELS)}")
+    models = select(models, MODELS, MODELS, "Table 2 model")
     check_available(models, rel)
     seeds = list(SCALES[scale]["seeds"] if seeds is None else seeds)
     grid = Grid(axes={"model": {m: {} for m in models}, "seed": {x: {} for x in seeds}},

@@ -145,10 +145,8 @@ def fig4_markdown(recs: list[dict], lengths: list[int], train_length: int,
 def plot_fig4(rows, out: str, train_length: int, title: str) -> str:
     from lengen.analysis.perplexity_plot import plot_perplexity
 
-    tmp = out + ".tmp.png"
-    plot_perplexity(rows, tmp, by=("model",), train_length=train_length, title=title,
+    plot_perplexity(rows, out, by=("model",), train_length=train_length, title=title,
                     label=lambda key: key[0])
-    os.replace(tmp, out)
     return out
 
 
