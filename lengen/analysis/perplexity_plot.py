@@ -70,9 +70,11 @@ def plot_perplexity(rows: Iterable[dict], out: str | None = None, *, by: Sequenc
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8, frameon=False)
     fig.tight_layout()
-    if out:
+    if out:             # atomically: a reader never sees half a PNG
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-        fig.savefig(out, dpi=150)
+        tmp = f"{out}.tmp{os.getpid()}.png"
+        fig.savefig(tmp, dpi=150)
+        os.replace(tmp, out)
     return fig
 
 

@@ -176,13 +176,11 @@ def _fitted_path(cache_dir: str, kind: str, key: dict) -> str:
 
 
 def _write_json_atomic(obj, path: str) -> None:
+    """``obj`` (JSON text, or an object to dump) to ``path``, atomically, creating its folder."""
+    from lengen.eval.evaluate import write_text_atomic
+
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(obj if isinstance(obj, str) else json.dumps(obj))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_text_atomic(obj if isinstance(obj, str) else json.dumps(obj), path)
 
 
 def _train_text(corpus, train_chars: int | None):
