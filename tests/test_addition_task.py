@@ -98,6 +98,18 @@ def test_random_blanks_only_in_training_by_default():
             assert run <= task.max_spaces
 
 
+def test_the_fixed_training_set_has_blanks_however_it_is_first_built():
+    """train_set() built directly (not through train_batch) must hold the same training data:
+    random spaces included."""
+    kw = dict(max_train_length=5, max_eval_length=6, random_spaces=0.5, train_size=50)
+    direct = build_task("addition", **kw).train_set()
+    via_batch = build_task("addition", **kw)
+    via_batch.train_batch(4, torch.Generator().manual_seed(0))
+    assert (direct[0] == BLANK).any()
+    for a, b in zip(direct, via_batch.train_set()):
+        assert torch.equal(a, b)
+
+
 def test_masks_cover_answer_and_eos_only_and_padding_is_never_scored():
     task = build_task("addition", max_train_length=9)
     b = task.train_batch(32, torch.Generator().manual_seed(2))

@@ -117,7 +117,6 @@ class Addition(SequenceTask):
                 f"{len(HINTS)}, so operands of at most {len(HINTS) - 1} digits can be labelled; "
                 f"got max(max_train_length, max_eval_length) = {longest}. Lower "
                 f"task.kwargs.max_eval_length or set task.kwargs.hints=false")
-        self._training = False       # whether the batch being built is a training batch
 
     # ---- token ids ----------------------------------------------------------------------------
     @property
@@ -247,13 +246,11 @@ class Addition(SequenceTask):
         out.scatter_(1, pos, prompt)
         return out, lengths
 
-    def sequences_varlen(self, n: int, batch_size: int, g: torch.Generator, spaces: bool):
-        """(seq [B, S] right-padded, prompt_len [B], seq_len [B]) for n digits."""
+    def sequences_varlen(self, n: int, batch_size: int, g: torch.Generator):
+        """(seq [B, S] right-padded, prompt_len [B], seq_len [B]) for n digits, with random
+        blanks in the prompt."""
         prompt, answer = self.sample(n, batch_size, g)
-        if spaces:
-            prompt, plen = self.insert_blanks(prompt, g)
-        else:
-            plen = torch.full((batch_size,), prompt.shape[1], dtype=torch.long)
+        prompt, plen = self.insert_blanks(prompt, g)
         A = answer.shape[1]
         slen = plen + A + 1
         seq = torch.full((batch_size, int(slen.max())), PAD, dtype=torch.long)
@@ -266,14 +263,15 @@ class Addition(SequenceTask):
         return seq, plen, slen
 
     def mixed_sequences(self, lengths, generator):
-        spaces = self.random_spaces > 0 and (self._training or self.random_spaces_eval)
-        if not spaces:
+        # only training data is built from mixed lengths (stream and fixed set alike); the test
+        # sets come from batch_for_length, blank only with random_spaces_eval
+        if self.random_spaces == 0:
             return super().mixed_sequences(lengths, generator)
         B = lengths.shape[0]
         parts, width = [], 0
         for n in torch.unique(lengths).tolist():
             rows = (lengths == n).nonzero().squeeze(1)
-            seq, p, s = self.sequences_varlen(n, rows.numel(), generator, True)
+            seq, p, s = self.sequences_varlen(n, rows.numel(), generator)
             parts.append((rows, seq, p, s))
             width = max(width, seq.shape[1])
         seq_all = torch.full((B, width), PAD, dtype=torch.long)
@@ -286,16 +284,9 @@ class Addition(SequenceTask):
 
     def batch_for_length(self, n, batch_size, generator):
         if self.random_spaces > 0 and self.random_spaces_eval:
-            seq, p, s = self.sequences_varlen(n, batch_size, generator, True)
+            seq, p, s = self.sequences_varlen(n, batch_size, generator)
             return batch_from_sequences(seq, p, s)
         return super().batch_for_length(n, batch_size, generator)
-
-    def train_batch(self, batch_size, generator):
-        self._training = True
-        try:
-            return super().train_batch(batch_size, generator)
-        finally:
-            self._training = False
 
     # ---- reading examples back ------------------------------------------------------------------
     def read_number(self, tokens) -> int | None:
