@@ -52,7 +52,8 @@ def collect_activations(model, task, length: int, *, n_sequences: int = 30, seed
     model.eval()
     gen = torch.Generator().manual_seed(seed)
     batch = task.eval_batch(split_name(length), n_sequences, gen).to(device)
-    pos = model.sampler.sample(batch.inputs.shape[1], training=False, device=device, generator=gen)
+    B, T = batch.inputs.shape
+    pos = model.sample_positions(T, batch_size=B, device=device, generator=gen, batch=batch)
     captured = []
     # the embeddings = the first block's input (after any additive scheme and dropout)
     hooks = [model.blocks[0].register_forward_pre_hook(lambda m, args: captured.append(args[0]))]

@@ -54,9 +54,7 @@ def eval_stream(model, task, split: str, n_sequences: int, batch_size: int, seed
         batch = batch.to(device)
         n, T = batch.inputs.shape
         if aware:
-            yield start, batch, model.sample_positions(T, batch_size=n, device=device,
-                                                       lengths=batch.lengths(),
-                                                       tokens=batch.inputs)
+            yield start, batch, model.sample_positions(T, batch_size=n, device=device, batch=batch)
             start += n
             continue
         i = 0

@@ -161,14 +161,19 @@ class Transformer(nn.Module):
         self.posenc.check_positions(self.sampler.max_position(length))
 
     def sample_positions(self, length: int, *, batch_size: int | None = None, device=None,
-                         generator=None, lengths: torch.Tensor | None = None,
+                         generator=None, batch=None, lengths: torch.Tensor | None = None,
                          tokens: torch.Tensor | None = None) -> torch.Tensor:
         """Positions from the configured sampler (train or eval behaviour by ``self.training``):
         [T], or [B, T] from a per-instance sampler given ``batch_size``. Draws from
         ``generator``, else torch's global RNG. ``lengths`` [B] (real row lengths) and ``tokens``
-        [B, T] feed batch-aware samplers (:mod:`lengen.positions`)."""
-        batch = ({"lengths": lengths, "tokens": tokens}
-                 if getattr(self.sampler, "uses_batch", False) else {})   # others never see it
+        [B, T] feed batch-aware samplers (:mod:`lengen.positions`); ``batch`` (a
+        :class:`lengen.tasks.base.Batch`) gives both, computed only for such samplers."""
+        if not getattr(self.sampler, "uses_batch", False):
+            batch = {}                                                 # others never see it
+        elif batch is not None:
+            batch = {"lengths": batch.lengths(), "tokens": batch.inputs}
+        else:
+            batch = {"lengths": lengths, "tokens": tokens}
         return self.sampler.sample(length, training=self.training, device=device,
                                    generator=generator, batch_size=batch_size, **batch)
 

@@ -109,8 +109,7 @@ def time_config(cfg, *, steps: int = 10, device: str = "cpu", eval_extra=None) -
         t0 = time.perf_counter()
         batch = task.train_batch(cfg.train.batch_size, gen).to(device)
         B, T = batch.inputs.shape
-        pos = model.sample_positions(T, batch_size=B, device=device, generator=pos_gen,
-                                     lengths=batch.lengths(), tokens=batch.inputs)
+        pos = model.sample_positions(T, batch_size=B, device=device, generator=pos_gen, batch=batch)
         loss = loss_fn(model(batch.inputs, positions=pos), batch)
         opt.zero_grad(set_to_none=True)
         loss.backward()

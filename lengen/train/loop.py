@@ -279,7 +279,7 @@ def _train_locked(cfg, run_dir, task, model, d, *, resume, fresh, stop_at, quiet
             batch = task.train_batch(tc.batch_size, data_gen).to(device)
             B, T = batch.inputs.shape
             positions = model.sample_positions(T, batch_size=B, device=device, generator=pos_gen,
-                                               lengths=batch.lengths(), tokens=batch.inputs)
+                                               batch=batch)
             denom = None
             if d.active:
                 denom = batch.loss_mask.sum().clamp_min(1)          # scored tokens, global batch

@@ -260,8 +260,7 @@ def estimate_time(scale: str = "cpu", *, settings=None, trials=None, train_lengt
         def step():
             b = task.train_batch(cfg.train.batch_size, gen).to(device)
             B, T = b.inputs.shape
-            pos = model.sample_positions(T, batch_size=B, device=device, generator=pgen,
-                                         lengths=b.lengths(), tokens=b.inputs)
+            pos = model.sample_positions(T, batch_size=B, device=device, generator=pgen, batch=b)
             loss = loss_fn(model(b.inputs, positions=pos), b)
             opt.zero_grad(set_to_none=True)
             loss.backward()

@@ -304,7 +304,7 @@ def estimate_time(scale: str = "cpu", *, steps: int = 10, tasks=None, models=Non
                 t0 = time.perf_counter()
                 B, T = batch.inputs.shape
                 pos = model.sample_positions(T, batch_size=B, device=device, generator=pos_gen,
-                                             lengths=batch.lengths(), tokens=batch.inputs)
+                                             batch=batch)
                 loss = loss_fn(model(batch.inputs, positions=pos), batch)
                 opt.zero_grad()
                 loss.backward()
@@ -319,8 +319,7 @@ def estimate_time(scale: str = "cpu", *, steps: int = 10, tasks=None, models=Non
                 sync()
                 t0 = time.perf_counter()
                 model(b.inputs, positions=model.sample_positions(
-                    b.inputs.shape[1], batch_size=b.inputs.shape[0], device=device,
-                    lengths=b.lengths(), tokens=b.inputs))
+                    b.inputs.shape[1], batch_size=b.inputs.shape[0], device=device, batch=b))
                 sync()
                 t_max = time.perf_counter() - t0
             T_max = tsk.input_length(max(lengths))
