@@ -173,7 +173,8 @@ def check_world(tc, world: int) -> None:
                           f"--nproc_per_node")
 
 
-def _collective_device(d: Dist, device: torch.device) -> torch.device:
+def _collective_device(device: torch.device) -> torch.device:
+    """Where object collectives stage their bytes: the GPU under NCCL, else the CPU (gloo)."""
     return device if device.type == "cuda" else torch.device("cpu")
 
 
@@ -193,7 +194,7 @@ def on_main(d: Dist, fn, device: torch.device | None = None):
             error = e
             box[0] = ("error", type(e), str(e))
     torch.distributed.broadcast_object_list(box, src=0, device=_collective_device(
-        d, device or torch.device("cpu")))
+        device or torch.device("cpu")))
     if error is not None:
         raise error
     if box[0][0] == "error":
@@ -202,16 +203,6 @@ def on_main(d: Dist, fn, device: torch.device | None = None):
             raise cls(msg)
         raise RuntimeError(f"rank 0 failed ({cls.__name__}: {msg})")
     return box[0][1]
-
-
-def broadcast(d: Dist, obj, device: torch.device | None = None):
-    """``obj`` of rank 0 on every rank (pickled)."""
-    if not d.active:
-        return obj
-    box = [obj if d.is_main else None]
-    torch.distributed.broadcast_object_list(box, src=0, device=_collective_device(
-        d, device or torch.device("cpu")))
-    return box[0]
 
 
 def gather(d: Dist, obj) -> list:
@@ -233,11 +224,6 @@ def agree(d: Dist, loss: torch.Tensor, stop: bool) -> tuple[torch.Tensor, bool]:
     return vec[0] / d.world_size, bool(vec[1] > 0)
 
 
-def barrier(d: Dist) -> None:
-    if d.active:
-        torch.distributed.barrier()
-
-
 def rank_seed(seed: int, rank: int, step: int = 0) -> int:
     """torch's global RNG seed (dropout) of rank > 0 at ``step`` (0: the start of a run)."""
     from lengen.tasks.base import block_seed
@@ -256,5 +242,5 @@ def wrap(model: torch.nn.Module, d: Dist, device: torch.device) -> torch.nn.Modu
     return DDP(model, device_ids=ids)
 
 
-__all__ = ["Dist", "setup", "on_main", "broadcast", "gather", "agree", "barrier", "wrap",
+__all__ = ["Dist", "setup", "on_main", "gather", "agree", "wrap",
            "rank_seed", "check_world", "training_device", "env_world_size", "TIMEOUT"]

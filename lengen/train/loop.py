@@ -45,7 +45,7 @@ from lengen.tasks.base import block_seed
 from lengen.train import distributed
 from lengen.train.checkpoint import (latest_checkpoint, load_checkpoint, resume_checkpoint,
                                      save_checkpoint, save_weights)
-from lengen.train.control import MetricsLog, NullLog, StopRequest  # noqa: F401 - re-exported
+from lengen.train.control import MetricsLog, NullLog, StopRequest
 from lengen.train.optim import build_optimizer, build_scheduler
 from lengen.train.precision import (autocast, compile_failure, compile_model, grad_scaler,
                                     is_compiler_error)
@@ -210,9 +210,6 @@ def _train_locked(cfg, run_dir, task, model, d, *, resume, fresh, stop_at, quiet
                  f"model.dropout=0")
         return step
 
-    def restore(path: str) -> int:
-        return apply_state(load_checkpoint(path, model))
-
     def do_resume():
         if not (resume and not fresh):
             return None, None
@@ -224,13 +221,11 @@ def _train_locked(cfg, run_dir, task, model, d, *, resume, fresh, stop_at, quiet
 
         return resume_checkpoint(run_dir, apply, log=_log), found.get("state")
 
-    if d.active:         # rank 0 reads the run directory; the others get its training state
-        step, state = distributed.on_main(d, do_resume)
-        if state is not None and not d.is_main:
-            apply_state(state)
-        del state
-    else:
-        step = resume_checkpoint(run_dir, restore, log=_log) if resume and not fresh else None
+    # rank 0 reads the run directory (a single process is rank 0); the others get its state
+    step, state = distributed.on_main(d, do_resume)
+    if state is not None and not d.is_main:
+        apply_state(state)
+    del state
     last_saved = step
     step = step or 0
 
@@ -272,8 +267,10 @@ def _train_locked(cfg, run_dir, task, model, d, *, resume, fresh, stop_at, quiet
         while step < end and not (stopping if d.active else stop.requested):
             # RNG states at the step boundary: an exception raised while drawing or computing
             # (before the update) rolls back to them, so the saved state is exactly this boundary
-            snapshot = (torch.get_rng_state(), data_gen.get_state(), pos_gen.get_state(),
-                        task.state_dict(), torch.cuda.get_rng_state(device) if cuda else None)
+            # (one process only: a data-parallel interrupt saves nothing, see below)
+            if not d.active:
+                snapshot = (torch.get_rng_state(), data_gen.get_state(), pos_gen.get_state(),
+                            task.state_dict(), torch.cuda.get_rng_state(device) if cuda else None)
             phase = "compute"
             # the global batch and its positions, on every rank; a rank keeps its rows
             batch = task.train_batch(tc.batch_size, data_gen).to(device)
@@ -332,7 +329,7 @@ def _train_locked(cfg, run_dir, task, model, d, *, resume, fresh, stop_at, quiet
         # back to one); a half-applied update is never saved. Data-parallel ranks cannot agree
         # on a checkpoint from here (they may be in different collectives): nothing is saved.
         if d.active:
-            if d.is_main and not quiet:
+            if not quiet:                  # quiet on every rank but 0
                 _log(f"lengen: interrupted in the middle of a data-parallel step; not saving (the "
                      f"last checkpoint, step {last_saved}, is kept)")
         elif phase == "compute":

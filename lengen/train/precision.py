@@ -75,33 +75,10 @@ def autocast(precision: str, device: torch.device):
     return torch.autocast(device.type, dtype=dtype)
 
 
-class NoScaler:
-    """Stands for a GradScaler when no loss scaling is needed (fp32, bf16)."""
-
-    def scale(self, loss):
-        return loss
-
-    def unscale_(self, opt) -> None:
-        pass
-
-    def step(self, opt) -> None:
-        opt.step()
-
-    def update(self) -> None:
-        pass
-
-    def state_dict(self) -> dict:
-        return {}
-
-    def load_state_dict(self, state: dict) -> None:
-        pass
-
-
 def grad_scaler(precision: str, device: torch.device):
-    """``torch.amp.GradScaler`` for fp16, else :class:`NoScaler`."""
-    if precision != "fp16":
-        return NoScaler()
-    return torch.amp.GradScaler(device.type)
+    """``torch.amp.GradScaler`` for fp16; for fp32 / bf16 a disabled one, which passes the loss
+    and the optimizer step through unchanged and has an empty state."""
+    return torch.amp.GradScaler(device.type, enabled=precision == "fp16")
 
 
 def _cpp_compiler() -> str | None:
@@ -157,5 +134,5 @@ def compile_failure(e: BaseException) -> ConfigError:
                        f"(rerun with --debug for the compiler's traceback)")
 
 
-__all__ = ["DTYPES", "check_precision", "autocast", "grad_scaler", "NoScaler", "check_compile",
+__all__ = ["DTYPES", "check_precision", "autocast", "grad_scaler", "check_compile",
            "compile_model", "is_compiler_error", "compile_failure"]
