@@ -214,6 +214,23 @@ def test_config_json_unreadable_falls_back_to_the_checkpoint_config(tmp_path):
     assert json.load(open(os.path.join(run, "config.json")))["train"]["lr"] == 3e-3
 
 
+def test_a_run_stored_before_a_new_config_key_still_resumes(tmp_path):
+    """A stored config lacking keys lengen added later (here model.init / model.embed_dropout
+    and train.eval_splits) resumes: the missing keys take their defaults."""
+    run = str(tmp_path / "run")
+    train(cfg(), run, stop_at=2, quiet=True)
+    for path in [os.path.join(run, "config.json")] + [
+            os.path.join(p, "meta.json") for p in list_checkpoints(run)]:
+        d = json.load(open(path))
+        old = d["config"] if "config" in d else d
+        for section, key in (("model", "init"), ("model", "embed_dropout"),
+                             ("train", "eval_splits")):
+            old[section].pop(key, None)
+        json.dump(d, open(path, "w"))
+    train(cfg(), run, quiet=True)
+    assert json.load(open(os.path.join(run, "config.json")))["model"]["init"] == "normal"
+
+
 def test_divergence_names_only_a_checkpoint_that_exists(tmp_path, monkeypatch):
     orig = loop.loss_fn
     monkeypatch.setattr(loop, "loss_fn", lambda logits, batch: orig(logits, batch) * float("nan"))

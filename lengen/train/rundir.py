@@ -102,7 +102,7 @@ def read_stored_config(run_dir: str) -> dict | None:
     missing or unreadable, the newest checkpoint's ``meta.json``. None when neither exists.
     Training keys added to lengen after the run was made (e.g. ``train.precision``) are filled
     with their defaults, which are the behaviour such runs had, so they still resume."""
-    from lengen.config import TrainConfig
+    from lengen.config import ExperimentConfig, _deep_merge
     from lengen.train.checkpoint import list_checkpoints
 
     sources = [os.path.join(run_dir, "config.json")]
@@ -115,9 +115,8 @@ def read_stored_config(run_dir: str) -> dict | None:
             continue
         d = d.get("config") if path.endswith("meta.json") else d
         if isinstance(d, dict):
-            if isinstance(d.get("train"), dict):
-                d["train"] = {**TrainConfig().__dict__, **d["train"]}
-            return d
+            # a key added to lengen after the run was stored (any section) takes its default
+            return _deep_merge(ExperimentConfig().to_dict(), d)
     return None
 
 
