@@ -47,7 +47,9 @@ def cmd_train(args) -> int:
     not_an_override("--run-dir", args.run_dir)
     cfg = resolve(load_config_file(args.config) if args.config else {}, args.overrides)
     run_dir = args.run_dir or os.path.join("runs", cfg.name or time.strftime("run-%Y%m%d-%H%M%S"))
-    if os.environ.get("WORLD_SIZE", "1") != "1" and not args.run_dir:
+    from lengen.train.distributed import env_world_size
+
+    if env_world_size() > 1 and not args.run_dir and not cfg.name:
         # under torchrun every process must name the same directory (a time stamp may differ)
         from lengen.errors import ConfigError
 
