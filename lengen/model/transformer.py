@@ -151,9 +151,8 @@ class Transformer(nn.Module):
                 nn.init.normal_(m.weight, std=self.cfg.init_std)
 
     def unique_posencs(self) -> list:
-        """Every positional-scheme instance once (one, or one per layer)."""
-        return [self.posenc] + (list(self.layer_posencs) if self.layer_posencs is not None
-                                else [])
+        """Every positional-scheme instance once (one, or one per layer), in block order."""
+        return list(dict.fromkeys(self.block_posencs()))
 
     def check_length(self, length: int) -> None:
         """Raise ValueError now if inputs of ``length`` tokens cannot be encoded (e.g. a learned

@@ -183,23 +183,19 @@ class InterpolateSampler(PositionSampler):
         return torch.where(n > M, r, torch.ones_like(r))
 
     @staticmethod
-    def row_lengths(length: int, batch_size, lengths, device) -> torch.Tensor | None:
-        """Real row lengths as float64 [B] (every row ``length`` long when not given), or None for
-        one shared row."""
+    def row_lengths(length: int, batch_size, lengths, device) -> tuple[torch.Tensor, bool]:
+        """(real row lengths as float64 [B], shared): every row ``length`` long when not given;
+        ``shared`` (and a single row) when neither ``lengths`` nor ``batch_size`` is given."""
         if lengths is not None:
-            return lengths.to(device=device, dtype=torch.float64).reshape(-1)
-        if batch_size is None:
-            return None
-        return torch.full((batch_size,), float(length), dtype=torch.float64, device=device)
+            return lengths.to(device=device, dtype=torch.float64).reshape(-1), False
+        n, shared = (1, True) if batch_size is None else (batch_size, False)
+        return torch.full((n,), float(length), dtype=torch.float64, device=device), shared
 
     def interpolated(self, length: int, *, device=None, batch_size=None, lengths=None):
         """Evaluation positions: ``[T]`` when every row is identity-mapped (or no batch was
         given), else ``[B, T]``."""
-        L = self.row_lengths(length, batch_size, lengths, device)
+        L, shared = self.row_lengths(length, batch_size, lengths, device)
         j = torch.arange(length, dtype=torch.float64, device=device)                  # [T]
-        shared = L is None
-        if shared:
-            L = torch.tensor([float(length)], dtype=torch.float64, device=device)
         s = self.scales(L)                                                            # [B]
         if bool((s == 1).all()):
             return j.float()

@@ -140,10 +140,7 @@ class WarpSampler(InterpolateSampler):
     def warped(self, length: int, *, batch_size=None, lengths=None, generator=None):
         """Training positions: ``[B, T]`` when some row is warped, else ``[T]``; one row per
         instance (a single ``[T]`` row when neither ``batch_size`` nor ``lengths`` is given)."""
-        L = self.row_lengths(length, batch_size, lengths, "cpu")
-        shared = L is None
-        if shared:
-            L = torch.tensor([float(length)], dtype=torch.float64)
+        L, shared = self.row_lengths(length, batch_size, lengths, "cpu")
         B = L.shape[0]
         kind, alpha = self.draw(B, generator)
         j = torch.arange(length, dtype=torch.float64)
