@@ -137,24 +137,36 @@ class TransformerXLRelative(PositionalScheme):
         an integer, and ``path`` table or auto with the table the cheaper): the same table ``P``
         of projected distances, the same ``(q + v) * scale`` and ``u.k * scale``; the CPU training
         ops then score each tile against its window of the table. None otherwise (dense hook)."""
-        T = pos.shape[-1]
-        if self.path == "trig" or pos.dim() != 1 or T == 0:
+        if self.path == "trig" or pos.dim() != 1:
             return None
-        prog = integer_progression(pos, pos)
-        n_rel = 2 * T - 1
-        if prog is None or (self.path == "auto" and n_rel * self.head_dim > T * self.rel_dim):
+        r = self.progression_distances(pos, pos, q.device)
+        if r is None or isinstance(r, str):
             return None
-        off, step = prog
         qv, content = self.query_and_content(q, k)
-        r = (step * (T - 1) - off) - step * torch.arange(n_rel, dtype=torch.float64,
-                                                          device=qv.device)
         return RelativeBias(qv, self.projected(r, qv.dtype), content.to(qv.dtype))
+
+    def progression_distances(self, pos_q, pos_k, device):
+        """The Toeplitz path's decision, shared by :meth:`position_term` and
+        :meth:`tiled_bias`: for positions stepping evenly by an integer (shared by the batch),
+        the distances ``pos_i - pos_j`` along the table, ``r`` [Tq + Tk - 1] float64 (column
+        c = (Tq - 1) - (i - j)), or ``"trig"`` when ``path='auto'`` finds the trig path cheaper;
+        None when the positions are no such progression."""
+        Tq, Tk = pos_q.shape[-1], pos_k.shape[-1]
+        prog = integer_progression(pos_q, pos_k) if Tq and Tk else None
+        if prog is None:
+            return None
+        off, step = prog                        # pos_i - pos_j = -off + step (i - j)
+        n_rel = Tq + Tk - 1
+        if self.path == "auto" and n_rel * self.head_dim > Tk * self.rel_dim:
+            return "trig"
+        return (step * (Tq - 1) - off) - step * torch.arange(n_rel, dtype=torch.float64,
+                                                              device=device)
 
     # -- (b) + (d): (q_i + v) . W_r R(pos_i - pos_j), plus the per-key term -------------------------
     def position_term(self, qv, pos_q, pos_k, content=None):
         """qv: [B, H, tq, hd], content: [B, H, Tk] or None, pos_q [tq] or [B, tq], pos_k [Tk] or
         [B, Tk] -> qv_i . W_r R(pos_i - pos_j) + content_j: [B, H, tq, Tk]."""
-        Tq, Tk = pos_q.shape[-1], pos_k.shape[-1]
+        Tk = pos_k.shape[-1]
         if content is None:
             content = qv.new_zeros(qv.shape[0], qv.shape[1], Tk)
         if self.relative == "rank":
@@ -165,15 +177,10 @@ class TransformerXLRelative(PositionalScheme):
             return self.position_term_table(qv, idx.to(qv.device), r.to(qv.device), content)
         if self.path == "trig":
             return self.position_term_trig(qv, pos_q, pos_k, content)
-        prog = integer_progression(pos_q, pos_k) if Tq and Tk else None
-        if prog is not None:
-            # pos_i - pos_j = -off + step (i - j); column c = (tq - 1) - (i - j) of the table
-            off, step = prog
-            n_rel = Tq + Tk - 1
-            if self.path == "auto" and n_rel * self.head_dim > Tk * self.rel_dim:
-                return self.position_term_trig(qv, pos_q, pos_k, content)
-            r = (step * (Tq - 1) - off) - step * torch.arange(n_rel, dtype=torch.float64,
-                                                               device=qv.device)
+        r = self.progression_distances(pos_q, pos_k, qv.device)
+        if isinstance(r, str):
+            return self.position_term_trig(qv, pos_q, pos_k, content)
+        if r is not None:
             return self.position_term_table(qv, None, r, content)
         rel = self.pairwise(pos_q, pos_k, torch.float64)          # [(B,) tq, Tk], exact
         integral = bool((rel == rel.round()).all())
