@@ -1,6 +1,7 @@
 """Helpers for bias schemes whose bias is a function of the two positions of a pair (KerpleLog,
-FIRE): sorting out shared ``[T]`` vs per-sequence ``[B, T]`` positions, and the Toeplitz expansion
-of per-distance values for evenly stepped positions.
+FIRE, T5, Transformer-XL): sorting out shared ``[T]`` vs per-sequence ``[B, T]`` positions, and,
+for evenly stepped positions, their distances along the Toeplitz index and the Toeplitz expansion
+of per-distance values.
 
 Shapes follow the hook contract (:mod:`lengen.posenc.base`): positions are ``[T]`` (shared by the
 batch) or ``[B, T]`` (one row per sequence); a bias is ``[H, Tq, Tk]`` for shared positions and
@@ -44,6 +45,44 @@ def split_positions(pos_q: torch.Tensor, pos_k: torch.Tensor):
 def expand_batch(bias: torch.Tensor, B: int | None) -> torch.Tensor:
     """A shared ``[H, Tq, Tk]`` bias as ``[B, H, Tq, Tk]`` (a stride-0 view) when ``B`` is given."""
     return bias if B is None else bias.unsqueeze(0).expand(B, *bias.shape)
+
+
+def integer_progression(pos_q: torch.Tensor, pos_k: torch.Tensor):
+    """(off, step) with pos_k[j] - pos_q[i] = off + step * (j - i) when both position vectors step
+    by the same nonzero integer from integer starts (identity sampler, shifted or not) and are
+    small enough (< 2^23) that float32 differences are exact; else None. Per-sequence ([B, T])
+    positions always give None: the fast paths built on a progression need one shared by the
+    batch, and their callers fall back to exact general paths."""
+    if pos_q.dim() != 1 or pos_k.dim() != 1 or pos_q.is_complex() or pos_k.is_complex():
+        return None
+    Tq, Tk = pos_q.numel(), pos_k.numel()
+    pq, pk = pos_q.detach().double(), pos_k.detach().double()
+    if Tq > 1:
+        step = float(pq[1] - pq[0])
+    elif Tk > 1:
+        step = float(pk[1] - pk[0])
+    else:
+        step = 1.0
+    a, b = float(pq[0]), float(pk[0])
+    if step == 0 or step != round(step) or a != round(a) or b != round(b):
+        return None
+    lim = float(1 << 23)
+    if max(abs(a), abs(b), abs(a + step * (Tq - 1)), abs(b + step * (Tk - 1))) >= lim:
+        return None
+    for p, start, n in ((pq, a, Tq), (pk, b, Tk)):
+        if n > 1 and not torch.equal(p, start + step * torch.arange(n, dtype=torch.float64,
+                                                                     device=p.device)):
+            return None
+    return int(b - a), int(step)
+
+
+def progression_distances(off: int, step: int, Tq: int, Tk: int, *, device=None,
+                          dtype=torch.long) -> torch.Tensor:
+    """Key-minus-query distances ``pos_k[j] - pos_q[i] = off + step (j - i)`` of an
+    :func:`integer_progression` along the Toeplitz index ``m = Tq - 1 - i + j``: ``[Tq + Tk - 1]``
+    (the layout :func:`toeplitz` expands)."""
+    m = torch.arange(Tq + Tk - 1, device=device, dtype=dtype)
+    return off + step * (m - (Tq - 1))
 
 
 def toeplitz(vec: torch.Tensor, Tq: int, Tk: int) -> torch.Tensor:

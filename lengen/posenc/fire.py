@@ -73,9 +73,8 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from lengen.posenc.base import PositionalScheme, positive_kwarg
-from lengen.posenc.distance import (expand_batch, integral_positions, split_positions,
-                                    toeplitz)
-from lengen.posenc.t5 import integer_progression
+from lengen.posenc.distance import (expand_batch, integer_progression, integral_positions,
+                                    progression_distances, split_positions, toeplitz)
 
 
 def psi(x: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
@@ -230,9 +229,7 @@ class FIRE(PositionalScheme):
             prog = integer_progression(pq, pk)
             if prog is not None:
                 # pos_q[i] - pos_k[j] = -(off + step (j - i)); index m = Tq - 1 - i + j
-                off, step = prog
-                m = torch.arange(Tq + Tk - 1, device=pq.device, dtype=dt)
-                dist = -(off + step * (m - (Tq - 1)))
+                dist = -progression_distances(*prog, Tq, Tk, device=pq.device, dtype=dt)
                 vec = self.mlp_pwl(psi(dist, c) / psi(L, c))               # [H, Tq + Tk - 1]
                 return toeplitz(vec, Tq, Tk)                               # [H, Tq, Tk]
         d = pq_[..., :, None] - pk_[..., None, :]                          # [(B,) Tq, Tk]: i - j

@@ -38,9 +38,8 @@ import torch
 from torch import nn
 
 from lengen.posenc.base import PositionalScheme, positive_kwarg
-from lengen.posenc.distance import (expand_batch, integral_positions, split_positions,
-                                    toeplitz)
-from lengen.posenc.t5 import integer_progression
+from lengen.posenc.distance import (expand_batch, integer_progression, integral_positions,
+                                    progression_distances, split_positions, toeplitz)
 
 
 class KerpleLog(PositionalScheme):
@@ -97,9 +96,8 @@ class KerpleLog(PositionalScheme):
             prog = integer_progression(pq, pk) if Tq and Tk else None
             if prog is not None:
                 # |pos_q[i] - pos_k[j]| = |off + step (j - i)| at index m = Tq - 1 - i + j
-                off, step = prog
-                m = torch.arange(Tq + Tk - 1, device=pq.device, dtype=r1.dtype)
-                d = (off + step * (m - (Tq - 1))).abs()                          # [Tq + Tk - 1]
+                d = progression_distances(*prog, Tq, Tk, device=pq.device,
+                                          dtype=r1.dtype).abs()                  # [Tq + Tk - 1]
                 vec = -r1[:, None] * torch.log1p(r2[:, None] * d)                # [H, Tq+Tk-1]
                 return expand_batch(toeplitz(vec, Tq, Tk), B)                    # [H, Tq, Tk]
         d = (pq.to(r1.dtype)[..., :, None] - pk.to(r1.dtype)[..., None, :]).abs()  # [(B,)Tq, Tk]

@@ -16,6 +16,7 @@ from torch import nn
 
 from lengen.checks import Int
 from lengen.posenc.base import PositionalScheme
+from lengen.posenc.distance import integer_progression, progression_distances, toeplitz
 
 
 def relative_bucket(rel: torch.Tensor, *, bidirectional: bool, num_buckets: int, max_distance: int):
@@ -94,12 +95,9 @@ class T5Bias(PositionalScheme):
         prog = integer_progression(pos_q, pos_k)
         if prog is not None:
             # pos_k[j] - pos_q[i] = off + step (j - i), exactly (integers below 2^23 in float32)
-            off, step = prog
-            m = torch.arange(Tq + Tk - 1, device=pos_q.device)             # m = Tq - 1 - i + j
-            rel = off + step * (m - (Tq - 1))
+            rel = progression_distances(*prog, Tq, Tk, device=pos_q.device)  # m = Tq - 1 - i + j
             vec = self.table(self._buckets(rel)).t()                         # [H, Tq + Tk - 1]
-            # unfold: [H, Tq, Tk] with row s, column j = vec[s + j]; row s is query Tq - 1 - s
-            return vec.unfold(-1, Tk, 1).flip(-2)
+            return toeplitz(vec, Tq, Tk)                                     # [H, Tq, Tk]
         idx, r_min, n = self._distance_index(pos_q, pos_k)
         if idx is None:                        # distances spread wider than the pairs: bucket pairs
             return self._reference_bias(pos_q, pos_k)
@@ -127,32 +125,3 @@ class T5Bias(PositionalScheme):
         else:
             self._index_cache = None
         return out
-
-
-def integer_progression(pos_q: torch.Tensor, pos_k: torch.Tensor):
-    """(off, step) with pos_k[j] - pos_q[i] = off + step * (j - i) when both position vectors step
-    by the same nonzero integer from integer starts (identity sampler, shifted or not) and are
-    small enough (< 2^23) that float32 differences are exact; else None. Per-sequence ([B, T])
-    positions always give None: the fast paths built on a progression need one shared by the
-    batch, and their callers fall back to exact general paths."""
-    if pos_q.dim() != 1 or pos_k.dim() != 1 or pos_q.is_complex() or pos_k.is_complex():
-        return None
-    Tq, Tk = pos_q.numel(), pos_k.numel()
-    pq, pk = pos_q.detach().double(), pos_k.detach().double()
-    if Tq > 1:
-        step = float(pq[1] - pq[0])
-    elif Tk > 1:
-        step = float(pk[1] - pk[0])
-    else:
-        step = 1.0
-    a, b = float(pq[0]), float(pk[0])
-    if step == 0 or step != round(step) or a != round(a) or b != round(b):
-        return None
-    lim = float(1 << 23)
-    if max(abs(a), abs(b), abs(a + step * (Tq - 1)), abs(b + step * (Tk - 1))) >= lim:
-        return None
-    for p, start, n in ((pq, a, Tq), (pk, b, Tk)):
-        if n > 1 and not torch.equal(p, start + step * torch.arange(n, dtype=torch.float64,
-                                                                     device=p.device)):
-            return None
-    return int(b - a), int(step)

@@ -62,8 +62,7 @@ from torch import nn
 from lengen.checks import Float, Int
 from lengen.ops.tile_bias import RelativeBias
 from lengen.posenc.base import PositionalScheme
-from lengen.posenc.distance import rank_relative
-from lengen.posenc.t5 import integer_progression
+from lengen.posenc.distance import integer_progression, progression_distances, rank_relative
 
 
 class TransformerXLRelative(PositionalScheme):
@@ -155,12 +154,10 @@ class TransformerXLRelative(PositionalScheme):
         prog = integer_progression(pos_q, pos_k) if Tq and Tk else None
         if prog is None:
             return None
-        off, step = prog                        # pos_i - pos_j = -off + step (i - j)
-        n_rel = Tq + Tk - 1
-        if self.path == "auto" and n_rel * self.head_dim > Tk * self.rel_dim:
+        if self.path == "auto" and (Tq + Tk - 1) * self.head_dim > Tk * self.rel_dim:
             return "trig"
-        return (step * (Tq - 1) - off) - step * torch.arange(n_rel, dtype=torch.float64,
-                                                              device=device)
+        # query minus key: the negated progression distances
+        return -progression_distances(*prog, Tq, Tk, device=device, dtype=torch.float64)
 
     # -- (b) + (d): (q_i + v) . W_r R(pos_i - pos_j), plus the per-key term -------------------------
     def position_term(self, qv, pos_q, pos_k, content=None):
