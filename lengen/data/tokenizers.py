@@ -328,9 +328,9 @@ def build_tokenizer(name: str, *, corpus=None, cache_dir: str | None = None, **k
 
 def check_kwargs(cls, kwargs: dict, what: str, key: str) -> None:
     """Unknown keyword arguments are an error listing the valid ones (not a bare TypeError)."""
-    import inspect
+    from lengen.registry import constructor_params
 
-    params = [p for p in inspect.signature(cls).parameters if p not in ("corpus", "cache_dir")]
+    params = [p for p in constructor_params(cls) if p not in ("corpus", "cache_dir")]
     unknown = sorted(set(kwargs) - set(params) - {"corpus", "cache_dir"})
     if unknown:
         raise ValueError(f"{what} does not take {', '.join(unknown)} ({key}); "

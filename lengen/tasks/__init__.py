@@ -42,18 +42,9 @@ TASKS: dict[str, type[Task]] = {
 def task_kwargs(cls: type[Task]) -> list[str]:
     """Keyword arguments a task class accepts (its ``__init__`` and, through ``**kwargs``, its
     bases')."""
-    import inspect
+    from lengen.registry import constructor_params
 
-    names = []
-    for klass in cls.__mro__:
-        if "__init__" not in vars(klass) or klass is object:
-            continue
-        params = list(inspect.signature(klass.__init__).parameters.values())[1:]
-        names += [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-                  and p.name not in names]
-        if not any(p.kind is p.VAR_KEYWORD for p in params):
-            break
-    return names
+    return list(constructor_params(cls))
 
 
 def build_task(name: str, **kwargs) -> Task:
