@@ -155,17 +155,18 @@ def show_generations(model, task, *, split: str | None = None, prompt: str | Non
         p, a = task.parse_prompt(prompt)
         model.check_length(p.numel() + a.numel() - 1)
         prompts, answers, title = [p], [a], f"prompt ({p.numel() - 2} items)"
+        outputs = generate_answers(model, [p.to(device)], a.numel())
     else:
         split = split or split_name(task.max_train_length + 1)
         task.check_split(split)
         model.check_length(task.max_input_length([split]))
-        prompts, answers = task.examples(split, n, seed, batch_size)
         title = f"{split}, evaluation seed {seed}"
-    outputs = []
-    for s in range(0, len(prompts), batch_size):
-        chunk = answers[s:s + batch_size]
-        outputs += generate_answers(model, [q.to(device) for q in prompts[s:s + batch_size]],
-                                    max(x.numel() for x in chunk))
+        # the very sequences and positions evaluation scores (and exact_match_generated decodes)
+        prompts, answers, outputs = [], [], []
+        for ps, ans, outs in generated_batches(model, task, split, n, batch_size, seed, device):
+            prompts += ps
+            answers += ans
+            outputs += outs
     blocks = [format_example(task, q, a, o, header=f"[{i}] ")
               for i, (q, a, o) in enumerate(zip(prompts, answers, outputs))]
     right = sum(first_error(o, a) is None for o, a in zip(outputs, answers))
