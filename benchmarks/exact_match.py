@@ -36,12 +36,16 @@ from lengen.model import ModelConfig, Transformer  # noqa: E402
 from lengen.tasks import build_task  # noqa: E402
 
 
-def measure(args, K):
+def build(args):
+    """The task (every length of the run) and one seeded, untrained model, built once."""
     task = build_task(args.task, max_eval_length=max(args.lengths))
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=task.vocab_size, d_model=args.d_model, n_layers=args.layers,
                       n_heads=args.heads, attention=args.attention, posenc=args.posenc)
-    model = Transformer(cfg).eval()
+    return task, Transformer(cfg).eval()
+
+
+def measure(task, model, args, K):
     split = f"len={K}"
     evaluate_split(model, task, split, args.batch, args.batch, 0)        # warm-up
     t0 = time.perf_counter()
@@ -73,11 +77,12 @@ def main():
     print(f"lengen {lengen_revision()}, torch {torch.__version__}, {platform.machine()}, "
           f"{args.threads} thread(s); {args.task}, {args.attention}+{args.posenc}, "
           f"{args.sequences} sequences per length, batch {args.batch}")
+    task, model = build(args)
     rows = []
     print("| K | tokens | teacher-forced s | generated s | generated / teacher-forced |")
     print("|--:|--:|--:|--:|--:|")
     for K in args.lengths:
-        r = measure(args, K)
+        r = measure(task, model, args, K)
         rows.append(r)
         print(f"| {K} | {r['T']} | {r['teacher_forced_s']:.3f} | {r['generated_s']:.3f} | "
               f"{r['ratio']:.1f}x |", flush=True)
