@@ -1,6 +1,7 @@
 """Fast training paths of differential attention (``lengen/ops/diff/fast_cpu.py``: SDPA on
 zero-padded q/k, or the tiled softmax op with a bias) and CoPE (``lengen/ops/cope/fast_cpu.py``:
-tiled, hand-written backward) against the dense references.
+tiled, hand-written backward) against the dense references. CoPE runs twice: with its per-row C
+kernels (``lengen/ops/cope/cope_rows.c``) and with their PyTorch fallback.
 
 Outputs and every gradient (q, k, v, lambda / position embeddings, a learnable bias through
 ``bias_fn``), float64 and float32, odd lengths, default and tiny tiles, causality, and the
@@ -24,6 +25,21 @@ from lengen.posenc import build_posenc
 B, H, D = 2, 4, 6                       # diff: H ordinary heads -> H // 2 differential heads
 TOL = {torch.float64: 1e-10, torch.float32: 3e-5}            # max error / max(|reference|, 1)
 TILES = {"default": {}, "tiny": dict(budget=700, qblock=16)}
+
+
+@pytest.fixture(params=["c", "torch"])
+def cope_path(request, monkeypatch):
+    """CoPE's row logic in the C kernels (must load where a compiler exists) or in PyTorch."""
+    from lengen.ops import ckernels
+    from lengen.ops.cope import rows
+
+    monkeypatch.setenv("LENGEN_C_KERNELS", "1" if request.param == "c" else "0")
+    ckernels.reset()
+    if request.param == "c" and ckernels.compiler() is None:
+        pytest.skip("no C compiler here (cc/gcc/clang or the ziglang package)")
+    assert (rows.kernels() is not None) == (request.param == "c")
+    yield request.param
+    ckernels.reset()
 
 
 def make_inputs(kind, T, dtype, npos, pe_heads):
@@ -74,15 +90,15 @@ def test_diff_fast_matches_reference(dtype, T, use_bias):
 @pytest.mark.parametrize("T", [1, 63, 111, 300])
 @pytest.mark.parametrize("use_bias", [False, True])
 @pytest.mark.parametrize("tiles", list(TILES))
-def test_cope_fast_matches_reference(dtype, T, use_bias, tiles):
+def test_cope_fast_matches_reference(dtype, T, use_bias, tiles, cope_path):
     npos, pe_heads = (16, False) if T % 2 else (7, True)      # odd npos, per-head tables
     x = make_inputs("cope", T, dtype, npos, pe_heads)
     ref = run(cope_attention_naive, x, use_bias)
     got = run(cope_attention_fast_cpu, x, use_bias, **TILES[tiles])
-    assert_matches(got, ref, dtype, f"cope T={T} bias={use_bias} tiles={tiles}")
+    assert_matches(got, ref, dtype, f"cope T={T} bias={use_bias} tiles={tiles} {cope_path}")
 
 
-def test_cope_large_table_and_custom_scale():
+def test_cope_large_table_and_custom_scale(cope_path):
     """npos larger than T (nothing clamped) and a non-default scale."""
     x = make_inputs("cope", 40, torch.float64, 64, False)
     ref = run(lambda *a, **k: cope_attention_naive(*a, scale=0.2, **k), x, True)
@@ -91,7 +107,7 @@ def test_cope_large_table_and_custom_scale():
 
 
 @pytest.mark.parametrize("kind", ["diff", "cope"])
-def test_future_inputs_change_nothing(kind):
+def test_future_inputs_change_nothing(kind, cope_path):
     """Causality: perturbing keys/values at positions >= t leaves outputs before t unchanged and
     gives those positions no gradient from earlier outputs."""
     T, t = 50, 31

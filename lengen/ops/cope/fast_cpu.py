@@ -17,6 +17,14 @@ it, values and the gradients of q, k, v, the position embeddings and the bias). 
   reverse-cumsummed gives the gate gradient, times ``g (1 - g)`` plus ``dL`` the score gradient;
   ``dz'`` is two ``scatter_add`` of ``dL`` and ``dL w`` into the ``npos`` buckets.
 
+* **Row kernels in C** (``cope_rows.c`` via :mod:`lengen.ops.cope.rows`, built at first use by
+  :mod:`lengen.ops.ckernels`): ATen runs ``cumsum``, ``gather`` and ``scatter_add_`` as scalar
+  loops, so the per-row position logic (running gate sum, interpolated lookup, bucket sums and
+  the reverse sum of the backward) is one C pass per row instead. Positions are monotone along a
+  reversed row, so a bucket's gradient is a difference of running sums (no scatter). Without a C
+  compiler (or with ``LENGEN_C_KERNELS=0``) the PyTorch ops above run instead, same values; both
+  paths are tested against the reference.
+
 bf16/fp16 inputs and ``return_weights`` use the dense reference. Double backward is not supported.
 """
 from __future__ import annotations
@@ -28,6 +36,7 @@ import torch
 from lengen.ops.cpu_tiles import (BIG, LOG2E, BiasGrad, as_4d, exp2_floor, flat, group_offsets,
                                   group_target, max_tile_numel, plan_tiles, pool_give, pool_take,
                                   reduce_to, run_groups, scratch, with_ones)
+from lengen.ops.cope import rows as cope_rows
 from lengen.ops.cope.naive import cope_attention_naive
 from lengen.ops.tile_bias import ToeplitzTiles, tiled_bias
 
@@ -89,9 +98,12 @@ class _CoPEFastCPU(torch.autograd.Function):
         colr = None if col is None else col.to(dt).flip(-1).contiguous()      # [B, H, T]
         rel = (None if rqv is None else
                ToeplitzTiles(rqv.to(dt), rP.to(dt), reverse=True, need_grad=need_grad))
+        lib = cope_rows.kernels()              # C row kernels, or None: the PyTorch ops below
         if need_grad:
-            E_all, Gp_all, W_all, Y_all = (pool_take(ntot, dt, dev) for _ in range(4))
-            I_all = pool_take(ntot, torch.int64, dev)
+            # kept for backward: numerators E, g (1 - g) and, with the C kernels, the positions;
+            # otherwise the interpolation weight w, b[lo] and the bucket index lo
+            names = ("E", "Gp", "P") if lib is not None else ("E", "Gp", "W", "Y", "I")
+            bufs = {nm: pool_take(ntot, torch.int64 if nm == "I" else dt, dev) for nm in names}
         ol = torch.empty(B, H, T, dv_ + 1, dtype=dt, device=dev)
         nmax = max_tile_numel(tiles)
         floor = exp2_floor(dt)
@@ -108,28 +120,34 @@ class _CoPEFastCPU(torch.autograd.Function):
                 shp = (qg.shape[0], tq, ke)
                 n = shp[0] * tq * ke
                 S = scratch("cope.S", (nmax,), dt, dev)[:n].view(shp)
-                P = scratch("cope.P", (nmax,), dt, dev)[:n].view(shp)
-                X = scratch("cope.X", (nmax,), dt, dev)[:n].view(shp)
                 if need_grad:
-                    E, Gp, W, Y = (buf[off:off + n].view(shp) for buf in (E_all, Gp_all, W_all, Y_all))
-                    Ix = I_all[off:off + n].view(shp)
+                    t = {nm: buf[off:off + n].view(shp) for nm, buf in bufs.items()}
                     off += n
                 else:
-                    E, Gp, W, Y = (scratch(f"cope.{nm}", (nmax,), dt, dev)[:n].view(shp)
-                                   for nm in ("E", "G", "W", "Y"))
-                    Ix = scratch("cope.I", (nmax,), torch.int64, dev)[:n].view(shp)
+                    t = {nm: scratch(f"cope.{nm}", (nmax,), torch.int64 if nm == "I" else dt,
+                                     dev)[:n].view(shp)
+                         for nm in (("E", "Gp", "P") if lib is not None
+                                    else ("E", "Gp", "W", "Y", "I"))}
+                E, Gp = t["E"], t["Gp"]
                 keep, addm = _rev_masks(tq, dt, dev)
                 torch.baddbmm(S, qg[:, s:e], krt[:, :, T - e:], beta=0, alpha=scale, out=S)
                 torch.sigmoid(S, out=Gp)
-                Gp[:, :, :tq].mul_(keep)                                   # future gates: 0
-                torch.cumsum(Gp, -1, out=P).clamp_(max=top)               # positions
-                Ix.copy_(P)                                                # trunc = floor, p >= 0
-                torch.frac(P, out=W)
-                torch.gather(zg[:, s:e], -1, Ix, out=X)                    # base 2
-                torch.gather(bg[:, s:e], -1, Ix, out=Y)                    # natural (backward)
-                # logits in base-2 units: (S' + z'[lo] + w b[lo]) log2 e, exp2 below
-                torch.add(X, S, alpha=LOG2E, out=S).addcmul_(W, Y, value=LOG2E)
-                Gp.addcmul_(Gp, Gp, value=-1.0)                           # g (1 - g)
+                if lib is not None:
+                    # one pass per row: positions, interpolated logits (base 2), g (1 - g)
+                    cope_rows.forward(lib, S, Gp, t["P"], zg[:, s:e], bg[:, s:e], npos - 1)
+                else:
+                    P = scratch("cope.Pos", (nmax,), dt, dev)[:n].view(shp)
+                    X = scratch("cope.X", (nmax,), dt, dev)[:n].view(shp)
+                    W, Y, Ix = t["W"], t["Y"], t["I"]
+                    Gp[:, :, :tq].mul_(keep)                               # future gates: 0
+                    torch.cumsum(Gp, -1, out=P).clamp_(max=top)           # positions
+                    Ix.copy_(P)                                            # trunc = floor, p >= 0
+                    torch.frac(P, out=W)
+                    torch.gather(zg[:, s:e], -1, Ix, out=X)                # base 2
+                    torch.gather(bg[:, s:e], -1, Ix, out=Y)                # natural (backward)
+                    # logits in base-2 units: (S' + z'[lo] + w b[lo]) log2 e, exp2 below
+                    torch.add(X, S, alpha=LOG2E, out=S).addcmul_(W, Y, value=LOG2E)
+                    Gp.addcmul_(Gp, Gp, value=-1.0)                       # g (1 - g)
                 S[:, :, :tq].add_(addm)
                 if bias4 is not None:
                     bb = bias4[b0:b1] if bias4.shape[0] > 1 else bias4
@@ -148,8 +166,8 @@ class _CoPEFastCPU(torch.autograd.Function):
         l_all = ol[..., dv_:]
         out = ol[..., :dv_] / l_all
         if need_grad:
-            ctx.save_for_backward(q, kr, vr, pe, out, l_all)
-            ctx.bufs = (E_all, Gp_all, W_all, Y_all, I_all)
+            ctx.save_for_backward(q, kr, vr, pe, out, l_all, bz)
+            ctx.bufs, ctx.lib = bufs, lib
             ctx.tiles, ctx.offsets, ctx.scale, ctx.npos = tiles, offsets, scale, npos
             ctx.bias_shape = None if bias is None else bias.shape
             ctx.bias_batch = None if bias4 is None else bias4.shape[0]
@@ -164,8 +182,8 @@ class _CoPEFastCPU(torch.autograd.Function):
         if ctx.bufs is None:
             raise RuntimeError("cope fast_cpu path: backward called twice (retain_graph / double "
                                "backward); use attention impl='naive' for that")
-        q, kr, vr, pe, out, l_all = ctx.saved_tensors
-        (E_all, Gp_all, W_all, Y_all, I_all), ctx.bufs = ctx.bufs, None
+        q, kr, vr, pe, out, l_all, bz = ctx.saved_tensors
+        bufs, ctx.bufs, lib = ctx.bufs, None, ctx.lib
         tiles, offsets, scale, npos = ctx.tiles, ctx.offsets, ctx.scale, ctx.npos
         B, H, T, _ = q.shape
         dv_ = out.shape[-1]
@@ -176,8 +194,8 @@ class _CoPEFastCPU(torch.autograd.Function):
         dq = torch.empty_like(q)
         dkr = torch.zeros_like(kr)
         dvr = torch.zeros(B, H, T, dv_, dtype=dt, device=dev)
-        da = torch.zeros(B, H, T, npos, dtype=dt, device=dev)   # sum of dL per bucket
-        dbw = torch.zeros(B, H, T, npos, dtype=dt, device=dev)  # sum of dL w per bucket
+        da = torch.zeros(B, H, T, npos, dtype=dt, device=dev)   # C: dz'; else sum of dL per bucket
+        dbw = None if lib is not None else torch.zeros_like(da)  # sum of dL w per bucket
         need_bias = ctx.bias_shape is not None and ctx.needs_input_grad[4]
         dbias = _RevBiasGrad((ctx.bias_batch, H, T, T), dt, dev) if need_bias else None
         need_col = ctx.col_dtype is not None and ctx.needs_input_grad[8]
@@ -188,8 +206,9 @@ class _CoPEFastCPU(torch.autograd.Function):
 
         def group(gi):
             (b0, b1, h0, h1), blocks = tiles[gi]
-            qg, krg, vg, dog, dqg, dkg, dvg, dag, dbg = (
-                flat(x, b0, b1, h0, h1) for x in (q, kr, v1, do1, dq, dkr, dvr, da, dbw))
+            qg, krg, vg, dog, dqg, dkg, dvg, dag, bg = (
+                flat(x, b0, b1, h0, h1) for x in (q, kr, v1, do1, dq, dkr, dvr, da, bz))
+            dbg = None if dbw is None else flat(dbw, b0, b1, h0, h1)
             vgt, dog_v = vg.transpose(1, 2), dog[..., :dv_]
             dcg = None if dcolr is None else flat(dcolr, b0, b1, h0, h1)
             off = offsets[gi]
@@ -197,37 +216,44 @@ class _CoPEFastCPU(torch.autograd.Function):
                 tq = e - s
                 shp = (qg.shape[0], tq, ke)
                 n = shp[0] * tq * ke
-                E, Gp, W, Y = (buf[off:off + n].view(shp) for buf in (E_all, Gp_all, W_all, Y_all))
-                Ix = I_all[off:off + n].view(shp)
+                t = {nm: buf[off:off + n].view(shp) for nm, buf in bufs.items()}
                 off += n
+                E, Gp = t["E"], t["Gp"]
                 dL = scratch("cope.dL", (nmax,), dt, dev)[:n].view(shp)
-                T1 = scratch("cope.T1", (nmax,), dt, dev)[:n].view(shp)
-                C = scratch("cope.C", (nmax,), dt, dev)[:n].view(shp)
                 torch.bmm(dog[:, s:e], vgt[:, :, T - e:], out=dL).mul_(E)     # dlogits
-                dag[:, s:e].scatter_add_(-1, Ix, dL)
-                dbg[:, s:e].scatter_add_(-1, Ix, torch.mul(dL, W, out=T1))
-                torch.mul(dL, Y, out=T1)                                       # d position
-                torch.cumsum(T1, -1, out=C)                                    # reverse cumsum:
-                torch.sub(C[:, :, -1:], C, out=C).add_(T1)                     # sum_{c' >= c}
-                C.mul_(Gp).add_(dL)                                            # d S'
-                torch.baddbmm(dqg[:, s:e], C, krg[:, T - e:], beta=0, alpha=scale,
-                              out=dqg[:, s:e])
-                dkg[:, T - e:].baddbmm_(C.transpose(1, 2), qg[:, s:e], alpha=scale)
-                dvg[:, T - e:].baddbmm_(E.transpose(1, 2), dog_v[:, s:e])
                 if need_bias:
                     dbias.add(dL, b0, b1, h0, h1, s, e, ke)
                 if dcg is not None:
                     dcg[:, T - ke:] += dL.sum(1)
                 if need_rel:
                     rel.grad(dL, b0, b1, h0, h1, s, e, ke)
+                if lib is not None:
+                    # one pass per row: z' gradient into dag, dL -> d S' in place
+                    cope_rows.backward(lib, dL, Gp, t["P"], bg[:, s:e], dag[:, s:e])
+                    C = dL
+                else:
+                    W, Y, Ix = t["W"], t["Y"], t["I"]
+                    T1 = scratch("cope.T1", (nmax,), dt, dev)[:n].view(shp)
+                    C = scratch("cope.C", (nmax,), dt, dev)[:n].view(shp)
+                    dag[:, s:e].scatter_add_(-1, Ix, dL)
+                    dbg[:, s:e].scatter_add_(-1, Ix, torch.mul(dL, W, out=T1))
+                    torch.mul(dL, Y, out=T1)                                   # d position
+                    torch.cumsum(T1, -1, out=C)                                # reverse cumsum:
+                    torch.sub(C[:, :, -1:], C, out=C).add_(T1)                 # sum_{c' >= c}
+                    C.mul_(Gp).add_(dL)                                        # d S'
+                torch.baddbmm(dqg[:, s:e], C, krg[:, T - e:], beta=0, alpha=scale,
+                              out=dqg[:, s:e])
+                dkg[:, T - e:].baddbmm_(C.transpose(1, 2), qg[:, s:e], alpha=scale)
+                dvg[:, T - e:].baddbmm_(E.transpose(1, 2), dog_v[:, s:e])
 
         run_groups(group, len(tiles))
-        for buf in (E_all, Gp_all, W_all, Y_all, I_all):
+        for buf in bufs.values():
             pool_give(buf)
         # z' = scale q e; E interp = z'[lo] + w (z'[lo+1] - z'[lo]), b[npos-1] = 0 constant
         dz = da
-        dz[..., :-1] -= dbw[..., :-1]
-        dz[..., 1:] += dbw[..., :-1]
+        if dbw is not None:
+            dz[..., :-1] -= dbw[..., :-1]
+            dz[..., 1:] += dbw[..., :-1]
         dz.mul_(scale)
         dq += dz @ pe.transpose(-1, -2)
         if pe.dim() == 2:

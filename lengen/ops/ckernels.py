@@ -1,0 +1,134 @@
+"""Small C kernels for the tiled CPU ops: compiled at first use, cached, loaded with ctypes.
+
+Some per-row work of the CPU training ops (CoPE's running position sums, interpolation lookups and
+bucket sums) has no fast PyTorch form on CPU: ATen runs ``cumsum``, ``gather`` and
+``scatter_add_`` as scalar loops (measured 1, 0.6 and 5-7 ns per element; ``bincount``,
+``index_add_``, ``searchsorted`` and ``nonzero``, which could replace the scatter, are as slow). A
+plain C loop does the same work in one pass per row. The sources live next to their ops
+(``lengen/ops/<op>/*.c``, plain C99, no PyTorch headers) so they build in well under a second with
+the C compiler that is present, without ninja or Python headers.
+
+* Compiler: ``$CC``, else ``cc`` / ``gcc`` / ``clang`` on ``PATH``, else Zig's C compiler from the
+  ``ziglang`` package (``pip install "lengen[ckernels]"``: a C toolchain from the package registry,
+  for machines without one); flags ``-O3 -fPIC -shared`` (no ``-march=native``: the cached
+  library may be shared by machines of one architecture).
+* Cache: ``<lengen cache>/ckernels`` (``$LENGEN_CACHE_DIR``, else ``$XDG_CACHE_HOME/lengen``, else
+  ``~/.cache/lengen``, as the token cache), one file per hash of (source, compiler, its version,
+  flags, machine), written atomically (parallel processes may build at once).
+* Fallback: no compiler, a failed build or load, or ``LENGEN_C_KERNELS=0`` -> :func:`load`
+  returns None (a warning says why, once) and the op runs its PyTorch code, which computes the
+  same values (the tests compare both paths with the dense references).
+
+ctypes releases the GIL during a call, so the ops' worker threads (:func:`lengen.ops.cpu_tiles.
+run_groups`) run kernels in parallel.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import importlib.util
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import warnings
+from pathlib import Path
+
+FLAGS = ["-O3", "-fPIC", "-shared", "-std=c99"]
+_lock = threading.Lock()
+_loaded: dict[str, ctypes.CDLL | None] = {}
+
+
+def enabled() -> bool:
+    return os.environ.get("LENGEN_C_KERNELS", "1").strip().lower() not in ("0", "false", "no",
+                                                                           "off")
+
+
+def compiler() -> list[str] | None:
+    """The compiler command (a list: ``[cc]`` or ``[python, -m, ziglang, cc]``), or None."""
+    cc = os.environ.get("CC")
+    if cc:
+        found = shutil.which(cc) or (cc if os.path.isfile(cc) else None)
+        return [found] if found else None
+    for name in ("cc", "gcc", "clang"):
+        found = shutil.which(name)
+        if found:
+            return [found]
+    if importlib.util.find_spec("ziglang") is not None:
+        return [sys.executable, "-m", "ziglang", "cc"]
+    return None
+
+
+def cache_dir() -> Path:
+    from lengen.data.token_cache import default_cache_dir
+
+    return Path(default_cache_dir()) / "ckernels"
+
+
+def _version(cc: list[str]) -> str:
+    try:
+        return subprocess.run([*cc, "--version"], capture_output=True, text=True,
+                              timeout=30).stdout.splitlines()[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return "unknown"
+
+
+def build(source: Path, cc: list[str], out_dir: Path) -> Path:
+    """Compile ``source`` into a cached shared library (reused when present); returns its path.
+    Raises OSError / subprocess.CalledProcessError on failure."""
+    text = source.read_bytes()
+    key = hashlib.sha256(b"\0".join([text, " ".join(cc).encode(), _version(cc).encode(),
+                                     " ".join(FLAGS).encode(),
+                                     platform.machine().encode()])).hexdigest()[:16]
+    lib = out_dir / f"{source.stem}-{key}.so"
+    if lib.exists():
+        return lib
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=out_dir)
+    os.close(fd)
+    try:
+        subprocess.run([*cc, *FLAGS, "-o", tmp, str(source)], check=True, capture_output=True,
+                       text=True, timeout=120)
+        os.replace(tmp, lib)                                 # atomic: a racing build is harmless
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return lib
+
+
+def load(source: Path, version: int) -> ctypes.CDLL | None:
+    """The library built from ``source`` (a C file whose ``<stem>_version()`` returns
+    ``version``), or None when C kernels are off or cannot be built here (warns once)."""
+    key = str(source)
+    with _lock:
+        if key in _loaded:
+            return _loaded[key]
+        lib = None
+        if enabled():
+            cc = compiler()
+            try:
+                if cc is None:
+                    raise OSError("no C compiler found (set CC, install cc/gcc/clang, or "
+                                  "pip install ziglang)")
+                handle = ctypes.CDLL(str(build(source, cc, cache_dir())))
+                check = getattr(handle, f"{source.stem.replace('-', '_')}_version")
+                check.restype = ctypes.c_int64
+                if check() != version:
+                    raise OSError(f"{source.name}: version {check()} != {version}")
+                lib = handle
+            except (OSError, subprocess.SubprocessError, AttributeError) as e:
+                detail = getattr(e, "stderr", "") or ""
+                why = f"{e}: {detail[-500:]}" if detail else str(e)
+                warnings.warn(f"lengen: C kernel {source.name} unavailable ({why}); using the "
+                              f"PyTorch path (same results, slower)", RuntimeWarning, stacklevel=3)
+        _loaded[key] = lib
+        return lib
+
+
+def reset() -> None:
+    """Forget loaded libraries (tests switch C kernels on and off)."""
+    with _lock:
+        _loaded.clear()

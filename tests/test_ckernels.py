@@ -1,0 +1,108 @@
+"""The C-kernel loader (``lengen/ops/ckernels.py``): build once into the cache, reuse, fall back
+to the PyTorch path with one clear warning when kernels are off or cannot be built, and build with
+the ``ziglang`` package's compiler where no system compiler exists. The kernels' maths is tested
+against the dense references in ``tests/test_fast_cpu_diff_cope.py`` (both paths)."""
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import warnings
+
+import pytest
+import torch
+
+from lengen.ops import ckernels
+from lengen.ops.cope import rows
+from lengen.ops.cope.fast_cpu import cope_attention_fast_cpu
+from lengen.ops.cope.naive import cope_attention_naive
+
+
+@pytest.fixture(autouse=True)
+def fresh(monkeypatch, tmp_path):
+    """An empty kernel cache per test, nothing loaded before or after."""
+    monkeypatch.setenv("LENGEN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("LENGEN_C_KERNELS", raising=False)
+    ckernels.reset()
+    yield
+    ckernels.reset()
+
+
+def needs_compiler():
+    if ckernels.compiler() is None:
+        pytest.skip("no C compiler here (cc/gcc/clang or the ziglang package)")
+
+
+def compile_calls(monkeypatch) -> list:
+    """Record the compiler invocations (``-shared`` builds) made through ckernels."""
+    calls, real = [], subprocess.run
+
+    def spy(cmd, *a, **k):
+        if "-shared" in cmd:
+            calls.append(cmd)
+        return real(cmd, *a, **k)
+
+    monkeypatch.setattr(ckernels.subprocess, "run", spy)
+    return calls
+
+
+def cope_matches_reference():
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (2 * torch.randn(1, 2, 37, 8, generator=g, dtype=torch.float64) for _ in range(3))
+    pe = torch.randn(8, 9, generator=g, dtype=torch.float64)
+    assert torch.allclose(cope_attention_fast_cpu(q, k, v, pe), cope_attention_naive(q, k, v, pe),
+                          atol=1e-10)
+
+
+def test_builds_once_then_reuses_the_cached_library(monkeypatch, tmp_path):
+    needs_compiler()
+    calls = compile_calls(monkeypatch)
+    assert rows.kernels() is not None
+    assert len(calls) == 1
+    built = sorted(p.name for p in (tmp_path / "cache" / "ckernels").iterdir())
+    assert len(built) == 1 and built[0].startswith("cope_rows-")    # no temporary file left
+    ckernels.reset()                                   # a new process: load from the cache
+    assert rows.kernels() is not None
+    assert len(calls) == 1
+    cope_matches_reference()
+
+
+def test_switched_off_builds_nothing(monkeypatch, tmp_path):
+    monkeypatch.setenv("LENGEN_C_KERNELS", "0")
+    calls = compile_calls(monkeypatch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                 # off on purpose: no warning
+        assert rows.kernels() is None
+    assert calls == [] and not (tmp_path / "cache" / "ckernels").exists()
+    cope_matches_reference()
+
+
+@pytest.mark.parametrize("cc,why", [("/nonexistent/cc", "no C compiler found"),
+                                    ("false", "returned non-zero exit status")])
+def test_missing_or_failing_compiler_falls_back_with_one_warning(monkeypatch, cc, why):
+    monkeypatch.setenv("CC", cc)
+    with pytest.warns(RuntimeWarning, match=f"cope_rows.c unavailable .*{why}") as rec:
+        assert rows.kernels() is None
+        assert rows.kernels() is None                  # decided once per process
+    assert len(rec) == 1
+    assert "using the PyTorch path" in str(rec[0].message)
+    cope_matches_reference()
+
+
+def test_version_mismatch_is_refused(monkeypatch):
+    needs_compiler()
+    with pytest.warns(RuntimeWarning, match="version 1 != 99"):
+        assert ckernels.load(rows.SOURCE, 99) is None
+
+
+def test_ziglang_compiler_from_the_package_registry(monkeypatch):
+    """No CC and nothing on PATH: the ziglang wheel's C compiler builds the kernels."""
+    if importlib.util.find_spec("ziglang") is None:
+        pytest.skip("optional dependency ziglang not installed (pip install 'lengen[ckernels]')")
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setattr(ckernels.shutil, "which", lambda name: None)
+    cmd = ckernels.compiler()
+    assert cmd[1:] == ["-m", "ziglang", "cc"]
+    calls = compile_calls(monkeypatch)
+    assert rows.kernels() is not None
+    assert len(calls) == 1 and calls[0][:4] == cmd
+    cope_matches_reference()
