@@ -26,8 +26,8 @@ import sys
 import textwrap
 import time
 
-from lengen.cliutil import (int_at_least, is_user_error, looks_like_override, message,
-                            not_an_override, silence_stdout)
+from lengen.cliutil import (int_at_least, is_user_error, json_object, looks_like_override,
+                            message, not_an_override, silence_stdout)
 from lengen.analysis import ANALYSES
 from lengen.recipes import RECIPES
 
@@ -77,7 +77,8 @@ def cmd_eval(args) -> int:
 
     rows = evaluate_run(args.run_dir, splits=args.splits, sequences=args.sequences,
                         batch_size=args.batch_size, seed=args.seed, device=args.device,
-                        out=args.out, progress=True)
+                        out=args.out, progress=True, positions=args.positions,
+                        positions_kwargs=args.positions_kwargs)
     print_rows(rows)
     print(f"wrote {os.path.join(args.run_dir, args.out)}.json and .csv")
     png = os.path.join(args.run_dir, f"{args.out}.png")
@@ -212,6 +213,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="torch device (default cpu)")
     p.add_argument("--out", default="eval", metavar="STEM",
                    help="output file stem inside RUN_DIR (default eval -> eval.json, eval.csv)")
+    p.add_argument("--positions", metavar="SAMPLER",
+                   help="evaluate with this position sampler instead of the run's own (samplers "
+                        "hold no weights), e.g. interpolate for a RoPE run; what only the task "
+                        "knows (M) is filled in as in training; use another --out")
+    p.add_argument("--positions-kwargs", type=json_object, metavar="JSON",
+                   help='keyword arguments of --positions as a JSON object, e.g. \'{"factor": 2}\'')
     p.set_defaults(fn=cmd_eval)
 
     p = sub.add_parser("generate", help="show a sequence-task model's greedy answers",

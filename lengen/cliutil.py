@@ -42,6 +42,19 @@ def positive_float(text: str) -> float:
     return value
 
 
+def json_object(text: str) -> dict:
+    """argparse ``type=`` for a JSON object such as ``'{"factor": 2}'``."""
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r} ({e})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object ({{...}}), got {text!r}")
+    return value
+
+
 def not_an_override(flag: str, value: str | None) -> None:
     """``--run-dir train.steps=3`` means the override was swallowed as the flag's value."""
     from lengen.errors import ConfigError

@@ -99,6 +99,42 @@ def test_evaluate_run_with_another_position_sampler(tmp_path):
     assert not os.path.exists(os.path.join(run, "x.json"))
 
 
+def test_eval_with_interpolation_fills_the_training_length_from_the_task(tmp_path, capsys):
+    """``lengen eval RUN --positions interpolate`` on a RoPE run trained on positions 0..T-1:
+    M (the longest training input) comes from the run's task as in training (it used to be left
+    out, so the sampler failed), rows equal the sampler built by hand, and bad kwargs fail early."""
+    from lengen.samplers.interpolate import InterpolateSampler, task_train_length
+    from lengen.train.runs import evaluate_run
+
+    run = str(tmp_path / "run")
+    cfg = lengen.resolve({"model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "posenc": "rope"},
+                          "task": {"name": "copy", "kwargs": {"min_length": 2,
+                                                             "max_train_length": 4,
+                                                             "max_eval_length": 12}},
+                          "train": {"steps": 3, "batch_size": 4, "progress": False},
+                          "eval": {"sequences": 8, "splits": ["len=4", "len=12"]}})
+    lengen.train(cfg, run)
+    assert main(["eval", run, "--positions", "interpolate", "--out", "pi"]) == 0
+    rows = json.load(open(os.path.join(run, "pi.json")))
+    assert {r["positions"] for r in rows} == {"interpolate"}
+    _, task, model = lengen.load_run(run)
+    M = task_train_length(task)
+    assert M == task.max_input_length(["len=4"])
+    model.sampler = InterpolateSampler(train_length=M)
+    want = lengen.evaluate(model, task, ["len=4", "len=12"], n_sequences=8, batch_size=64)
+    assert [r["value"] for r in rows] == pytest.approx([r["value"] for r in want])
+    fixed = evaluate_run(run, positions="interpolate", positions_kwargs={"factor": 3.0},
+                         out="pi3", plot=False)
+    assert {r["positions"] for r in fixed} == {"interpolate"}
+    capsys.readouterr()
+    assert main(["eval", run, "--positions", "interpolate", "--positions-kwargs", "[2]"]) == 2
+    assert "expected a JSON object" in capsys.readouterr().err
+    assert main(["eval", run, "--positions", "interpolate", "--positions-kwargs",
+                 '{"factr": 2}', "--out", "bad"]) == 2
+    assert "unknown key 'factr' in positions_kwargs" in capsys.readouterr().err
+    assert not os.path.exists(os.path.join(run, "bad.json"))
+
+
 def test_scalar_overrides_are_coerced_to_field_types():
     from lengen.config import resolve
 

@@ -44,9 +44,6 @@ def evaluate_run(run_dir: str, *, splits=None, sequences: int | None = None,
         raise ConfigError("positions_kwargs needs positions (the sampler they are for)")
     with RunDirLock(run_dir, "evaluation") if os.path.isdir(run_dir) else nullcontext():
         cfg, task, model = load_run(run_dir, device=device)
-        if positions is not None:
-            model.sampler = build_sampler_checked(positions, positions_kwargs or {})
-            cfg.model.positions, cfg.model.positions_kwargs = positions, dict(positions_kwargs or {})
         if isinstance(splits, str):
             splits = [splits]
         splits = list(splits or cfg.eval.splits or task.splits())
@@ -55,6 +52,10 @@ def evaluate_run(run_dir: str, *, splits=None, sequences: int | None = None,
                 task.check_split(split)
             except ValueError as e:
                 raise ConfigError(str(e)) from None
+        if positions is not None:
+            model.sampler, kwargs = build_sampler_checked(positions, positions_kwargs or {},
+                                                          task=task, splits=splits)
+            cfg.model.positions, cfg.model.positions_kwargs = positions, kwargs
         try:
             model.check_length(task.max_input_length(splits))
         except ValueError as e:
@@ -71,16 +72,26 @@ def evaluate_run(run_dir: str, *, splits=None, sequences: int | None = None,
     return rows
 
 
-def build_sampler_checked(name: str, kwargs: dict):
-    """A position sampler from its registry name and keyword arguments, checked as a config's
-    ``model.positions`` / ``model.positions_kwargs`` are (ConfigError naming the key and fix)."""
+def build_sampler_checked(name: str, kwargs: dict, *, task=None, splits=()):
+    """(sampler, its kwargs): a position sampler from its registry name and keyword arguments,
+    checked as a config's ``model.positions`` / ``model.positions_kwargs`` are (ConfigError
+    naming the key and fix). With ``task``, what only the task knows is filled in first by the
+    sampler's ``task_defaults`` hook, as training does (M for position interpolation, the digit
+    ids of coupling / Abacus); the returned kwargs include it."""
     from lengen.positions import SAMPLERS
     from lengen.registry import check_kwargs, construct, lookup
 
     cls = lookup(SAMPLERS, name, "position sampler", "positions")
     kwargs = check_kwargs(cls, kwargs, section="positions_kwargs", kind="position sampler",
                           name=name)
-    return construct(cls, kwargs, what=f"position sampler '{name}' (positions_kwargs={kwargs})")
+    hook = getattr(cls, "task_defaults", None)
+    if task is not None and hook is not None:
+        try:
+            kwargs = hook(kwargs, task, list(splits))
+        except ValueError as e:
+            raise ConfigError(f"position sampler '{name}': {e}") from None
+    sampler = construct(cls, kwargs, what=f"position sampler '{name}' (positions_kwargs={kwargs})")
+    return sampler, kwargs
 
 
 def reevaluate(cfg: ExperimentConfig, run_dir: str, *, quiet: bool = True) -> list[dict]:
