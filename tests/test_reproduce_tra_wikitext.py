@@ -177,10 +177,3 @@ def test_estimate_times_training_and_every_length(capsys):
     assert res["total_seconds"] == pytest.approx(max(res["workers"]))
     assert len(res["workers"]) == 2
     assert "evaluation s per length {16:" in capsys.readouterr().out
-
-
-def test_makespan_follows_the_sweeps_dispatch():
-    # runs go in order to the first free worker: [5, 1, 1, 1] on 2 workers -> 5 | 1+1+1
-    assert lm.makespan([5, 1, 1, 1], 2) == (5, [5, 3])
-    assert lm.makespan([1, 1, 5], 2) == (6, [6, 1])
-    assert lm.makespan([2, 2], 1) == (4, [4])

@@ -32,8 +32,6 @@ evaluates every pair.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 

@@ -12,13 +12,13 @@ timing), ``steps`` training steps (positions drawn as in training) and one evalu
 every evaluation length on the perplexity path the run will take, with the torch threads each
 sweep worker gets; a run costs ``steps x step time + sum over lengths of batches x batch time``.
 The sweep hands runs to the first free worker in order, and the estimate schedules the runs the
-same way, so its total is the wall time of the slowest worker, not the sum divided by workers.
+same way (:mod:`lengen.recipes.estimate`, shared by every recipe), so its total is the wall time
+of the slowest worker, not the sum divided by workers.
 Concurrent workers share memory bandwidth, and other load slows everything: measure on an
 otherwise idle machine.
 """
 from __future__ import annotations
 
-import json
 import math
 import time
 
@@ -65,61 +65,28 @@ def task_caption(task_kwargs: dict) -> str:
 
 # ---------------------------------------------------------------------------- the estimate
 
-def _timing_key(config: dict) -> str:
-    """Configs that differ only in name and seeds cost the same."""
-    c = json.loads(json.dumps(config))
-    c.pop("name", None)
-    for k in ("seed", "data_seed"):
-        c.get("train", {}).pop(k, None)
-    return json.dumps(c, sort_keys=True)
-
-
 def time_config(cfg, *, steps: int = 10, device: str = "cpu", eval_extra=None) -> dict:
     """Seconds per training step and per length of evaluation for one resolved config.
 
-    Training steps go through the loop's own pieces (batch, positions from the sampler's
-    training behaviour, loss, backward, clipping, AdamW); two untimed steps first. Evaluation:
-    one batch per length from the evaluation stream (the run's windows, batching and positions),
-    scored with the blocked perplexity scorer after an untimed warm-up, times the number of
-    batches at that length. ``eval_extra``: ``(label, sampler)`` pairs whose evaluation of the
-    same weights is timed too (e.g. the RoPE model evaluated with position interpolation).
+    Training steps: :func:`lengen.recipes.estimate.time_training_steps` (the loop's own
+    pieces, two untimed steps first). Evaluation: one batch per length from the evaluation
+    stream (the run's windows, batching and positions), scored with the blocked perplexity
+    scorer after an untimed warm-up, times the number of batches at that length. ``eval_extra``:
+    ``(label, sampler)`` pairs whose evaluation of the same weights is timed too (e.g. the RoPE
+    model evaluated with position interpolation).
     Returns ``{"step", "setup", "train", "eval": {K: s}, "extra": {label: {K: s}}}``
     (``setup``: building the task and model, which every run does once)."""
     import torch
 
     from lengen.eval.evaluate import eval_stream
     from lengen.eval.perplexity import score_batch
-    from lengen.train.loop import loss_fn, positions_generator, prepare
-    from lengen.train.optim import build_optimizer
-
-    def sync():
-        if str(device).startswith("cuda"):
-            torch.cuda.synchronize()
+    from lengen.recipes.estimate import time_training_steps, timed
+    from lengen.train.loop import prepare
 
     t0 = time.perf_counter()
     task, model = prepare(cfg)          # a run builds its task (token cache) and model too
-    model.to(device).train()
-    opt = build_optimizer(model, cfg.train)
     t_setup = time.perf_counter() - t0
-    gen = torch.Generator().manual_seed(0)
-    pos_gen = positions_generator(0)
-    elapsed = 0.0
-    for i in range(steps + 2):
-        sync()
-        t0 = time.perf_counter()
-        batch = task.train_batch(cfg.train.batch_size, gen).to(device)
-        B, T = batch.inputs.shape
-        pos = model.sample_positions(T, batch_size=B, device=device, generator=pos_gen, batch=batch)
-        loss = loss_fn(model(batch.inputs, positions=pos), batch)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip or float("inf"))
-        opt.step()
-        sync()
-        if i >= 2:
-            elapsed += time.perf_counter() - t0
-    t_step = elapsed / steps
-    model.eval()
+    t_step = time_training_steps(cfg, task, model, steps=steps, device=device)
 
     def eval_seconds() -> dict:
         out = {}
@@ -134,12 +101,9 @@ def time_config(cfg, *, steps: int = 10, device: str = "cpu", eval_extra=None) -
             stream.close()
             first = pos if pos is None or pos.dim() == 1 else pos[:1]
             score_batch(model, batch.rows(0, 1), positions=first)               # warm-up
-            sync()
-            t0 = time.perf_counter()
-            score_batch(model, batch, positions=pos)
-            sync()
+            t = timed(lambda: score_batch(model, batch, positions=pos), device)
             # a batch cut short by an evaluation block boundary is scaled to a full one
-            out[K] = (time.perf_counter() - t0) * rows / batch.inputs.shape[0] * n_batches
+            out[K] = t * rows / batch.inputs.shape[0] * n_batches
         return out
 
     with torch.inference_mode():
@@ -155,16 +119,6 @@ def time_config(cfg, *, steps: int = 10, device: str = "cpu", eval_extra=None) -
             "extra": extra}
 
 
-def makespan(costs: list[float], workers: int) -> tuple[float, list[float]]:
-    """Wall time of running ``costs`` in order on ``workers`` workers, each run going to the
-    first free worker (how :func:`lengen.sweep.run_sweep` dispatches). -> (total, per worker)."""
-    free = [0.0] * max(1, int(workers))
-    for c in costs:
-        i = min(range(len(free)), key=free.__getitem__)
-        free[i] += c
-    return max(free), free
-
-
 def estimate_runs(specs, *, steps: int = 10, workers: int = 1, threads: int | None = None,
                   device: str = "cpu", label=lambda spec: spec.name, eval_extra=None,
                   after: float = 0.0, log=print) -> dict:
@@ -172,19 +126,13 @@ def estimate_runs(specs, *, steps: int = 10, workers: int = 1, threads: int | No
     ``workers`` (see the module docstring). ``eval_extra(spec) -> [(label, sampler)]`` adds
     evaluations of a run's weights with other samplers, run after the sweep in the main process
     (added to the total serially). Returns ``{"per_run", "total_seconds", "workers"}``."""
-    import torch
-
     from lengen.config import resolve
+    from lengen.recipes.estimate import makespan, report_total, timing_key, use_worker_threads
 
-    if threads is None:            # what each sweep worker will run with
-        from lengen.sweep import default_threads
-
-        threads = default_threads(workers)
-    if threads:
-        torch.set_num_threads(threads)
+    use_worker_threads(workers, threads)
     timings, per_run, serial = {}, {}, after
     for spec in specs:
-        key = _timing_key(spec.config)
+        key = timing_key(spec.config)
         extra = list(eval_extra(spec)) if eval_extra else []
         if key not in timings:
             cfg = resolve(spec.config, check_device=False)
@@ -198,13 +146,10 @@ def estimate_runs(specs, *, steps: int = 10, workers: int = 1, threads: int | No
         for lab, ev in t["extra"].items():
             serial += sum(ev.values())
             log(f"{'':>22}  + {lab}: {sum(ev.values()) / 60:.1f} min after the sweep")
-    total, loads = makespan(list(per_run.values()), workers)
-    total += serial
-    log(f"estimated wall time: {total / 60:.1f} min ({total / 3600:.2f} h) for {len(specs)} "
-        f"run(s) on {workers} worker(s) with {torch.get_num_threads()} torch thread(s) each "
-        f"(per worker: {', '.join(f'{x / 60:.0f}' for x in loads)} min"
-        + (f"; + {serial / 60:.1f} min of evaluation after the sweep" if serial else "") + ")")
-    return {"per_run": per_run, "total_seconds": total, "workers": loads}
+    total = report_total(list(per_run.values()), workers, f"{len(specs)} run(s)",
+                         serial=serial, log=log)
+    return {"per_run": per_run, "total_seconds": total,
+            "workers": makespan(list(per_run.values()), workers)[1]}
 
 
 # ---------------------------------------------------------------------------- summaries
@@ -254,5 +199,5 @@ def fmt_ppl(mean, std=None) -> str:
 
 
 __all__ = ["EVAL_ALL", "KEEP_RATIO", "BLOW_UP_RATIO", "eval_lengths", "text_task_kwargs",
-           "task_caption", "default_device", "time_config", "makespan", "estimate_runs",
+           "task_caption", "default_device", "time_config", "estimate_runs",
            "perplexity_table", "trend", "fmt_ppl"]

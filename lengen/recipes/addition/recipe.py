@@ -209,42 +209,25 @@ def is_divergence(error: str | None) -> bool:
 def estimate_time(scale: str = "cpu", *, settings=None, trials=None, train_lengths: bool = True,
                   heatmap: bool = True, workers: int = 1, threads: int | None = None,
                   device: str | None = None, steps: int = 8, log=print) -> dict:
-    """Time ``steps`` training steps (after two warm-up steps, batches drawn as in training) for
+    """Time ``steps`` training steps (:func:`lengen.recipes.estimate.time_training_steps`) for
     every distinct (setting, N) of the grid, plus its evaluation work measured on this machine:
     the final evaluation (one batch per test length, scaled to ``eval_sequences``), the periodic
     evaluations (``track`` lengths, every ``eval_every`` steps) and the greedy-decoding error
-    analysis (one generation batch per error length, scaled); then sum over the grid's runs and
-    divide by ``workers`` (``threads`` per worker defaults to what the sweep gives each worker:
-    cores // workers). Nothing is written; measure on an otherwise idle machine."""
-    import torch
-
+    analysis (one generation batch per error length, scaled); then schedule the grid's runs
+    over ``workers`` processes as the sweep does (``threads`` per worker defaults to what the
+    sweep gives each worker: cores // workers). Nothing is written; measure on an otherwise
+    idle machine."""
     from lengen.config import resolve
     from lengen.eval.addition_errors import addition_error_analysis
     from lengen.eval.evaluate import evaluate
-    from lengen.sweep import default_threads
-    from lengen.train.loop import loss_fn, positions_generator, prepare
-    from lengen.train.optim import build_optimizer, build_scheduler
+    from lengen.recipes.estimate import report_total, time_training_steps, timed, use_worker_threads
+    from lengen.train.loop import prepare
 
     device = device or default_device(scale)
     s = SCALES[scale]
     specs = build_specs(scale, settings=settings, trials=trials, device=device,
                         train_lengths=train_lengths, heatmap=heatmap)
-    if threads is None:
-        threads = default_threads(workers)
-    if threads:
-        torch.set_num_threads(threads)
-
-    def sync():
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-
-    def timed(fn):
-        sync()
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        return time.perf_counter() - t0
-
+    use_worker_threads(workers, threads)
     per_kind: dict[tuple, float] = {}
     for spec in specs:
         kind = (spec.tags["setting"], spec.tags["N"])
@@ -252,34 +235,15 @@ def estimate_time(scale: str = "cpu", *, settings=None, trials=None, train_lengt
             continue
         cfg = resolve(copy.deepcopy(spec.config))
         task, model = prepare(cfg)
-        model.to(device).train()
-        opt = build_optimizer(model, cfg.train)
-        sched = build_scheduler(opt, cfg.train)
-        gen, pgen = torch.Generator().manual_seed(0), positions_generator(0)
-
-        def step():
-            b = task.train_batch(cfg.train.batch_size, gen).to(device)
-            B, T = b.inputs.shape
-            pos = model.sample_positions(T, batch_size=B, device=device, generator=pgen, batch=b)
-            loss = loss_fn(model(b.inputs, positions=pos), b)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
-            opt.step()
-            sched.step()
-
-        for _ in range(2):
-            step()
-        t_step = sum(timed(step) for _ in range(steps)) / steps
-        model.eval()
+        t_step = time_training_steps(cfg, task, model, steps=steps, device=device)
         bs = cfg.eval.batch_size
         # one batch per length, scaled to the sequences evaluated
         n_final = min(bs, cfg.eval.sequences)
         t_final = sum(timed(lambda sp=sp: evaluate(model, task, [sp], n_sequences=n_final,
-                                                   batch_size=bs)) * cfg.eval.sequences / n_final
-                      for sp in cfg.eval.splits)
+                                                   batch_size=bs), device)
+                      * cfg.eval.sequences / n_final for sp in cfg.eval.splits)
         per_eval = sum(timed(lambda sp=sp: evaluate(
-            model, task, [sp], n_sequences=cfg.train.eval_sequences, batch_size=bs))
+            model, task, [sp], n_sequences=cfg.train.eval_sequences, batch_size=bs), device)
             for sp in cfg.train.eval_splits)
         n_periodic = (cfg.train.steps - 1) // cfg.train.eval_every if cfg.train.eval_every else 0
         t_err = 0.0
@@ -288,14 +252,13 @@ def estimate_time(scale: str = "cpu", *, settings=None, trials=None, train_lengt
             for L in s["error_lengths"]:
                 t_err += timed(lambda L=L: addition_error_analysis(
                     model, task, [f"len={L}"], n_sequences=n, batch_size=bs,
-                    device=device)) * s["error_sequences"] / n
+                    device=device), device) * s["error_sequences"] / n
         per_kind[kind] = (t_step * cfg.train.steps + t_final + per_eval * n_periodic + t_err)
         log(f"{spec.tags['setting']:>18} N={spec.tags['N']:<3}: {1000 * t_step:7.1f} ms/step, "
             f"final eval {t_final:5.1f} s, periodic {per_eval * n_periodic:5.1f} s, errors "
             f"{t_err:5.1f} s -> {per_kind[kind] / 60:5.1f} min per run")
-    total = sum(per_kind[(sp.tags["setting"], sp.tags["N"])] for sp in specs) / max(1, workers)
-    log(f"estimated total: {len(specs)} runs with {workers} worker(s): {total / 60:.1f} min "
-        f"({total / 3600:.2f} h; torch threads {torch.get_num_threads()} per worker)")
+    costs = [per_kind[(sp.tags["setting"], sp.tags["N"])] for sp in specs]
+    total = report_total(costs, workers, f"{len(specs)} runs", log=log)
     return {"seconds_per_kind": per_kind, "total_seconds": total, "runs": len(specs)}
 
 

@@ -262,75 +262,46 @@ def run_index_warping(scale: str = "cpu", out: str | None = None, *, workers: in
 def estimate_time(scale: str = "cpu", *, steps: int = 10, tasks=None, models=None,
                   seeds: int | None = None, workers: int = 1, threads: int | None = None,
                   device: str | None = None, log=print) -> dict:
-    """Time ``steps`` training steps per task x column (batches and positions drawn as in
-    training) and one evaluation batch at the longest test length, and extrapolate the grid over
-    ``workers`` processes (``threads`` per worker defaults to what the sweep gives each worker).
-    Evaluation at a shorter length is scaled from the longest as (T / T_max)^2 (conservative).
-    Nothing is written; measure on an otherwise idle machine."""
+    """Time ``steps`` training steps per task x column (:func:`lengen.recipes.estimate.
+    time_training_steps`) and one evaluation batch at the longest test length, and schedule the
+    grid (tasks x columns x seeds, the sweep's order) over ``workers`` processes as the sweep
+    does (``threads`` per worker defaults to what the sweep gives each worker). Evaluation at a
+    shorter length is scaled from the longest as (T / T_max)^2 (conservative). Nothing is
+    written; measure on an otherwise idle machine."""
     import torch
 
     from lengen.config import resolve
-    from lengen.train.loop import loss_fn, prepare
-    from lengen.train.optim import build_optimizer
+    from lengen.recipes.estimate import report_total, time_training_steps, timed, use_worker_threads
+    from lengen.train.loop import prepare
 
     device = device or default_device(scale)
     s = SCALES[scale]
     tasks = select(tasks, TASK_M, s["tasks"], "task")
     models = select(models, MODELS, s["models"], "column")
     n_seeds = seeds or len(s["seeds"])
-    if threads is None:
-        from lengen.sweep import default_threads
-
-        threads = default_threads(workers)
-    if threads:
-        torch.set_num_threads(threads)
-
-    def sync():
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-
+    use_worker_threads(workers, threads)
     per_run = {}
     for task in tasks:
         for m in models:
             cfg = resolve(run_config(task, m, scale, device=device))
             tsk, model = prepare(cfg)
-            model.to(device).train()
-            opt = build_optimizer(model, cfg.train)
-            gen, pos_gen = torch.Generator().manual_seed(0), torch.Generator().manual_seed(1)
-            elapsed = 0.0
-            for i in range(steps + 1):                      # the first step is a warm-up
-                batch = tsk.train_batch(cfg.train.batch_size, gen).to(device)
-                sync()
-                t0 = time.perf_counter()
-                B, T = batch.inputs.shape
-                pos = model.sample_positions(T, batch_size=B, device=device, generator=pos_gen,
-                                             batch=batch)
-                loss = loss_fn(model(batch.inputs, positions=pos), batch)
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                sync()
-                elapsed += (time.perf_counter() - t0) if i else 0.0
-            t_step = elapsed / steps
-            model.eval()
+            t_step = time_training_steps(cfg, tsk, model, steps=steps, device=device)
             _, lengths = task_lengths(task, scale)
             with torch.inference_mode():
-                b = tsk.eval_batch(f"len={max(lengths)}", cfg.eval.batch_size, gen).to(device)
-                sync()
-                t0 = time.perf_counter()
-                model(b.inputs, positions=model.sample_positions(
-                    b.inputs.shape[1], batch_size=b.inputs.shape[0], device=device, batch=b))
-                sync()
-                t_max = time.perf_counter() - t0
+                b = tsk.eval_batch(f"len={max(lengths)}", cfg.eval.batch_size,
+                                   torch.Generator().manual_seed(0)).to(device)
+                t_max = timed(lambda: model(b.inputs, positions=model.sample_positions(
+                    b.inputs.shape[1], batch_size=b.inputs.shape[0], device=device, batch=b)),
+                    device)
             T_max = tsk.input_length(max(lengths))
             n_batches = -(-cfg.eval.sequences // cfg.eval.batch_size)
             t_eval = t_max * n_batches * sum((tsk.input_length(n) / T_max) ** 2 for n in lengths)
             per_run[(task, m)] = t_step * cfg.train.steps + t_eval
             log(f"{task:>10} {m:>10}: {1000 * t_step:7.1f} ms/step, eval ~{t_eval:6.1f} s -> "
                 f"{per_run[(task, m)] / 60:6.1f} min per run")
-    total = sum(per_run.values()) * n_seeds / max(1, workers)
-    log(f"estimated total: {len(tasks)} tasks x {len(models)} columns x {n_seeds} seed(s) with "
-        f"{workers} worker(s): {total / 3600:.2f} h (torch threads {torch.get_num_threads()})")
+    costs = [per_run[(t, m)] for t in tasks for m in models for _ in range(n_seeds)]
+    total = report_total(costs, workers, f"{len(tasks)} tasks x {len(models)} columns x "
+                         f"{n_seeds} seed(s)", log=log)
     return {"seconds_per_run": per_run, "total_seconds": total}
 
 

@@ -61,8 +61,8 @@ def caption_for(scale: str, seeds, data_caption: str, wall_seconds: float | None
            f"(training context {s['seq_len']}); "
            + ("the whole split at every length" if s["max_eval_tokens"] >= 10 ** 8
               else f"at most {s['max_eval_tokens']:,} scored targets per length")
-           + f". Published numbers (in parentheses) at the same multiple of the training length: "
-           f"WikiText-103 test, GPT-2 base, context 512, lengths 512 .. 4096."
+           + ". Published numbers (in parentheses) at the same multiple of the training length: "
+           "WikiText-103 test, GPT-2 base, context 512, lengths 512 .. 4096."
            + (f" Lengths {', '.join(map(str, extra))} go past the paper's 8x and have no published "
               f"numbers." if extra else "")
            + f" {UNDEFINED}: randomized PE cannot encode inputs longer than its L.")

@@ -296,76 +296,44 @@ def run_randomized_pe(scale: str = "cpu", out: str | None = None, *, workers: in
 def estimate_time(scale: str = "cpu", *, steps: int = 10, tasks=None, schemes=None,
                   seeds: int | None = None, lrs: int | None = None, workers: int = 1,
                   threads: int | None = None, device: str | None = None, log=print) -> dict:
-    """Time ``steps`` training steps per task x encoding (lengths drawn as in training) and one
-    evaluation batch at the longest test length, and extrapolate the whole grid (no ablations)
-    over ``workers`` processes (``threads`` per worker defaults to what the sweep gives each
-    worker: cores // workers). The evaluation cost of a length is scaled from the longest one as (T / T_max)^2,
-    which over-estimates the shorter lengths (conservative). Nothing is written; measure on an
-    otherwise idle machine."""
+    """Time ``steps`` training steps per task x encoding (:func:`lengen.recipes.estimate.
+    time_training_steps`: lengths and positions drawn as in training) and one evaluation batch
+    at the longest test length, and schedule the whole grid (no ablations; tasks x encodings x
+    seeds x lrs, the sweep's order) over ``workers`` processes as the sweep does (``threads``
+    per worker defaults to what the sweep gives each worker: cores // workers). The evaluation
+    cost of a length is scaled from the longest one as (T / T_max)^2, which over-estimates the
+    shorter lengths (conservative). Nothing is written; measure on an otherwise idle machine."""
     import torch
 
     from lengen.config import resolve
-    from lengen.eval.metrics import restrict_to_outputs
-    from lengen.train.loop import loss_fn, prepare
-    from lengen.train.optim import build_optimizer
+    from lengen.recipes.estimate import report_total, time_training_steps, timed, use_worker_threads
+    from lengen.train.loop import prepare
 
     device = device or default_device(scale)
     s = SCALES[scale]
     tasks, schemes = list(tasks or s["tasks"]), list(schemes or s["schemes"])
     n_seeds, n_lrs = seeds or len(s["seeds"]), lrs or len(s["lrs"])
-    if threads is None:            # time what each sweep worker will run with
-        from lengen.sweep import default_threads
-
-        threads = default_threads(workers)
-    if threads:
-        torch.set_num_threads(threads)
-
-    def sync():
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-
+    use_worker_threads(workers, threads)
     per_run = {}
     for task in tasks:
         for scheme in schemes:
             cfg = resolve(run_config(task, scheme, scale, device=device))
             tsk, model = prepare(cfg)
-            model.to(device).train()
-            opt = build_optimizer(model, cfg.train)
-            gen = torch.Generator().manual_seed(0)
-            sl = tsk.output_slice
-            elapsed = 0.0
-            for i in range(steps + 1):                 # the first step is a warm-up
-                batch = tsk.train_batch(cfg.train.batch_size, gen).to(device)
-                sync()
-                t0 = time.perf_counter()
-                logits, targets = restrict_to_outputs(model(batch.inputs), batch.targets, sl)
-                batch.targets = targets
-                loss = loss_fn(logits, batch)
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                sync()
-                elapsed += (time.perf_counter() - t0) if i else 0.0
-            t_step = elapsed / steps
-            model.eval()
+            t_step = time_training_steps(cfg, tsk, model, steps=steps, device=device)
             lengths = [int(x.split("=")[1]) for x in cfg.eval.splits]
             with torch.inference_mode():
-                b = tsk.eval_batch(f"len={max(lengths)}", cfg.eval.batch_size, gen).to(device)
-                sync()
-                t0 = time.perf_counter()
-                model(b.inputs)
-                sync()
-                t_max = time.perf_counter() - t0
+                b = tsk.eval_batch(f"len={max(lengths)}", cfg.eval.batch_size,
+                                   torch.Generator().manual_seed(0)).to(device)
+                t_max = timed(lambda: model(b.inputs), device)
             T_max = tsk.model_length(max(lengths))
             n_batches = -(-cfg.eval.sequences // cfg.eval.batch_size)
             t_eval = t_max * n_batches * sum((tsk.model_length(n) / T_max) ** 2 for n in lengths)
             per_run[(task, scheme)] = t_step * cfg.train.steps + t_eval
             log(f"{task:>26} {scheme:>14}: {1000 * t_step:7.1f} ms/step, eval ~{t_eval:6.1f} s "
                 f"-> {per_run[(task, scheme)] / 60:6.1f} min per run")
-    total = sum(per_run.values()) * n_seeds * n_lrs / max(1, workers)
-    log(f"estimated total: {len(tasks)} tasks x {len(schemes)} encodings x {n_seeds} seeds x "
-        f"{n_lrs} lrs with {workers} worker(s): {total / 3600:.2f} h "
-        f"(torch threads {torch.get_num_threads()})")
+    costs = [per_run[(t, k)] for t in tasks for k in schemes for _ in range(n_seeds * n_lrs)]
+    total = report_total(costs, workers, f"{len(tasks)} tasks x {len(schemes)} encodings x "
+                         f"{n_seeds} seeds x {n_lrs} lrs", log=log)
     return {"seconds_per_run": per_run, "total_seconds": total}
 
 

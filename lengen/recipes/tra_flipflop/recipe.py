@@ -223,67 +223,39 @@ def run_tra_flipflop(scale: str = "cpu", out: str | None = None, *, workers: int
 def estimate_time(scale: str = "cpu", *, steps: int = 10, models=None, seeds: int | None = None,
                   workers: int = 1, threads: int | None = None, device: str | None = None,
                   log=print) -> dict:
-    """Time ``steps`` training steps and one evaluation batch per model on this machine and
-    extrapolate the whole reproduction (models x seeds), divided across ``workers`` processes
-    (``threads`` per worker defaults to what the sweep gives each worker: cores // workers).
-    Nothing is written. Measure on an otherwise idle machine."""
+    """Time ``steps`` training steps (:func:`lengen.recipes.estimate.time_training_steps`) and
+    one evaluation batch per model on this machine and schedule the whole reproduction (models
+    x seeds, the sweep's order) over ``workers`` processes as the sweep does (``threads`` per
+    worker defaults to what the sweep gives each worker: cores // workers). Nothing is written.
+    Measure on an otherwise idle machine."""
     import torch
 
-    device = device or default_device(scale)
-
-    def sync():
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-
     from lengen.config import resolve
-    from lengen.train.loop import loss_fn, prepare
-    from lengen.train.optim import build_optimizer
+    from lengen.recipes.estimate import report_total, time_training_steps, timed, use_worker_threads
+    from lengen.train.loop import prepare
 
+    device = device or default_device(scale)
     s = SCALES[scale]
     models = list(models or MODELS)
     check_available(models)
     n_seeds = seeds or len(s["seeds"])
-    if threads is None:            # time what each sweep worker will run with
-        from lengen.sweep import default_threads
-
-        threads = default_threads(workers)
-    if threads:
-        torch.set_num_threads(threads)
+    use_worker_threads(workers, threads)
     per_run = {}
     for m in models:
         cfg = resolve(model_config(m, scale, 0, device=device))
         task, model = prepare(cfg)
-        model.to(device)
-        opt = build_optimizer(model, cfg.train)
-        gen = torch.Generator().manual_seed(0)
-        model.train()
-        for i in range(steps + 2):                  # 2 warm-up steps are not timed
-            if i == 2:
-                sync()
-                t0 = time.perf_counter()
-            batch = task.train_batch(cfg.train.batch_size, gen).to(device)
-            loss = loss_fn(model(batch.inputs), batch)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        sync()
-        t_step = (time.perf_counter() - t0) / steps
-        model.eval()
+        t_step = time_training_steps(cfg, task, model, steps=steps, device=device)
         with torch.inference_mode():
-            batch = task.eval_batch("iid", cfg.eval.batch_size, gen).to(device)
+            batch = task.eval_batch("iid", cfg.eval.batch_size,
+                                    torch.Generator().manual_seed(0)).to(device)
             model(batch.inputs)                     # warm-up
-            sync()
-            t0 = time.perf_counter()
-            model(batch.inputs)
-            sync()
-            t_eval = time.perf_counter() - t0
+            t_eval = timed(lambda: model(batch.inputs), device)
         n_eval_batches = len(SPLITS) * -(-cfg.eval.sequences // cfg.eval.batch_size)
         per_run[m] = t_step * cfg.train.steps + t_eval * n_eval_batches
         log(f"{m:>6}: {1000 * t_step:7.1f} ms/step, {t_eval:6.2f} s/eval batch -> "
             f"{per_run[m] / 60:6.1f} min per run")
-    total = sum(per_run.values()) * n_seeds / max(1, workers)
-    log(f"estimated total for {len(models)} models x {n_seeds} seeds with {workers} worker(s): "
-        f"{total / 3600:.2f} h (torch threads {torch.get_num_threads()})")
+    costs = [per_run[m] for m in models for _ in range(n_seeds)]
+    total = report_total(costs, workers, f"{len(models)} models x {n_seeds} seeds", log=log)
     return {"seconds_per_run": per_run, "total_seconds": total}
 
 

@@ -1,0 +1,118 @@
+"""What every recipe's ``--estimate`` shares: time training steps through the training loop's
+own pieces, and turn per-run costs into the wall time of a sweep on ``workers`` processes.
+
+Each recipe times its own evaluation (perplexity windows, exact match by length, greedy
+decoding for error analysis) and hands the per-run costs, in the sweep's order, to
+:func:`report_total`. Nothing is written; measure on an otherwise idle machine.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+
+
+def use_worker_threads(workers: int, threads: int | None = None) -> None:
+    """Time with the torch threads each sweep worker gets (``threads``, default
+    :func:`lengen.sweep.default_threads`: cores // workers)."""
+    import torch
+
+    if threads is None:
+        from lengen.sweep import default_threads
+
+        threads = default_threads(workers)
+    if threads:
+        torch.set_num_threads(threads)
+
+
+def sync(device) -> None:
+    import torch
+
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def timed(fn, device="cpu") -> float:
+    """Seconds ``fn()`` takes (device work included)."""
+    sync(device)
+    t0 = time.perf_counter()
+    fn()
+    sync(device)
+    return time.perf_counter() - t0
+
+
+def time_training_steps(cfg, task, model, *, steps: int = 10, warmup: int = 2,
+                        device="cpu") -> float:
+    """Seconds per training step of ``model`` on ``task`` as :func:`lengen.train` runs it (fp32,
+    eager): the batch, the sampler's training positions, forward, outputs restricted to the
+    scored slice, loss, backward, clipping, AdamW and the schedule. ``warmup`` steps first,
+    untimed. Leaves the model in eval mode."""
+    import torch
+
+    from lengen.eval.metrics import restrict_to_outputs
+    from lengen.train.loop import loss_fn, positions_generator
+    from lengen.train.optim import build_optimizer, build_scheduler
+
+    model.to(device).train()
+    opt = build_optimizer(model, cfg.train)
+    sched = build_scheduler(opt, cfg.train)
+    gen, pos_gen = torch.Generator().manual_seed(0), positions_generator(0)
+    out_slice = getattr(task, "output_slice", None)
+
+    def step():
+        batch = task.train_batch(cfg.train.batch_size, gen).to(device)
+        B, T = batch.inputs.shape
+        pos = model.sample_positions(T, batch_size=B, device=device, generator=pos_gen,
+                                     batch=batch)
+        out = model(batch.inputs, positions=pos)
+        logits, targets = restrict_to_outputs(out, batch.targets, out_slice, batch.loss_mask)
+        loss = loss_fn(logits, dataclasses.replace(batch, targets=targets))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip or float("inf"))
+        opt.step()
+        sched.step()
+
+    for _ in range(warmup):
+        step()
+    seconds = sum(timed(step, device) for _ in range(steps)) / steps
+    model.eval()
+    return seconds
+
+
+def timing_key(config: dict) -> str:
+    """Configs that differ only in name and seeds cost the same (time them once)."""
+    c = json.loads(json.dumps(config))
+    c.pop("name", None)
+    for k in ("seed", "data_seed"):
+        c.get("train", {}).pop(k, None)
+    return json.dumps(c, sort_keys=True)
+
+
+def makespan(costs: list[float], workers: int) -> tuple[float, list[float]]:
+    """Wall time of running ``costs`` in order on ``workers`` workers, each run going to the
+    first free worker (how :func:`lengen.sweep.run_sweep` dispatches). -> (total, per worker)."""
+    free = [0.0] * max(1, int(workers))
+    for c in costs:
+        i = min(range(len(free)), key=free.__getitem__)
+        free[i] += c
+    return max(free), free
+
+
+def report_total(costs: list[float], workers: int, what: str, *, serial: float = 0.0,
+                 log=print) -> float:
+    """Log and return the sweep's estimated wall time: the makespan of ``costs`` (seconds per
+    run, in the sweep's order) on ``workers`` workers, plus ``serial`` seconds run after it."""
+    import torch
+
+    total, loads = makespan(costs, workers)
+    total += serial
+    log(f"estimated total: {what} with {workers} worker(s): {total / 60:.1f} min "
+        f"({total / 3600:.2f} h; torch threads {torch.get_num_threads()} per worker; per worker "
+        f"{', '.join(f'{x / 60:.0f}' for x in loads)} min"
+        + (f"; + {serial / 60:.1f} min after the sweep" if serial else "") + ")")
+    return total
+
+
+__all__ = ["use_worker_threads", "sync", "timed", "time_training_steps", "timing_key",
+           "makespan", "report_total"]
