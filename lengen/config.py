@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 from dataclasses import asdict, dataclass, field, fields
 
 from lengen.checks import (Bool, Choice, Device, Float, Int, IsA, Mapping, Seq, Str,
                            check_device_available, check_fields, did_you_mean)
 from lengen.errors import ConfigError
+from lengen.fileio import save_json_atomic  # noqa: F401  (re-exported: lengen.config's API)
 from lengen.config_files import apply_overrides, load_config_file, parse_value  # noqa: F401
 from lengen.model.config import FRAMEWORK_ARG_SOURCES, ModelConfig
 
@@ -360,16 +360,6 @@ def config_diff(old: dict, new: dict, ignore=()) -> list[tuple[str, object, obje
     # (e.g. train.eval_splits) does not make a run stored before it a different run
     return [(k, a.get(k, "(unset)"), b.get(k, "(unset)")) for k in sorted(set(a) | set(b))
             if not ignored(k) and a.get(k) != b.get(k)]
-
-
-def save_json_atomic(obj, path: str) -> None:
-    """Write JSON through a temporary file and rename, so readers never see a partial file."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=2, default=str)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 __all__ = ["ExperimentConfig", "TaskConfig", "TrainConfig", "EvalConfig", "resolve", "validate",

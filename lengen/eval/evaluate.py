@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 
 import torch
 
 from lengen.eval.metrics import batch_stats, finalize, restrict_to_outputs
+from lengen.fileio import write_text_atomic  # noqa: F401  (re-exported for the writers of rows)
 from lengen.tasks.base import EVAL_BLOCK, block_seed, check_eval_sizes
 
 
@@ -145,10 +145,3 @@ def rows_to_csv(rows: list[dict]) -> str:
     return buf.getvalue()
 
 
-def write_text_atomic(text: str, path: str) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)

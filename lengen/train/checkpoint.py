@@ -33,6 +33,7 @@ import sys
 import torch
 
 from lengen.errors import CheckpointError, RunDirError
+from lengen.fileio import file_digest
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 FORMAT = 2      # meta.json records file sizes and checksums (format 1 had none)
@@ -55,14 +56,6 @@ def fsync_dir(path: str) -> None:
 def _fsync_file(path: str) -> None:
     with open(path, "rb+") as f:
         os.fsync(f.fileno())
-
-
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 # ---- weights -----------------------------------------------------------------------------------
@@ -144,7 +137,7 @@ def checkpoint_problem(path: str, *, deep: bool = False) -> str | None:
         if os.path.getsize(fp) != rec.get("size"):
             return (f"{name} has {os.path.getsize(fp)} bytes, {rec.get('size')} were written "
                     f"(truncated or replaced)")
-        if deep and _sha256(fp) != rec.get("sha256"):
+        if deep and file_digest(fp) != rec.get("sha256"):
             return f"{name} fails its checksum (corrupt)"
     return None
 
@@ -185,7 +178,7 @@ def save_checkpoint(run_dir: str, step: int, model, state: dict, config: dict,
     torch.save(dict(state, step=step), os.path.join(tmp, "state.pt"))
     _fsync_file(os.path.join(tmp, "state.pt"))
     files = {n: {"size": os.path.getsize(os.path.join(tmp, n)),
-                 "sha256": _sha256(os.path.join(tmp, n))} for n in ("model.safetensors", "state.pt")}
+                 "sha256": file_digest(os.path.join(tmp, n))} for n in ("model.safetensors", "state.pt")}
     with open(os.path.join(tmp, "meta.json"), "w") as f:
         json.dump({"format": FORMAT, "step": step, "files": files, "config": config}, f, indent=2,
                   default=str)

@@ -1,0 +1,44 @@
+"""Files that are never seen half-written, and file digests: the one implementation every
+writer of results, configs, caches and checkpoints uses.
+
+Atomic writes go through ``<path>.tmp<pid>`` (flushed and fsynced), then ``os.replace``: a
+reader sees the old file or the new one, and a killed writer leaves at most a stray temporary
+file (an exception removes it), never a truncated result."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+
+def write_text_atomic(text: str, path: str) -> None:
+    """``text`` to ``path`` through a temporary file and a rename."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):          # a failed write leaves nothing behind
+            os.unlink(tmp)
+        raise
+
+
+def save_json_atomic(obj, path: str) -> None:
+    """``obj`` as indented JSON (non-JSON values as ``str``), atomically."""
+    write_text_atomic(json.dumps(obj, indent=2, default=str), path)
+
+
+def file_digest(path: str, algorithm: str = "sha256", **params) -> str:
+    """Hex digest of a file read in 1 MiB blocks (``params``: e.g. ``digest_size`` for
+    blake2b)."""
+    h = hashlib.new(algorithm, **params)
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+__all__ = ["write_text_atomic", "save_json_atomic", "file_digest"]
