@@ -23,7 +23,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 
 from lengen.checks import (Bool, Choice, Device, Float, Int, IsA, Mapping, Seq, Str,
-                           check_device_available, check_fields, did_you_mean)
+                           check_fields, did_you_mean)
 from lengen.errors import ConfigError
 from lengen.fileio import save_json_atomic  # noqa: F401  (re-exported: lengen.config's API)
 from lengen.config_files import apply_overrides, load_config_file, parse_value  # noqa: F401
@@ -228,12 +228,9 @@ def validate(cfg: ExperimentConfig, *, check_device: bool = True):
     check_fields(cfg.train, TRAIN_RULES, "train")
     check_fields(cfg.eval, EVAL_RULES, "eval")
     if check_device:
-        from lengen.train.precision import check_compile, check_precision
+        from lengen.train.precision import check_runtime
 
-        check_device_available(cfg.train.device, "train.device")
-        check_precision(cfg.train.precision, cfg.train.device)
-        if cfg.train.compile:
-            check_compile(cfg.train.device)
+        check_runtime(cfg.train)
     if cfg.train.tensorboard:
         import importlib.util
 

@@ -23,7 +23,6 @@ but none is usable the run refuses to start (never a silent restart from step 0)
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re

@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from lengen.checks import check_device_available
+from lengen.train.precision import check_runtime
 from lengen.config import ExperimentConfig, save_json_atomic, validate
 from lengen.errors import ConfigError, LengenError, RunDirError
 from lengen.eval.evaluate import evaluate
@@ -87,16 +88,6 @@ def positions_generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(block_seed(seed, "train", 0, "positions"))
 
 
-def check_runtime(tc) -> None:
-    """What only the training machine can tell: the device, the precision, the compiler."""
-    from lengen.train.precision import check_compile, check_precision
-
-    check_device_available(tc.device, "train.device")
-    check_precision(tc.precision, tc.device)
-    if tc.compile:
-        check_compile(tc.device)
-
-
 def train(cfg: ExperimentConfig, run_dir: str, *, resume: bool = True, fresh: bool = False,
           stop_at: int | None = None, quiet: bool = False):
     """Train (or resume) a run in ``run_dir``. ``resume=False`` starts from step 0 and refuses a
@@ -110,6 +101,7 @@ def train(cfg: ExperimentConfig, run_dir: str, *, resume: bool = True, fresh: bo
                                 or stop_at < 0):
         raise ConfigError(f"stop_at must be an integer >= 0, got {stop_at!r}")
     task, model = prepare(cfg)                      # every config error before any file is made
+    # again here: resolve(check_device=False) configs (made on another machine) reach train too
     check_runtime(tc)
     if tc.threads:
         torch.set_num_threads(tc.threads)

@@ -67,6 +67,18 @@ def check_precision(precision: str, device: str, key: str = "train.precision") -
                           f"with torch {torch.__version__}; {fix}")
 
 
+def check_runtime(tc) -> None:
+    """What only the training machine can tell (``tc``: a TrainConfig): the device exists, the
+    precision runs on it, the compiler is there. Called when a config is resolved and again
+    when training starts."""
+    from lengen.checks import check_device_available
+
+    check_device_available(tc.device, "train.device")
+    check_precision(tc.precision, tc.device)
+    if tc.compile:
+        check_compile(tc.device)
+
+
 def autocast(precision: str, device: torch.device):
     """Context for the training forward pass."""
     dtype = DTYPES[precision]
@@ -134,5 +146,5 @@ def compile_failure(e: BaseException) -> ConfigError:
                        f"(rerun with --debug for the compiler's traceback)")
 
 
-__all__ = ["DTYPES", "check_precision", "autocast", "grad_scaler", "check_compile",
+__all__ = ["DTYPES", "check_precision", "check_runtime", "autocast", "grad_scaler", "check_compile",
            "compile_model", "is_compiler_error", "compile_failure"]
