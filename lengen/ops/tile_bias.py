@@ -88,11 +88,16 @@ class ToeplitzTiles:
     ``reverse``: tile columns hold keys in reverse order (column ``c`` of block ``s..e-1`` is key
     ``e - 1 - c``, as in the CoPE op); the table is then read flipped, so the strided view still
     steps forward. Gradients: ``dqv`` rows are written once each (groups own disjoint rows); the
-    table's gradient, shared by the batch, is summed in one accumulator per thread."""
+    table's gradient, shared by the batch, is summed in one accumulator per thread.
+
+    ``dtype``: the op's compute dtype (the inputs are cast to it; :meth:`grads` casts back)."""
 
     def __init__(self, qv: torch.Tensor, P: torch.Tensor, *, reverse: bool = False,
-                 need_grad: bool = False):
-        self.qv = qv.contiguous()                                    # [B, H, T, hd]
+                 need_grad: bool = False, dtype: torch.dtype | None = None):
+        self.in_dtypes = (qv.dtype, P.dtype)
+        dtype = dtype or qv.dtype
+        self.qv = qv.to(dtype).contiguous()                          # [B, H, T, hd]
+        P = P.to(dtype)
         self.P = (P.flip(1) if reverse else P).contiguous()          # [H, 2T - 1, hd]
         self.T, self.U, self.hd = qv.shape[-2], P.shape[1], qv.shape[-1]
         self.reverse = reverse
@@ -145,9 +150,11 @@ class ToeplitzTiles:
         part[h0:h1, lo:lo + W] += dPw.view(-1, Hg, W, self.hd).sum(0)
 
     def grads(self):
-        """-> (dqv [B, H, T, hd], dP [H, 2T - 1, hd]) after every tile's :meth:`grad`."""
+        """-> (dqv [B, H, T, hd], dP [H, 2T - 1, hd]) after every tile's :meth:`grad`, in the
+        dtypes qv and P came in."""
         parts = list(self.parts.values())
         dP = parts[0] if parts else torch.zeros_like(self.P)
         for p in parts[1:]:
             dP += p
-        return self.dqv, (dP.flip(1) if self.reverse else dP)
+        dP = dP.flip(1) if self.reverse else dP
+        return self.dqv.to(self.in_dtypes[0]), dP.to(self.in_dtypes[1])

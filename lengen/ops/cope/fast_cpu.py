@@ -97,7 +97,7 @@ class _CoPEFastCPU(torch.autograd.Function):
         # per-key bias and relative-position term (lengen.ops.tile_bias), in reversed key order
         colr = None if col is None else col.to(dt).flip(-1).contiguous()      # [B, H, T]
         rel = (None if rqv is None else
-               ToeplitzTiles(rqv.to(dt), rP.to(dt), reverse=True, need_grad=need_grad))
+               ToeplitzTiles(rqv, rP, reverse=True, need_grad=need_grad, dtype=dt))
         lib = cope_rows.kernels()              # C row kernels, or None: the PyTorch ops below
         if need_grad:
             # kept for backward: numerators E, g (1 - g) and, with the C kernels, the positions;
@@ -174,7 +174,6 @@ class _CoPEFastCPU(torch.autograd.Function):
             ctx.pe_dtype = pos_emb.dtype
             ctx.col_dtype = None if col is None else col.dtype
             ctx.rel = rel
-            ctx.rel_dtypes = None if rel is None else (rqv.dtype, rP.dtype)
         return out
 
     @staticmethod
@@ -267,7 +266,6 @@ class _CoPEFastCPU(torch.autograd.Function):
         dqv = dP = None
         if need_rel:
             dqv, dP = rel.grads()
-            dqv, dP = dqv.to(ctx.rel_dtypes[0]), dP.to(ctx.rel_dtypes[1])
         return (dq, dkr.flip(-2), dvr.flip(-2), dpe.to(ctx.pe_dtype), dbias_out,
                 None, None, None, dcol, dqv, dP)
 

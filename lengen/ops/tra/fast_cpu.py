@@ -58,7 +58,7 @@ class _TRAFastCPU(torch.autograd.Function):
         need_grad = any(ctx.needs_input_grad[:5]) or any(ctx.needs_input_grad[8:])
         col_c = None if col is None else col.to(dt).contiguous()          # [B, H, T] per key
         # relative-position term evaluated per tile (lengen.ops.tile_bias)
-        rel = None if rqv is None else ToeplitzTiles(rqv.to(dt), rP.to(dt), need_grad=need_grad)
+        rel = None if rqv is None else ToeplitzTiles(rqv, rP, need_grad=need_grad, dtype=dt)
         E_all = pool_take(offsets[-1], dt, dev) if need_grad else None
         out = torch.empty(B, H, T, dv_, dtype=dt, device=dev)
         l_all = torch.empty(B, H, T, 1, dtype=dt, device=dev)
@@ -132,7 +132,6 @@ class _TRAFastCPU(torch.autograd.Function):
             ctx.gate_dtype = log_gate.dtype
             ctx.col_dtype = None if col is None else col.dtype
             ctx.rel = rel
-            ctx.rel_dtypes = None if rel is None else (rqv.dtype, rP.dtype)
         return out
 
     @staticmethod
@@ -195,7 +194,6 @@ class _TRAFastCPU(torch.autograd.Function):
         dqv = dP = None
         if need_rel:
             dqv, dP = rel.grads()
-            dqv, dP = dqv.to(ctx.rel_dtypes[0]), dP.to(ctx.rel_dtypes[1])
         return dq, dk, dv, dg.to(ctx.gate_dtype), dbias, None, None, None, dcol, dqv, dP
 
 
