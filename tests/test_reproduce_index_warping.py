@@ -7,6 +7,7 @@ import math
 import os
 
 import pytest
+import torch
 
 from lengen.cli import main
 from lengen.recipes import RECIPES
@@ -49,6 +50,44 @@ def test_smoke_writes_table_a_with_cells_from_the_rows(smoke):
         assert img.ndim == 3 and img.shape[1] > 300
 
 
+def test_rope_pi_is_the_rope_run_evaluated_with_interpolation(smoke, tmp_path):
+    """No second training run for RoPE+PI (it would be bit-identical): its rows are the RoPE
+    run's weights evaluated with the interpolate sampler, M filled in from the task, cached in
+    the run; asking for RoPE+PI alone still trains RoPE."""
+    import json
+
+    import lengen
+    from lengen.samplers.interpolate import InterpolateSampler
+
+    out, res = smoke
+    names = {s.name for s in iw.build_specs("smoke")}
+    assert "copy-rope-s0" in names and not any("rope_pi" in n for n in names)
+    assert not os.path.exists(os.path.join(out, "copy-rope_pi-s0"))
+    pi = [r for r in res["rows"] if r["model"] == "rope_pi" and r["metric"] == "seq_acc"]
+    assert pi and {r["positions"] for r in pi} == {"interpolate"}
+    _, task, model = lengen.load_run(os.path.join(out, "copy-rope-s0"))
+    cfg = lengen.resolve(iw.run_config("copy", "rope_pi", "smoke"))
+    model.sampler = InterpolateSampler(**cfg.model.positions_kwargs)
+    want = lengen.evaluate(model, task, [r["split"] for r in pi], n_sequences=cfg.eval.sequences,
+                           batch_size=cfg.eval.batch_size, seed=cfg.eval.seed)
+    assert [r["value"] for r in pi] == pytest.approx([r["value"] for r in want if
+                                                      r["metric"] == "seq_acc"])
+    cached = json.load(open(os.path.join(out, "copy-rope-s0", "eval-rope_pi.json")))
+    assert [r["value"] for r in cached if r["metric"] == "seq_acc"] == [r["value"] for r in pi]
+    # the premise: a RoPE+PI training run would give the RoPE run's weights bit for bit
+    from safetensors.torch import load_file
+
+    lengen.train(cfg, str(tmp_path / "pi-trained"), quiet=True)
+    a = load_file(os.path.join(out, "copy-rope-s0", "model.safetensors"))
+    b = load_file(str(tmp_path / "pi-trained" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert [s.tags["model"] for s in iw.build_specs("smoke", models=["rope_pi"])] == ["rope"]
+    alone = iw.run_index_warping("smoke", str(tmp_path / "alone"), models=["rope_pi"],
+                                 quiet=True, log=lambda *a: None)
+    assert {r["model"] for r in alone["rows"]} == {"rope", "rope_pi"}
+    assert not alone["failures"]
+
+
 def test_columns_get_their_samplers():
     cfg = {m: iw.run_config("copy", m, "cpu") for m in iw.MODELS}
     assert cfg["rope"]["model"]["positions"] == "identity"
@@ -89,7 +128,13 @@ def test_estimate_through_the_cli(capsys):
     assert main(["reproduce", "index-warping", "--scale", "smoke", "--estimate",
                  "--models", "rope", "ours_sqrt"]) == 0
     text = capsys.readouterr().out
-    assert "ms/step" in text and "estimated total: 1 tasks x 2 columns" in text
+    assert "ms/step" in text and "estimated total: 1 tasks x 2 trained columns" in text
+    # RoPE+PI trains nothing: the RoPE run's evaluation with PI after the sweep
+    assert main(["reproduce", "index-warping", "--scale", "smoke", "--estimate",
+                 "--models", "rope_pi"]) == 0
+    text = capsys.readouterr().out
+    assert "rope_pi: evaluation of the rope run" in text and "1 trained columns" in text
+    assert "min after the sweep" in text
 
 
 def test_bad_names():

@@ -65,9 +65,45 @@ def write_md(path: str, title: str, caption: str, grid, note: str = "", *,
     write_text_atomic(text + (f"\n{note}\n" if note else ""), path)
 
 
+def eval_with_positions(run_dir: str, positions: str, kwargs: dict, *, stem: str,
+                        splits=None, device: str = "cpu", log=print) -> list[dict]:
+    """Rows of a finished run's weights evaluated with another position sampler (e.g. RoPE+PI:
+    a RoPE run evaluated with ``interpolate``; training would be identical, PI being the
+    identity in training, so the recipes evaluate the RoPE run rather than train it twice).
+    Read back from ``RUN_DIR/<stem>.json`` when it holds this very evaluation of the current
+    weights (same sampler, kwargs and splits, written after the weights), else evaluated and
+    written there (:func:`lengen.train.runs.evaluate_run`)."""
+    import json
+    import os
+
+    from lengen.train.rundir import write_rows
+    from lengen.train.runs import evaluate_run
+
+    path = os.path.join(run_dir, f"{stem}.json")
+    stamp = json.dumps({"positions": positions, "positions_kwargs": kwargs,
+                        "splits": None if splits is None else list(splits)}, sort_keys=True)
+    weights = os.path.join(run_dir, "model.safetensors")
+    try:
+        with open(path) as f:
+            rows = json.load(f)
+        if (os.path.getmtime(path) >= os.path.getmtime(weights) and rows
+                and all(r.get("eval_stamp") == stamp for r in rows)):
+            return rows
+    except (OSError, ValueError):
+        pass
+    log(f"evaluating {os.path.basename(run_dir)} with positions={positions} {kwargs}")
+    rows = evaluate_run(run_dir, positions=positions, positions_kwargs=kwargs, out=stem,
+                        splits=splits, plot=False, device=device)
+    rows = [dict(r, eval_stamp=stamp) for r in rows]
+    write_rows(rows, run_dir, stem=stem)
+    return rows
+
+
 def exit_code(result: dict) -> int:
-    """1 when some run of the sweep failed (the rest finished and were tabulated), else 0."""
-    return 1 if result["sweep"].failures else 0
+    """1 when some run of the sweep (or an evaluation the recipe added, ``result["failures"]``)
+    failed (the rest finished and were tabulated), else 0."""
+    return 1 if result.get("failures", result["sweep"].failures) else 0
 
 
-__all__ = ["add_sweep_arguments", "default_device", "exit_code", "select", "write_csv", "write_md"]
+__all__ = ["add_sweep_arguments", "default_device", "eval_with_positions", "exit_code", "select",
+           "write_csv", "write_md"]

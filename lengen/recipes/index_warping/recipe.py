@@ -12,7 +12,8 @@ Protocol (every scale; ``SCALES`` changes sizes and steps, never the protocol):
   Table A = its unweighted mean over the evaluated lengths 2..5M, mean over seeds;
 * columns (``MODELS``; CLI keys): ``rope`` (RoPE, positions 0..T-1), ``rope_pi`` (RoPE with
   position interpolation at evaluation, ratio M / L_te per test length: the ``interpolate``
-  sampler), ``alibi``, ``rpe_10m`` / ``rpe_5m`` / ``rpe_3m`` (RoPE with Ruoss et al.'s randomized
+  sampler; PI is the identity in training, so this column is the RoPE run's weights evaluated
+  again, not a second, bit-identical training run), ``alibi``, ``rpe_10m`` / ``rpe_5m`` / ``rpe_3m`` (RoPE with Ruoss et al.'s randomized
   positions over [0, L), L = 10M / 5M / 3M), ``ours_sqrt`` / ``ours_beta`` (RoPE with index
   warping, the ``warp`` sampler: 15% head alpha * j with alpha in {0.4..0.8}, 15% tail l f(j / l)
   with f = sqrt or the Beta(2, 5) CDF, PI at evaluation), and Fig. 6's ``head_only`` /
@@ -62,7 +63,8 @@ from __future__ import annotations
 import os
 import time
 
-from lengen.recipes.common import default_device, select
+from lengen.fileio import save_json_atomic
+from lengen.recipes.common import default_device, eval_with_positions, select, write_csv
 from lengen.recipes.index_warping.published import PAPER_TABLE_A, UNCERTAIN_ROWS
 
 #: M (longest training length, items) of each task in the paper
@@ -82,6 +84,22 @@ MODELS = {
     "head_only": ("head_only", "rope", "warp", {"preset": "head_only", "skew": "sqrt"}),
     "tail_only": ("tail_only", "rope", "warp", {"preset": "tail_only", "skew": "sqrt"}),
 }
+#: columns that are another column's weights evaluated with other positions -> that column.
+#: PI is the identity in training, so RoPE+PI's training run would be RoPE's, bit for bit: the
+#: recipe trains RoPE once and evaluates it twice (``eval-rope_pi.json`` in the RoPE run)
+EVAL_ONLY = {"rope_pi": "rope"}
+
+
+def trained_columns(models) -> list[str]:
+    """The columns to train for a selection (RoPE+PI needs the RoPE run)."""
+    out = []
+    for m in models:
+        base = EVAL_ONLY.get(m, m)
+        if base not in out:
+            out.append(base)
+    return out
+
+
 #: which columns each exhibit shows (Fig. 5's R.P. is the 10M one, Sec. 5.1)
 FIG5 = ("rope", "rope_pi", "alibi", "rpe_10m", "ours_sqrt")
 TABLE_A = ("rope", "rope_pi", "alibi", "rpe_10m", "rpe_5m", "rpe_3m", "ours_sqrt", "ours_beta")
@@ -186,13 +204,14 @@ def run_name(task: str, model: str, seed: int) -> str:
 
 def build_specs(scale: str = "cpu", *, tasks=None, models=None, seeds=None,
                 length_unit: str = "tokens", rotary_fraction: float = 1.0, device: str = "cpu"):
-    """RunSpecs of tasks x columns x seeds (tags: task, model, seed)."""
+    """RunSpecs of tasks x trained columns x seeds (tags: task, model, seed); an evaluation-only
+    column (``EVAL_ONLY``) adds the column it evaluates instead of a run of its own."""
     from lengen.registry import lookup
     from lengen.sweep import Grid, RunSpec
 
     s = lookup(SCALES, scale, "scale")
     tasks = select(tasks, TASK_M, s["tasks"], "task")
-    models = select(models, MODELS, s["models"], "column")
+    models = trained_columns(select(models, MODELS, s["models"], "column"))
     seeds = list(s["seeds"] if seeds is None else seeds)
     grid = Grid(axes={"task": {t: {} for t in tasks}, "model": {m: {} for m in models},
                       "seed": {x: {} for x in seeds}},
@@ -243,31 +262,53 @@ def run_index_warping(scale: str = "cpu", out: str | None = None, *, workers: in
     device = device or default_device(scale)
     specs = build_specs(scale, tasks=tasks, models=models, seeds=seeds, length_unit=length_unit,
                         rotary_fraction=rotary_fraction, device=device)
+    models = select(models, MODELS, s["models"], "column")
     t0 = time.time()
     res = run_sweep(specs, out, workers=workers, backend=backend, threads=threads,
                     quiet=(workers > 1) if quiet is None else quiet, log=log)
+    rows, failures = list(res.rows), list(res.failures)
+    for spec in specs:                          # evaluation-only columns, on their base runs
+        task, seed = spec.tags["task"], spec.tags["seed"]
+        for col in [c for c in models if EVAL_ONLY.get(c) == spec.tags["model"]]:
+            if res.status.get(spec.name, {}).get("status") not in ("done", "cached"):
+                continue
+            mc = run_config(task, col, scale, seed, length_unit=length_unit,
+                            rotary_fraction=rotary_fraction, device=device)["model"]
+            try:
+                rows += [dict(r, task=task, model=col, seed=seed, status="ok")
+                         for r in eval_with_positions(os.path.join(out, spec.name),
+                                                      mc["positions"], mc["positions_kwargs"],
+                                                      stem=f"eval-{col}", device=device, log=log)]
+            except Exception as e:  # noqa: BLE001 - reported like a failed run; the rest is kept
+                failures.append({"name": f"{spec.name} ({col})",
+                                 "error": f"{type(e).__name__}: {e}"})
+                log(f"{col} evaluation of {spec.name} failed: {type(e).__name__}: {e}")
+    save_json_atomic(rows, os.path.join(out, "results.json"))     # the sweep's rows + eval-only
+    write_csv(os.path.join(out, "results.csv"), rows)
+    save_json_atomic(failures, os.path.join(out, "failures.json"))
     seeds = sorted({sp.tags["seed"] for sp in specs})
     cap = caption(scale, seeds=seeds, length_unit=length_unit, rotary_fraction=rotary_fraction,
                   wall_seconds=time.time() - t0)
-    records, paths = write_report(res.rows, out, scale=scale,
+    records, paths = write_report(rows, out, scale=scale,
                                   tasks=select(tasks, TASK_M, s["tasks"], "task"),
-                                  models=select(models, MODELS, s["models"], "column"),
-                                  caption=cap, log=log)
-    if res.failures:
-        log(f"{len(res.failures)} run(s) failed; see {os.path.join(out, 'failures.json')}. "
+                                  models=models, caption=cap, log=log)
+    if failures:
+        log(f"{len(failures)} run(s) failed; see {os.path.join(out, 'failures.json')}. "
             f"Rerun the same command to retry them (finished runs are reused).")
-    return {"rows": res.rows, "records": records, "paths": paths, "sweep": res}
+    return {"rows": rows, "records": records, "paths": paths, "sweep": res,
+            "failures": failures}
 
 
 def estimate_time(scale: str = "cpu", *, steps: int = 10, tasks=None, models=None,
                   seeds: int | None = None, workers: int = 1, threads: int | None = None,
                   device: str | None = None, log=print) -> dict:
-    """Time ``steps`` training steps per task x column (:func:`lengen.recipes.estimate.
+    """Time ``steps`` training steps per task x trained column (:func:`lengen.recipes.estimate.
     time_training_steps`) and one evaluation batch at the longest test length, and schedule the
     grid (tasks x columns x seeds, the sweep's order) over ``workers`` processes as the sweep
-    does (``threads`` per worker defaults to what the sweep gives each worker). Evaluation at a
-    shorter length is scaled from the longest as (T / T_max)^2 (conservative). Nothing is
-    written; measure on an otherwise idle machine."""
+    does (``threads`` per worker defaults to what the sweep gives each worker); evaluation-only
+    columns (RoPE+PI) add their evaluation after the sweep. Evaluation at a shorter length is
+    scaled from the longest as (T / T_max)^2 (conservative). Nothing is written; measure on an
+    otherwise idle machine."""
     import torch
 
     from lengen.config import resolve
@@ -278,14 +319,17 @@ def estimate_time(scale: str = "cpu", *, steps: int = 10, tasks=None, models=Non
     s = SCALES[scale]
     tasks = select(tasks, TASK_M, s["tasks"], "task")
     models = select(models, MODELS, s["models"], "column")
+    trained = trained_columns(models)
     n_seeds = seeds or len(s["seeds"])
     use_worker_threads(workers, threads)
-    per_run = {}
+    per_run, serial = {}, 0.0
     for task in tasks:
-        for m in models:
+        for m in trained + [c for c in models if c in EVAL_ONLY]:
             cfg = resolve(run_config(task, m, scale, device=device))
             tsk, model = prepare(cfg)
-            t_step = time_training_steps(cfg, tsk, model, steps=steps, device=device)
+            t_step = (0.0 if m in EVAL_ONLY else
+                      time_training_steps(cfg, tsk, model, steps=steps, device=device))
+            model.eval()
             _, lengths = task_lengths(task, scale)
             with torch.inference_mode():
                 b = tsk.eval_batch(f"len={max(lengths)}", cfg.eval.batch_size,
@@ -297,14 +341,19 @@ def estimate_time(scale: str = "cpu", *, steps: int = 10, tasks=None, models=Non
             n_batches = -(-cfg.eval.sequences // cfg.eval.batch_size)
             t_eval = t_max * n_batches * sum((tsk.input_length(n) / T_max) ** 2 for n in lengths)
             per_run[(task, m)] = t_step * cfg.train.steps + t_eval
-            log(f"{task:>10} {m:>10}: {1000 * t_step:7.1f} ms/step, eval ~{t_eval:6.1f} s -> "
-                f"{per_run[(task, m)] / 60:6.1f} min per run")
-    costs = [per_run[(t, m)] for t in tasks for m in models for _ in range(n_seeds)]
-    total = report_total(costs, workers, f"{len(tasks)} tasks x {len(models)} columns x "
-                         f"{n_seeds} seed(s)", log=log)
+            if m in EVAL_ONLY:
+                serial += t_eval * n_seeds
+                log(f"{task:>10} {m:>10}: evaluation of the {EVAL_ONLY[m]} run ~{t_eval:6.1f} s "
+                    f"(after the sweep)")
+            else:
+                log(f"{task:>10} {m:>10}: {1000 * t_step:7.1f} ms/step, eval ~{t_eval:6.1f} s "
+                    f"-> {per_run[(task, m)] / 60:6.1f} min per run")
+    costs = [per_run[(t, m)] for t in tasks for m in trained for _ in range(n_seeds)]
+    total = report_total(costs, workers, f"{len(tasks)} tasks x {len(trained)} trained columns "
+                         f"x {n_seeds} seed(s)", serial=serial, log=log)
     return {"seconds_per_run": per_run, "total_seconds": total}
 
 
-__all__ = ["SCALES", "MODELS", "CPU_MODELS", "TASK_M", "FIG5", "FIG6", "FIGC", "TABLE_A",
-           "PAPER_TABLE_A", "UNCERTAIN_ROWS", "build_specs", "run_config", "run_index_warping",
+__all__ = ["SCALES", "MODELS", "CPU_MODELS", "EVAL_ONLY", "trained_columns", "TASK_M", "FIG5",
+           "FIG6", "FIGC", "TABLE_A", "PAPER_TABLE_A", "UNCERTAIN_ROWS", "build_specs", "run_config", "run_index_warping",
            "estimate_time", "task_lengths", "randomized_L", "caption"]

@@ -63,7 +63,6 @@ included), ``table3.md/.csv``, ``tableB.md/.csv``, ``fig7.md/.png``, ``table3.pn
 """
 from __future__ import annotations
 
-import json
 import os
 import time
 
@@ -250,33 +249,14 @@ def build_specs(scale: str = "cpu", *, seeds=None, models=None, corpus: str | No
 
 
 def pi_rows(out: str, spec, scale: str, *, device: str = "cpu", log=print) -> list[dict]:
-    """Rows of the RoPE run ``spec`` evaluated with position interpolation (model ``RoPE+PI``),
-    read back from ``RUN_DIR/eval-pi.json`` when it holds this very evaluation of the current
-    weights, else evaluated (and written there)."""
-    from lengen.train.runs import evaluate_run
+    """Rows of the RoPE run ``spec`` evaluated with position interpolation (model ``RoPE+PI``;
+    :func:`lengen.recipes.common.eval_with_positions`, cached in ``RUN_DIR/eval-pi.json``)."""
+    from lengen.recipes.common import eval_with_positions
 
-    run_dir = os.path.join(out, spec.name)
-    path = os.path.join(run_dir, "eval-pi.json")
-    kwargs = interpolate_kwargs(SCALES[scale]["seq_len"])
-    stamp = json.dumps({"positions": "interpolate", "positions_kwargs": kwargs,
-                        "splits": model_lengths("RoPE", scale)}, sort_keys=True)
-    weights = os.path.join(run_dir, "model.safetensors")
-    try:
-        with open(path) as f:
-            rows = json.load(f)
-        if (os.path.getmtime(path) >= os.path.getmtime(weights) and rows
-                and all(r.get("pi_stamp") == stamp for r in rows)):
-            return rows
-    except (OSError, ValueError):
-        pass
-    log(f"evaluating {spec.name} with position interpolation (RoPE+PI)")
-    rows = evaluate_run(run_dir, positions="interpolate", positions_kwargs=kwargs, out="eval-pi",
-                        plot=False, device=device)
-    rows = [dict(r, pi_stamp=stamp) for r in rows]
-    from lengen.train.rundir import write_rows
-
-    write_rows(rows, run_dir, stem="eval-pi")
-    return rows
+    return eval_with_positions(os.path.join(out, spec.name), "interpolate",
+                               interpolate_kwargs(SCALES[scale]["seq_len"]), stem="eval-pi",
+                               splits=[f"len={k}" for k in model_lengths("RoPE", scale)],
+                               device=device, log=log)
 
 
 def run_index_warping_lm(scale: str = "cpu", out: str | None = None, *, workers: int = 1,
