@@ -61,6 +61,36 @@ def test_training_step_timer_does_the_loops_work(monkeypatch):
     assert not model.training
 
 
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_training_step_timer_follows_the_configs_precision(precision, monkeypatch):
+    """Autocast around the forward as the loop does (the logits come out in the half dtype),
+    and fp16 steps through the loss scaler."""
+    from lengen.train import precision as prec
+
+    cfg = lengen.resolve({"model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
+                          "task": {"kwargs": {"n_pairs": 8}},
+                          "train": {"batch_size": 4, "progress": False,
+                                    "precision": precision}})
+    task, model = prepare(cfg)
+    dtypes, scalers = [], []
+    real_fwd, real_scaler = model.forward, prec.grad_scaler
+
+    def forward(*a, **k):
+        out = real_fwd(*a, **k)
+        dtypes.append(out.dtype)
+        return out
+
+    def grad_scaler(*a):
+        scalers.append(real_scaler(*a))
+        return scalers[-1]
+
+    monkeypatch.setattr(model, "forward", forward)
+    monkeypatch.setattr(prec, "grad_scaler", grad_scaler)
+    assert est.time_training_steps(cfg, task, model, steps=1, warmup=0) > 0
+    assert set(dtypes) == {prec.DTYPES[precision]}
+    assert scalers[0].is_enabled() == (precision == "fp16")
+
+
 def test_tra_flipflop_estimate_schedules_models_by_seeds(capsys):
     res = tf.estimate_time("smoke", models=["NoPE", "TRA"], seeds=3, workers=2, steps=1)
     per = res["seconds_per_run"]

@@ -43,34 +43,42 @@ def timed(fn, device="cpu") -> float:
 
 def time_training_steps(cfg, task, model, *, steps: int = 10, warmup: int = 2,
                         device="cpu") -> float:
-    """Seconds per training step of ``model`` on ``task`` as :func:`lengen.train` runs it (fp32,
-    eager): the batch, the sampler's training positions, forward, outputs restricted to the
-    scored slice, loss, backward, clipping, AdamW and the schedule. ``warmup`` steps first,
-    untimed. Leaves the model in eval mode."""
+    """Seconds per training step of ``model`` on ``task`` as :func:`lengen.train` runs it on one
+    process: the batch, the sampler's training positions, forward (under ``train.precision``'s
+    autocast, compiled when ``train.compile``), outputs restricted to the scored slice, loss,
+    backward (fp16: scaled), clipping, AdamW and the schedule. ``warmup`` steps first, untimed
+    (they include compilation). Leaves the model in eval mode."""
     import torch
 
     from lengen.eval.metrics import restrict_to_outputs
     from lengen.train.loop import loss_fn, positions_generator
     from lengen.train.optim import build_optimizer, build_scheduler
+    from lengen.train.precision import autocast, compile_model, grad_scaler
 
+    tc, dev = cfg.train, torch.device(device)
     model.to(device).train()
-    opt = build_optimizer(model, cfg.train)
-    sched = build_scheduler(opt, cfg.train)
+    opt = build_optimizer(model, tc)
+    sched = build_scheduler(opt, tc)
+    scaler = grad_scaler(tc.precision, dev)
+    fwd = compile_model(model) if tc.compile else model
     gen, pos_gen = torch.Generator().manual_seed(0), positions_generator(0)
     out_slice = getattr(task, "output_slice", None)
 
     def step():
-        batch = task.train_batch(cfg.train.batch_size, gen).to(device)
+        batch = task.train_batch(tc.batch_size, gen).to(device)
         B, T = batch.inputs.shape
         pos = model.sample_positions(T, batch_size=B, device=device, generator=pos_gen,
                                      batch=batch)
-        out = model(batch.inputs, positions=pos)
+        with autocast(tc.precision, dev):
+            out = fwd(batch.inputs, positions=pos)
         logits, targets = restrict_to_outputs(out, batch.targets, out_slice, batch.loss_mask)
         loss = loss_fn(logits, dataclasses.replace(batch, targets=targets))
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip or float("inf"))
-        opt.step()
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip or float("inf"))
+        scaler.step(opt)
+        scaler.update()
         sched.step()
 
     for _ in range(warmup):
