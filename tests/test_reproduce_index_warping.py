@@ -3,6 +3,7 @@ results.csv, published numbers beside ours, figures), configs of each column and
 through the CLI, registration, bad names."""
 from __future__ import annotations
 
+import importlib
 import math
 import os
 
@@ -86,6 +87,36 @@ def test_rope_pi_is_the_rope_run_evaluated_with_interpolation(smoke, tmp_path):
                                  quiet=True, log=lambda *a: None)
     assert {r["model"] for r in alone["rows"]} == {"rope", "rope_pi"}
     assert not alone["failures"]
+
+
+def test_eval_with_positions_reuses_only_the_same_evaluation(tmp_path, monkeypatch):
+    """The cached RoPE+PI rows are reused while nothing changed, and evaluated again when the
+    run's stored evaluation settings change without retraining (a sweep's reevaluate rewrites
+    config.json and eval.json, not the weights)."""
+    import json
+
+    import lengen
+    runs = importlib.import_module("lengen.train.runs")
+    from lengen.recipes.common import eval_with_positions
+
+    run = str(tmp_path / "rope")
+    lengen.train(lengen.resolve(iw.run_config("copy", "rope", "smoke")), run, quiet=True)
+    calls = []
+    real = runs.evaluate_run
+    monkeypatch.setattr(runs, "evaluate_run", lambda *a, **k: calls.append(1) or real(*a, **k))
+    kw = {"length_unit": "tokens"}
+    first = eval_with_positions(run, "interpolate", kw, stem="eval-pi", log=lambda *a: None)
+    again = eval_with_positions(run, "interpolate", kw, stem="eval-pi", log=lambda *a: None)
+    assert len(calls) == 1 and again == first
+    cfg_path = os.path.join(run, "config.json")
+    cfg = json.load(open(cfg_path))
+    cfg["eval"]["sequences"] = 2 * cfg["eval"]["sequences"]
+    json.dump(cfg, open(cfg_path, "w"))
+    changed = eval_with_positions(run, "interpolate", kw, stem="eval-pi", log=lambda *a: None)
+    assert len(calls) == 2
+    assert {r["sequences"] for r in changed} == {cfg["eval"]["sequences"]}
+    eval_with_positions(run, "interpolate", {"factor": 2.0}, stem="eval-pi", log=lambda *a: None)
+    assert len(calls) == 3                                   # other kwargs: evaluated again
 
 
 def test_columns_get_their_samplers():

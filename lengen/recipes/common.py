@@ -71,8 +71,9 @@ def eval_with_positions(run_dir: str, positions: str, kwargs: dict, *, stem: str
     a RoPE run evaluated with ``interpolate``; training would be identical, PI being the
     identity in training, so the recipes evaluate the RoPE run rather than train it twice).
     Read back from ``RUN_DIR/<stem>.json`` when it holds this very evaluation of the current
-    weights (same sampler, kwargs and splits, written after the weights), else evaluated and
-    written there (:func:`lengen.train.runs.evaluate_run`)."""
+    weights (same sampler, kwargs, splits and the run's stored ``eval`` settings, which a sweep
+    may change without retraining; written after the weights), else evaluated and written there
+    (:func:`lengen.train.runs.evaluate_run`)."""
     import json
     import os
 
@@ -80,8 +81,14 @@ def eval_with_positions(run_dir: str, positions: str, kwargs: dict, *, stem: str
     from lengen.train.runs import evaluate_run
 
     path = os.path.join(run_dir, f"{stem}.json")
+    try:
+        with open(os.path.join(run_dir, "config.json")) as f:
+            stored_eval = json.load(f).get("eval")
+    except (OSError, ValueError):
+        stored_eval = None
     stamp = json.dumps({"positions": positions, "positions_kwargs": kwargs,
-                        "splits": None if splits is None else list(splits)}, sort_keys=True)
+                        "splits": None if splits is None else list(splits),
+                        "eval": stored_eval}, sort_keys=True, default=str)
     weights = os.path.join(run_dir, "model.safetensors")
     try:
         with open(path) as f:
