@@ -76,7 +76,7 @@ def test_switched_off_builds_nothing(monkeypatch, tmp_path):
     cope_matches_reference()
 
 
-@pytest.mark.parametrize("cc,why", [("/nonexistent/cc", "no C compiler found"),
+@pytest.mark.parametrize("cc,why", [("/nonexistent/cc", "CC='/nonexistent/cc': no such program"),
                                     ("false", "returned non-zero exit status")])
 def test_missing_or_failing_compiler_falls_back_with_one_warning(monkeypatch, cc, why):
     monkeypatch.setenv("CC", cc)
@@ -88,9 +88,77 @@ def test_missing_or_failing_compiler_falls_back_with_one_warning(monkeypatch, cc
     cope_matches_reference()
 
 
+def test_no_compiler_anywhere_falls_back(monkeypatch):
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setattr(ckernels.shutil, "which", lambda name: None)
+    monkeypatch.setattr(ckernels.importlib.util, "find_spec", lambda name: None)
+    with pytest.warns(RuntimeWarning, match="no C compiler found"):
+        assert rows.kernels() is None
+    cope_matches_reference()
+
+
+def test_cc_with_arguments_is_split_like_a_shell(monkeypatch):
+    """CC="ccache gcc" / "gcc -m64" are common: the first word is the program, the rest its
+    arguments (it used to be looked up whole and never found)."""
+    needs_compiler()
+    cc = ckernels.compiler()[0]
+    monkeypatch.setenv("CC", f"{cc} -Wall")
+    assert ckernels.compiler() == [cc, "-Wall"]
+    calls = compile_calls(monkeypatch)
+    assert rows.kernels() is not None
+    assert calls[0][:2] == [cc, "-Wall"]
+
+
+def test_a_cached_library_that_does_not_load_is_rebuilt(monkeypatch, tmp_path):
+    needs_compiler()
+    # built by "another process" (not loaded here: overwriting a mapped library would crash us)
+    lib = ckernels.build(rows.SOURCE, ckernels.compiler(), ckernels.cache_dir())
+    lib.write_bytes(b"not a shared library")          # truncated / foreign file in the cache
+    calls = compile_calls(monkeypatch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert rows.kernels() is not None
+    assert len(calls) == 1 and lib.read_bytes()[:4] == b"\x7fELF"
+    cope_matches_reference()
+
+
+def test_cuda_tensors_never_reach_the_c_kernels(monkeypatch):
+    """The kernels take raw CPU pointers: the op asks for them only for CPU tensors."""
+    import lengen.ops.cope.fast_cpu as fc
+
+    asked = []
+    monkeypatch.setattr(fc.cope_rows, "kernels", lambda: asked.append(1))
+    cope_matches_reference()
+    assert asked                                      # CPU: asked
+    asked.clear()
+    # a non-CPU device (meta: shapes only, no CUDA needed) runs the PyTorch ops without asking
+    q, k, v = (torch.randn(1, 2, 8, 4, device="meta") for _ in range(3))
+    out = fc.cope_attention_fast_cpu(q, k, v, torch.randn(4, 5, device="meta"))
+    assert out.shape == (1, 2, 8, 4) and asked == []
+
+
+def test_backward_scratch_failure_raises_not_a_wrong_gradient(monkeypatch):
+    """The C backward reports a failed allocation; the binding raises instead of returning the
+    untouched logit gradient as if it were the score gradient."""
+    lib = rows.kernels()
+    if lib is None:
+        pytest.skip("no C compiler here")
+
+    class Failing:
+        def __getattr__(self, name):
+            return lambda *a: 1
+
+    g = torch.Generator().manual_seed(0)
+    dL, G, P = (torch.rand(1, 4, 4, generator=g) for _ in range(3))
+    b, dz = torch.zeros(1, 4, 3), torch.zeros(1, 4, 3)
+    with pytest.raises(MemoryError, match="cope_rows backward"):
+        rows.backward(Failing(), dL, G, P, b, dz)
+    rows.backward(lib, dL, G, P, b, dz)                 # the real kernel reports success
+
+
 def test_version_mismatch_is_refused(monkeypatch):
     needs_compiler()
-    with pytest.warns(RuntimeWarning, match="version 1 != 99"):
+    with pytest.warns(RuntimeWarning, match=f"version {rows.VERSION} != 99"):
         assert ckernels.load(rows.SOURCE, 99) is None
 
 

@@ -49,9 +49,12 @@ def test_training_step_timer_does_the_loops_work(monkeypatch):
     seen = []
     real = model.sample_positions
 
-    def spy(*a, **k):
-        seen.append(k.get("generator") is not None)
-        return real(*a, **k)
+    def spy(T, **k):
+        pos = real(T, **k)
+        # a training draw: model in training mode, and positions other than 0..T-1
+        seen.append(model.training and not torch.equal(pos.reshape(-1, T)[0].long(),
+                                                        torch.arange(T)))
+        return pos
 
     monkeypatch.setattr(model, "sample_positions", spy)
     before = [p.detach().clone() for p in model.parameters()]

@@ -29,6 +29,7 @@ import hashlib
 import importlib.util
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -48,11 +49,14 @@ def enabled() -> bool:
 
 
 def compiler() -> list[str] | None:
-    """The compiler command (a list: ``[cc]`` or ``[python, -m, ziglang, cc]``), or None."""
-    cc = os.environ.get("CC")
+    """The compiler command (a list: ``[cc]``, ``$CC`` split as a shell would, e.g.
+    ``[ccache, gcc]``, or ``[python, -m, ziglang, cc]``), or None. An explicit ``$CC`` is used
+    alone: when its program is not found the kernels are not built (and the warning says so)."""
+    cc = os.environ.get("CC", "").strip()
     if cc:
-        found = shutil.which(cc) or (cc if os.path.isfile(cc) else None)
-        return [found] if found else None
+        words = shlex.split(cc)
+        found = shutil.which(words[0]) or (words[0] if os.path.isfile(words[0]) else None)
+        return [found, *words[1:]] if found else None
     for name in ("cc", "gcc", "clang"):
         found = shutil.which(name)
         if found:
@@ -110,10 +114,17 @@ def load(source: Path, version: int) -> ctypes.CDLL | None:
         if enabled():
             cc = compiler()
             try:
+                if cc is None and os.environ.get("CC", "").strip():
+                    raise OSError(f"CC={os.environ['CC']!r}: no such program")
                 if cc is None:
                     raise OSError("no C compiler found (set CC, install cc/gcc/clang, or "
                                   "pip install ziglang)")
-                handle = ctypes.CDLL(str(build(source, cc, cache_dir())))
+                path = build(source, cc, cache_dir())
+                try:
+                    handle = ctypes.CDLL(str(path))
+                except OSError:         # a cached file that does not load here: build it again
+                    path.unlink(missing_ok=True)
+                    handle = ctypes.CDLL(str(build(source, cc, cache_dir())))
                 check = getattr(handle, f"{source.stem.replace('-', '_')}_version")
                 check.restype = ctypes.c_int64
                 if check() != version:

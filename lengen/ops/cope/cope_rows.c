@@ -13,7 +13,8 @@
  *   S[c] <- log2e * (S[c] + w * b[lo]) + z2[lo]     base-2 logit (z2 = z' log2 e, b = z'[n+1]-z'[n])
  *   P[c] <- p, G[c] <- g (1 - g)                     kept for backward
  *
- * backward, per row, from the right:   d = dL[c] (natural-log logit gradient)
+ * backward (returns 0, or 1 when its scratch cannot be allocated and nothing was written),
+ * per row, from the right:   d = dL[c] (natural-log logit gradient)
  *   dz[lo] += d (1 - w); dz[lo + 1] += d w            z' interpolation weights (w = 0 at lo = top),
  *                                                     summed per bucket from running sums
  *   acc += d b[lo]                                    sum over c' >= c of d p_c' = d g_c
@@ -57,11 +58,11 @@ void cope_rows_fwd_##SUF(T *S, T *G, T *P, int64_t R, int64_t tq, int64_t ke, co
     }                                                                                             \
 }                                                                                                 \
                                                                                                   \
-void cope_rows_bwd_##SUF(T *dL, const T *G, const T *P, int64_t R, int64_t tq, int64_t ke,        \
-                         const T *b, T *dz, int64_t zg, int64_t zr, int64_t npos) {               \
+int64_t cope_rows_bwd_##SUF(T *dL, const T *G, const T *P, int64_t R, int64_t tq, int64_t ke,     \
+                            const T *b, T *dz, int64_t zg, int64_t zr, int64_t npos) {            \
     /* last1[n], last2[n]: the running sums q1, q2 (below) at the leftmost column of bucket n */   \
     double *last1 = (double *)malloc(sizeof(double) * (size_t)(2 * (npos + 1)));                  \
-    if (!last1) return;                                                                           \
+    if (!last1) return 1;                       /* nothing written: the caller raises */         \
     double *last2 = last1 + npos + 1;                                                             \
     for (int64_t ri = 0; ri < R; ++ri) {                                                          \
         const int64_t g = ri / tq, r = ri % tq, c0 = tq - 1 - r;                                  \
@@ -98,10 +99,11 @@ void cope_rows_bwd_##SUF(T *dL, const T *G, const T *P, int64_t R, int64_t tq, i
         }                                                                                         \
     }                                                                                             \
     free(last1);                                                                                  \
+    return 0;                                                                                     \
 }
 
 DEFINE_COPE_ROWS(float, f32)
 DEFINE_COPE_ROWS(double, f64)
 
 /* ABI check for the loader: bump when a signature above changes. */
-int64_t cope_rows_version(void) { return 1; }
+int64_t cope_rows_version(void) { return 2; }

@@ -98,7 +98,8 @@ class _CoPEFastCPU(torch.autograd.Function):
         colr = None if col is None else col.to(dt).flip(-1).contiguous()      # [B, H, T]
         rel = (None if rqv is None else
                ToeplitzTiles(rqv, rP, reverse=True, need_grad=need_grad, dtype=dt))
-        lib = cope_rows.kernels()              # C row kernels, or None: the PyTorch ops below
+        # C row kernels (CPU tensors only: they take raw pointers), or None: the PyTorch ops below
+        lib = cope_rows.kernels() if dev.type == "cpu" else None
         if need_grad:
             # kept for backward: numerators E, g (1 - g) and, with the C kernels, the positions;
             # otherwise the interpolation weight w, b[lo] and the bucket index lo

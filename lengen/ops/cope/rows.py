@@ -12,7 +12,7 @@ from lengen.ops.ckernels import load
 from lengen.ops.cpu_tiles import LOG2E
 
 SOURCE = Path(__file__).with_name("cope_rows.c")
-VERSION = 1
+VERSION = 2
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 
@@ -28,7 +28,7 @@ def kernels():
             f.restype = None
             f = getattr(lib, f"cope_rows_bwd_{suf}")
             f.argtypes = [_P, _P, _P, _I, _I, _I, _P, _P, _I, _I, _I]
-            f.restype = None
+            f.restype = ctypes.c_int64                   # 0, or 1: out of memory, nothing done
         lib._lengen_typed = True
     return lib
 
@@ -59,5 +59,8 @@ def backward(lib, dL, G, P, b, dz):
     bp, bg, br = _rows(b)
     zp, zg, zr = _rows(dz)
     assert (zg, zr) == (bg, br)
-    getattr(lib, f"cope_rows_bwd_{_SUFFIX[dL.dtype]}")(
+    status = getattr(lib, f"cope_rows_bwd_{_SUFFIX[dL.dtype]}")(
         dL.data_ptr(), G.data_ptr(), P.data_ptr(), Gn * tq, tq, ke, bp, zp, bg, br, b.shape[-1])
+    if status:                                   # never a silently wrong gradient
+        raise MemoryError(f"cope_rows backward: could not allocate {2 * (b.shape[-1] + 1)} "
+                          f"doubles of scratch")
