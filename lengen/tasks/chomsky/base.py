@@ -164,3 +164,23 @@ class ChomskyTask(Task):
         lengths = [parse_split(s) for s in (self.splits() if splits is None else splits)]
         lengths += range(1, self.max_train_length + 1)
         return max(self.model_length(n) for n in lengths)
+
+
+class StringTransduction(ChomskyTask):
+    """A task that maps a uniform random string over ``n_symbols`` symbols to a string over the
+    same symbols (reverse, duplicate, odds first, bucket sort): subclasses give
+    :meth:`output_length` and :meth:`transform`."""
+
+    def __init__(self, n_symbols: int = 2, **kwargs):
+        super().__init__(**kwargs)
+        if n_symbols < 2:
+            raise ValueError(f"n_symbols must be >= 2, got {n_symbols}")
+        self.input_size = self.output_size = n_symbols
+
+    def transform(self, s: torch.Tensor) -> torch.Tensor:
+        """[B, n] input strings -> [B, output_length(n)] outputs (task-local ids)."""
+        raise NotImplementedError
+
+    def sample(self, n, batch_size, generator):
+        s = torch.randint(0, self.input_size, (batch_size, n), generator=generator)
+        return s, self.transform(s)

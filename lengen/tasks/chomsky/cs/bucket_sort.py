@@ -14,24 +14,18 @@ placeholder 2S; vocab 2S+1 (= 11 for 5 symbols).
 """
 from __future__ import annotations
 
-import torch
-
-from lengen.tasks.chomsky.base import ChomskyTask
+from lengen.tasks.chomsky.base import StringTransduction
 
 
-class BucketSort(ChomskyTask):
+class BucketSort(StringTransduction):
     name = "bucket_sort"
     level = "cs"
 
     def __init__(self, n_symbols: int = 5, **kwargs):
-        super().__init__(**kwargs)
-        if n_symbols < 2:
-            raise ValueError(f"n_symbols must be >= 2, got {n_symbols}")
-        self.input_size = self.output_size = n_symbols
+        super().__init__(n_symbols, **kwargs)
 
     def output_length(self, n):
         return n
 
-    def sample(self, n, batch_size, generator):
-        s = torch.randint(0, self.input_size, (batch_size, n), generator=generator)
-        return s, s.sort(1).values
+    def transform(self, s):
+        return s.sort(1).values

@@ -14,22 +14,15 @@ from __future__ import annotations
 
 import torch
 
-from lengen.tasks.chomsky.base import ChomskyTask
+from lengen.tasks.chomsky.base import StringTransduction
 
 
-class DuplicateString(ChomskyTask):
+class DuplicateString(StringTransduction):
     name = "duplicate_string"
     level = "cs"
-
-    def __init__(self, n_symbols: int = 2, **kwargs):
-        super().__init__(**kwargs)
-        if n_symbols < 2:
-            raise ValueError(f"n_symbols must be >= 2, got {n_symbols}")
-        self.input_size = self.output_size = n_symbols
 
     def output_length(self, n):
         return 2 * n
 
-    def sample(self, n, batch_size, generator):
-        s = torch.randint(0, self.input_size, (batch_size, n), generator=generator)
-        return s, torch.cat([s, s], 1)
+    def transform(self, s):
+        return torch.cat([s, s], 1)

@@ -12,24 +12,15 @@ placeholder 2S; vocab 2S+1 (= 5 for binary strings).
 """
 from __future__ import annotations
 
-import torch
-
-from lengen.tasks.chomsky.base import ChomskyTask
+from lengen.tasks.chomsky.base import StringTransduction
 
 
-class ReverseString(ChomskyTask):
+class ReverseString(StringTransduction):
     name = "reverse_string"
     level = "dcf"
-
-    def __init__(self, n_symbols: int = 2, **kwargs):
-        super().__init__(**kwargs)
-        if n_symbols < 2:
-            raise ValueError(f"n_symbols must be >= 2, got {n_symbols}")
-        self.input_size = self.output_size = n_symbols
 
     def output_length(self, n):
         return n
 
-    def sample(self, n, batch_size, generator):
-        s = torch.randint(0, self.input_size, (batch_size, n), generator=generator)
-        return s, s.flip(1)
+    def transform(self, s):
+        return s.flip(1)
