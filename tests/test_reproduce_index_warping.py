@@ -173,3 +173,22 @@ def test_bad_names():
         iw.build_specs("smoke", models=["rope", "yarn"])
     with pytest.raises(ValueError, match="unknown task"):
         iw.build_specs("smoke", tasks=["addition"])
+
+
+def test_a_column_that_did_not_fit_its_seen_lengths_is_marked():
+    """Seen-length average below 90%: the cell carries the mark and the table says why; a
+    fitted column does not."""
+    from lengen.recipes.index_warping.report import FIT, NOT_FIT, table_a_markdown
+
+    def rec(model, seen):
+        return {"task": "copy", "model": model, "label": iw.MODELS[model][0], "paper": None,
+                "n_seeds": 1, "all_mean": 50.0, "all_std": math.nan, "seen_mean": seen,
+                "unseen_mean": 10.0, "fits": seen >= FIT}
+
+    md = table_a_markdown([rec("rope", 100.0), rec("rpe_3m", 80.3)], ["copy"],
+                          ["rope", "rpe_3m"], "cap")
+    row = [line for line in md.splitlines() if line.startswith("| copy")][0]
+    rope, rpe = [c.strip() for c in row.strip("|").split("|")][1:]
+    assert NOT_FIT not in rope and NOT_FIT in rpe
+    assert "did not fit its training distribution" in md
+    assert NOT_FIT not in table_a_markdown([rec("rope", 100.0)], ["copy"], ["rope"], "cap")

@@ -44,13 +44,10 @@ Scales:
   RoPE, RoPE+PI, ALiBi, R.P. (3M), ours (sqrt), head_only, tail_only; ``--models`` adds the
   others), one seed, a small decoder (3 layers, 4 heads, d_model 128), 3,000 steps at batch 64,
   lr 1e-3, test lengths 2..5M strided (both ends, M and M + 1 kept), 64 sequences per length.
-  ``--estimate --workers 2`` on the shared, loaded 2-core development machine measured 3-15
-  min per run, 1.9 h for these 7 columns (2.7 h for all 10): a quiet machine should be faster,
-  but the 90-minute target is not confirmed; not yet run. One probe (copy, ``ours_sqrt``, seed 0,
-  one thread, loaded machine, ~12 min): training loss 0.005 by step 1,750; sequence accuracy 100%
-  at every seen length 2..20 and at 21, 22; 98 / 95 / 91 / 67 / 44% at K = 27 / 32 / 37 / 42 /
-  47; 0 from K = 62. So the model fits its training distribution at this size; whether RoPE and
-  RoPE+PI fall behind it was not probed.
+  Ran on 2026-11-23 (``results/index-warping-cpu/``): 90.6 min with 6 trained columns plus a
+  then-separate RoPE+PI training run, on a machine also running tests; RoPE+PI now reuses the RoPE
+  run (about 69 min estimated). Every column fits copy, reverse and sort (R.P. (3M) excepted);
+  summation does not train at this size (marked ‡ in the table).
 * ``smoke``: seconds, for tests (copy with M = 3, a tiny model; numbers are meaningless).
 
 Outputs in ``--out`` (default ``runs/index-warping-<scale>``): one run directory per task x column x
