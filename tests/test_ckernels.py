@@ -27,9 +27,11 @@ def fresh(monkeypatch, tmp_path):
     ckernels.reset()
 
 
-def needs_compiler():
-    if ckernels.compiler() is None:
-        pytest.skip("no C compiler here (cc/gcc/clang or the ziglang package)")
+#: tests that build the kernels need a C compiler (an optional part of the machine: without one
+#: lengen runs the PyTorch path, tested by the fallback tests here)
+needs_compiler = pytest.mark.skipif(
+    ckernels.compiler() is None,
+    reason="no C compiler here (cc/gcc/clang, or pip install 'lengen[ckernels]' for ziglang)")
 
 
 def compile_calls(monkeypatch) -> list:
@@ -53,8 +55,8 @@ def cope_matches_reference():
                           atol=1e-10)
 
 
+@needs_compiler
 def test_builds_once_then_reuses_the_cached_library(monkeypatch, tmp_path):
-    needs_compiler()
     calls = compile_calls(monkeypatch)
     assert rows.kernels() is not None
     assert len(calls) == 1
@@ -97,10 +99,10 @@ def test_no_compiler_anywhere_falls_back(monkeypatch):
     cope_matches_reference()
 
 
+@needs_compiler
 def test_cc_with_arguments_is_split_like_a_shell(monkeypatch):
     """CC="ccache gcc" / "gcc -m64" are common: the first word is the program, the rest its
     arguments (it used to be looked up whole and never found)."""
-    needs_compiler()
     cc = ckernels.compiler()[0]
     monkeypatch.setenv("CC", f"{cc} -Wall")
     assert ckernels.compiler() == [cc, "-Wall"]
@@ -109,8 +111,8 @@ def test_cc_with_arguments_is_split_like_a_shell(monkeypatch):
     assert calls[0][:2] == [cc, "-Wall"]
 
 
+@needs_compiler
 def test_a_cached_library_that_does_not_load_is_rebuilt(monkeypatch, tmp_path):
-    needs_compiler()
     # built by "another process" (not loaded here: overwriting a mapped library would crash us)
     lib = ckernels.build(rows.SOURCE, ckernels.compiler(), ckernels.cache_dir())
     lib.write_bytes(b"not a shared library")          # truncated / foreign file in the cache
@@ -137,12 +139,12 @@ def test_cuda_tensors_never_reach_the_c_kernels(monkeypatch):
     assert out.shape == (1, 2, 8, 4) and asked == []
 
 
+@needs_compiler
 def test_backward_scratch_failure_raises_not_a_wrong_gradient(monkeypatch):
     """The C backward reports a failed allocation; the binding raises instead of returning the
     untouched logit gradient as if it were the score gradient."""
     lib = rows.kernels()
-    if lib is None:
-        pytest.skip("no C compiler here")
+    assert lib is not None
 
     class Failing:
         def __getattr__(self, name):
@@ -156,16 +158,17 @@ def test_backward_scratch_failure_raises_not_a_wrong_gradient(monkeypatch):
     rows.backward(lib, dL, G, P, b, dz)                 # the real kernel reports success
 
 
+@needs_compiler
 def test_version_mismatch_is_refused(monkeypatch):
-    needs_compiler()
     with pytest.warns(RuntimeWarning, match=f"version {rows.VERSION} != 99"):
         assert ckernels.load(rows.SOURCE, 99) is None
 
 
+@pytest.mark.skipif(importlib.util.find_spec("ziglang") is None,
+                    reason="optional dependency ziglang not installed (pip install "
+                           "'lengen[ckernels]')")
 def test_ziglang_compiler_from_the_package_registry(monkeypatch):
     """No CC and nothing on PATH: the ziglang wheel's C compiler builds the kernels."""
-    if importlib.util.find_spec("ziglang") is None:
-        pytest.skip("optional dependency ziglang not installed (pip install 'lengen[ckernels]')")
     monkeypatch.delenv("CC", raising=False)
     monkeypatch.setattr(ckernels.shutil, "which", lambda name: None)
     cmd = ckernels.compiler()

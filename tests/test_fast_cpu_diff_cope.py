@@ -16,6 +16,7 @@ from lengen.attention.cope import ContextualPositionAttention
 from lengen.attention.cope import training_op as cope_training_op
 from lengen.attention.diff import DifferentialAttention
 from lengen.attention.diff import training_op as diff_training_op
+from lengen.ops import ckernels
 from lengen.ops.cope import cope_attention_naive
 from lengen.ops.cope.fast_cpu import cope_attention_fast_cpu
 from lengen.ops.diff import diff_attention_naive
@@ -27,16 +28,17 @@ TOL = {torch.float64: 1e-10, torch.float32: 3e-5}            # max error / max(|
 TILES = {"default": {}, "tiny": dict(budget=700, qblock=16)}
 
 
-@pytest.fixture(params=["c", "torch"])
+@pytest.fixture(params=[
+    pytest.param("c", marks=pytest.mark.skipif(
+        ckernels.compiler() is None,
+        reason="no C compiler here (cc/gcc/clang, or pip install 'lengen[ckernels]')")),
+    "torch"])
 def cope_path(request, monkeypatch):
     """CoPE's row logic in the C kernels (must load where a compiler exists) or in PyTorch."""
-    from lengen.ops import ckernels
     from lengen.ops.cope import rows
 
     monkeypatch.setenv("LENGEN_C_KERNELS", "1" if request.param == "c" else "0")
     ckernels.reset()
-    if request.param == "c" and ckernels.compiler() is None:
-        pytest.skip("no C compiler here (cc/gcc/clang or the ziglang package)")
     assert (rows.kernels() is not None) == (request.param == "c")
     yield request.param
     ckernels.reset()
