@@ -25,7 +25,6 @@ from dataclasses import asdict, dataclass, field, fields
 from lengen.checks import (Bool, Choice, Device, Float, Int, IsA, Mapping, Seq, Str,
                            check_fields, did_you_mean)
 from lengen.errors import ConfigError
-from lengen.fileio import save_json_atomic  # noqa: F401  (re-exported: lengen.config's API)
 from lengen.config_files import apply_overrides, load_config_file, parse_value  # noqa: F401
 from lengen.model.config import FRAMEWORK_ARG_SOURCES, ModelConfig
 
@@ -360,6 +359,6 @@ def config_diff(old: dict, new: dict, ignore=()) -> list[tuple[str, object, obje
 
 
 __all__ = ["ExperimentConfig", "TaskConfig", "TrainConfig", "EvalConfig", "resolve", "validate",
-           "apply_overrides", "load_config_file", "parse_value", "config_diff", "save_json_atomic",
+           "apply_overrides", "load_config_file", "parse_value", "config_diff",
            "TRAIN_RULES", "EVAL_RULES", "TASK_RULES", "EXPERIMENT_RULES", "RUNTIME_KEYS",
            "RESUME_IGNORED"]

@@ -6,7 +6,9 @@ reader sees the old file or the new one, and a killed writer leaves at most a st
 file (an exception removes it), never a truncated result."""
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
 import json
 import os
 
@@ -31,6 +33,25 @@ def save_json_atomic(obj, path: str) -> None:
     write_text_atomic(json.dumps(obj, indent=2, default=str), path)
 
 
+def rows_to_csv(rows: list[dict]) -> str:
+    """Rows (dicts) as CSV text, columns in order of first appearance; no rows: empty text."""
+    if not rows:
+        return ""
+    keys = []
+    for r in rows:
+        keys += [k for k in r if k not in keys]
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=keys)
+    w.writeheader()
+    w.writerows(rows)
+    return buf.getvalue()
+
+
+def write_csv_atomic(rows: list[dict], path: str) -> None:
+    """:func:`rows_to_csv` of ``rows`` to ``path``, atomically."""
+    write_text_atomic(rows_to_csv(rows), path)
+
+
 def file_digest(path: str, algorithm: str = "sha256", **params) -> str:
     """Hex digest of a file read in 1 MiB blocks (``params``: e.g. ``digest_size`` for
     blake2b)."""
@@ -41,4 +62,4 @@ def file_digest(path: str, algorithm: str = "sha256", **params) -> str:
     return h.hexdigest()
 
 
-__all__ = ["write_text_atomic", "save_json_atomic", "file_digest"]
+__all__ = ["write_text_atomic", "save_json_atomic", "rows_to_csv", "write_csv_atomic", "file_digest"]

@@ -150,7 +150,7 @@ def write_tokens(corpus, split: str, tokenizer, bin_path: str, meta_path: str, k
     meta = {"tokens": n, "dtype": dtype.name, "checksum": h.hexdigest(), "key": key,
             "corpus": corpus.describe(), "split": split, "tokenizer": tokenizer.name,
             "created": time.strftime("%Y-%m-%d %H:%M:%S")}
-    from lengen.config import save_json_atomic
+    from lengen.fileio import save_json_atomic
 
     save_json_atomic(meta, meta_path)
     return n

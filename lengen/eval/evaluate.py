@@ -17,13 +17,10 @@ RNG (periodic evaluation cannot shift training).
 """
 from __future__ import annotations
 
-import csv
-import io
 
 import torch
 
 from lengen.eval.metrics import batch_stats, finalize, restrict_to_outputs
-from lengen.fileio import write_text_atomic  # noqa: F401  (re-exported for the writers of rows)
 from lengen.tasks.base import EVAL_BLOCK, block_seed, check_eval_sizes
 
 
@@ -134,14 +131,5 @@ def evaluate(model, task, splits: list[str], *, n_sequences: int, batch_size: in
     return rows
 
 
-def rows_to_csv(rows: list[dict]) -> str:
-    keys = []
-    for r in rows:
-        keys += [k for k in r if k not in keys]
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=keys)
-    w.writeheader()
-    w.writerows(rows)
-    return buf.getvalue()
 
 

@@ -45,20 +45,13 @@ def select(given, valid, default, what: str) -> list:
     return chosen
 
 
-def write_csv(path: str, records: list[dict]) -> None:
-    """``records`` (dicts; columns in order of first appearance) as CSV, written atomically."""
-    from lengen.eval.evaluate import rows_to_csv, write_text_atomic
-
-    write_text_atomic(rows_to_csv(records), path)
-
-
 def write_md(path: str, title: str, caption: str, grid, note: str = "", *,
              label_columns: int = 1) -> None:
     """A report table: bold title, caption, the Markdown table of ``grid`` (header row first;
     the first ``label_columns`` columns left-aligned, the rest right-aligned) and an optional
     note, written atomically."""
     from lengen.analysis.tables import markdown_table
-    from lengen.eval.evaluate import write_text_atomic
+    from lengen.fileio import write_text_atomic
 
     align = "l" * label_columns + "r" * (len(grid[0]) - label_columns)
     text = f"**{title}**\n\n{caption}\n\n{markdown_table(grid, align=align)}\n"
@@ -113,4 +106,4 @@ def exit_code(result: dict) -> int:
 
 
 __all__ = ["add_sweep_arguments", "default_device", "eval_with_positions", "exit_code", "select",
-           "write_csv", "write_md"]
+           "write_md"]

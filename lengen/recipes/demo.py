@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 import time
 
-from lengen.config import resolve, save_json_atomic
+from lengen.config import resolve
+from lengen.fileio import save_json_atomic, write_csv_atomic
 
 # One place for the demo's size; the protocol (task, splits, metric) is the paper's.
 DEMO = {
@@ -66,7 +67,7 @@ def format_table(rows: list[dict], models: list[str], metric: str = "seq_acc") -
 
 def run_demo(out_dir: str = "runs/demo", steps: int | None = None, models=None,
              eval_sequences: int | None = None, threads: int = 0) -> list[dict]:
-    from lengen.eval.evaluate import rows_to_csv, write_text_atomic
+    from lengen.fileio import write_text_atomic
     from lengen.train import train
 
     import json
@@ -99,7 +100,7 @@ def run_demo(out_dir: str = "runs/demo", steps: int | None = None, models=None,
     text = f"{caption}\n\n{table}\n\nPer-read accuracy (%):\n\n{per_read}\n"
     print("\n" + text)
     write_text_atomic(text, os.path.join(out_dir, "table.md"))
-    write_text_atomic(rows_to_csv(rows), os.path.join(out_dir, "table.csv"))
+    write_csv_atomic(rows, os.path.join(out_dir, "table.csv"))
     save_json_atomic(rows, os.path.join(out_dir, "rows.json"))
     save_json_atomic({"seconds_per_model": times, "total_seconds": total},
                      os.path.join(out_dir, "timing.json"))

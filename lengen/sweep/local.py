@@ -76,7 +76,8 @@ def run_one(spec: RunSpec | dict, out_dir: str, *, quiet: bool = True, threads: 
     now), ``cached`` (already finished) or ``failed`` (exception; also written to
     ``failure.json`` in the run directory). Never raises for a failing run, except on
     KeyboardInterrupt (train() checkpoints first, then the sweep stops)."""
-    from lengen.config import resolve, save_json_atomic
+    from lengen.config import resolve
+    from lengen.fileio import save_json_atomic
 
     if isinstance(spec, dict):
         spec = RunSpec(**spec)
@@ -206,11 +207,10 @@ class SweepResult:
         return pd.DataFrame(self.rows)
 
     def write(self) -> None:
-        from lengen.config import save_json_atomic
-        from lengen.eval.evaluate import rows_to_csv, write_text_atomic
+        from lengen.fileio import save_json_atomic, write_csv_atomic
 
         save_json_atomic(self.rows, os.path.join(self.out_dir, "results.json"))
-        write_text_atomic(rows_to_csv(self.rows), os.path.join(self.out_dir, "results.csv"))
+        write_csv_atomic(self.rows, os.path.join(self.out_dir, "results.csv"))
         save_json_atomic(self.failures, os.path.join(self.out_dir, "failures.json"))
         pending = [s.name for s in self.specs if s.name not in self.results]
         save_json_atomic({"runs": self.status, "pending": pending},

@@ -37,7 +37,8 @@ import torch.nn.functional as F
 
 from lengen.checks import check_device_available
 from lengen.train.precision import check_runtime
-from lengen.config import ExperimentConfig, save_json_atomic, validate
+from lengen.config import ExperimentConfig, validate
+from lengen.fileio import save_json_atomic
 from lengen.errors import ConfigError, LengenError, RunDirError
 from lengen.eval.evaluate import evaluate
 from lengen.eval.metrics import restrict_to_outputs

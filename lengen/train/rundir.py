@@ -22,6 +22,7 @@ import sys
 import time
 
 from lengen.errors import RunDirError
+from lengen.fileio import write_csv_atomic
 
 LOCK_NAME = ".lock"
 PREVIOUS = "previous"
@@ -184,11 +185,10 @@ def run_meta(cfg, run_dir: str) -> dict:
 
 def write_rows(rows, run_dir, stem: str = "eval"):
     """``RUN_DIR/<stem>.json`` and ``.csv``, each written through a temporary file and renamed."""
-    from lengen.config import save_json_atomic
-    from lengen.eval.evaluate import rows_to_csv, write_text_atomic
+    from lengen.fileio import save_json_atomic
 
     save_json_atomic(rows, os.path.join(run_dir, f"{stem}.json"))
-    write_text_atomic(rows_to_csv(rows), os.path.join(run_dir, f"{stem}.csv"))
+    write_csv_atomic(rows, os.path.join(run_dir, f"{stem}.csv"))
 
 
 __all__ = ["RunDirLock", "has_run", "move_aside", "read_stored_config", "check_same_run",

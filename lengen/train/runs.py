@@ -10,7 +10,8 @@ from contextlib import nullcontext
 import torch
 
 from lengen.checks import check_device_available
-from lengen.config import ExperimentConfig, save_json_atomic
+from lengen.config import ExperimentConfig
+from lengen.fileio import save_json_atomic
 from lengen.errors import ConfigError
 from lengen.eval.evaluate import evaluate
 from lengen.train.loop import load_run, prepare

@@ -104,7 +104,7 @@ def training_rows(run_dir: str, meta: dict) -> list[dict]:
 def error_rows(spec, run_dir: str, analysis: dict) -> list[dict]:
     """Greedy-decoding error analysis of a finished run at the error lengths, cached in
     ``<run>/errors.json`` (recomputed when its settings differ)."""
-    from lengen.config import save_json_atomic
+    from lengen.fileio import save_json_atomic
 
     path = os.path.join(run_dir, "errors.json")
     key = error_key(analysis)

@@ -22,7 +22,8 @@ from __future__ import annotations
 import math
 import os
 
-from lengen.recipes.common import write_csv, write_md
+from lengen.fileio import write_csv_atomic
+from lengen.recipes.common import write_md
 from lengen.recipes.addition.published import BEYOND, CLAIMS, PAPER_REACH
 from lengen.recipes.addition.recipe import is_divergence
 from lengen.recipes.addition.specs import FIGURES, PE_LABELS, PES, SCALES, SETTINGS
@@ -146,7 +147,7 @@ def write_table(scores, out: str, *, scale: str, caption: str) -> dict:
         f"training lengths (EM 1..{N} below {FIT:.0f}%): its OOD numbers say more about "
         f"under-training than about length generalization. Diverged runs (NaN loss) are counted "
         f"in brackets and left out of the statistics.")
-    write_csv(paths["table_csv"], records)
+    write_csv_atomic(records, paths["table_csv"])
     return paths
 
 
@@ -193,7 +194,7 @@ def write_errors(rows, scores, out: str, *, scale: str, caption: str) -> dict:
         f"a length, as the paper leaves out its two near-zero runs. Premature = the answer "
         f"stopped (EOS) before writing all its digits. The paper: errors about as frequent with "
         f"as without carry; > 90% of FIRE's wrong answers at 100 digits have one wrong digit.")
-    write_csv(paths["errors_csv"], records)
+    write_csv_atomic(records, paths["errors_csv"])
     return paths
 
 
@@ -312,7 +313,7 @@ def write_claims(rows, scores, out: str, *, scale: str, caption: str) -> dict:
         f"here' judges the claim's direction, not its numbers. Carry: 'yes' when the two EMs "
         f"are within 10 points. Variance: 'yes' when every run fits its training lengths and "
         f"the OOD EM spreads over >= 10 points.")
-    write_csv(paths["claims_csv"], recs)
+    write_csv_atomic(recs, paths["claims_csv"])
     return paths
 
 
@@ -324,7 +325,7 @@ def write_report(rows, out: str, *, scale: str, caption: str,
     s = SCALES[scale]
     scores = run_scores(rows, M=s["M"])
     paths = {"scores_csv": os.path.join(out, "scores.csv")}
-    write_csv(paths["scores_csv"], scores)
+    write_csv_atomic(scores, paths["scores_csv"])
     span = training_span(out, [r["run"] for r in scores if r["status"] == "ok"])
     cap = caption + (f" Training wall time (first run start to last run end): {span / 60:.1f} "
                      f"min." if span is not None else "")

@@ -60,8 +60,8 @@ from __future__ import annotations
 import os
 import time
 
-from lengen.fileio import save_json_atomic
-from lengen.recipes.common import default_device, eval_with_positions, select, write_csv
+from lengen.fileio import save_json_atomic, write_csv_atomic
+from lengen.recipes.common import default_device, eval_with_positions, select
 from lengen.recipes.index_warping.published import PAPER_TABLE_A, UNCERTAIN_ROWS
 
 #: M (longest training length, items) of each task in the paper
@@ -281,7 +281,7 @@ def run_index_warping(scale: str = "cpu", out: str | None = None, *, workers: in
                                  "error": f"{type(e).__name__}: {e}"})
                 log(f"{col} evaluation of {spec.name} failed: {type(e).__name__}: {e}")
     save_json_atomic(rows, os.path.join(out, "results.json"))     # the sweep's rows + eval-only
-    write_csv(os.path.join(out, "results.csv"), rows)
+    write_csv_atomic(rows, os.path.join(out, "results.csv"))
     save_json_atomic(failures, os.path.join(out, "failures.json"))
     seeds = sorted({sp.tags["seed"] for sp in specs})
     cap = caption(scale, seeds=seeds, length_unit=length_unit, rotary_fraction=rotary_fraction,

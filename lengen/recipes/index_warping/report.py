@@ -14,6 +14,7 @@ import os
 import statistics
 
 from lengen.analysis.tables import fmt_mean_std, markdown_table
+from lengen.fileio import write_csv_atomic
 from lengen.recipes.index_warping.recipe import (FIG5, FIG6, FIG6_LABELS, FIGC, MODELS,
                                                  PAPER_TABLE_A, SCALES, UNCERTAIN_ROWS)
 
@@ -109,14 +110,14 @@ def write_figures(rows: list[dict], out_dir: str, *, scale: str, tasks, models) 
 def write_report(rows: list[dict], out_dir: str, *, scale: str, tasks, models, caption: str,
                  log=print):
     """Write table_a.md / table_a.csv and the figures to ``out_dir``; returns (records, paths)."""
-    from lengen.eval.evaluate import rows_to_csv, write_text_atomic
+    from lengen.fileio import write_text_atomic
 
     records = table_a_records(rows, scale, tasks, models)
     md = table_a_markdown(records, tasks, models, caption)
     paths = {"table_a_md": os.path.join(out_dir, "table_a.md"),
              "table_a_csv": os.path.join(out_dir, "table_a.csv")}
     write_text_atomic(md, paths["table_a_md"])
-    write_text_atomic(rows_to_csv(records), paths["table_a_csv"])
+    write_csv_atomic(records, paths["table_a_csv"])
     paths.update(write_figures(rows, out_dir, scale=scale, tasks=tasks, models=models))
     log("\n" + md)
     log("wrote " + ", ".join(paths.values()))

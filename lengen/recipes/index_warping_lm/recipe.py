@@ -66,6 +66,7 @@ from __future__ import annotations
 import os
 import time
 
+from lengen.fileio import write_csv_atomic
 from lengen.model.presets import GPT2_BASE, HF_CLM_TRAIN
 from lengen.recipes.index_warping_lm.published import (PAPER_TABLE3, PAPER_TABLEB,
                                                        TRAIN_LENGTH)
@@ -293,11 +294,10 @@ def run_index_warping_lm(scale: str = "cpu", out: str | None = None, *, workers:
                                  "error": f"{type(e).__name__}: {e}"})
                 log(f"RoPE+PI evaluation of {spec.name} failed: {type(e).__name__}: {e}")
     wall = time.time() - t0
-    from lengen.config import save_json_atomic
-    from lengen.eval.evaluate import rows_to_csv, write_text_atomic
+    from lengen.fileio import save_json_atomic
 
     save_json_atomic(rows, os.path.join(out, "results.json"))      # the sweep's rows + RoPE+PI
-    write_text_atomic(rows_to_csv(rows), os.path.join(out, "results.csv"))
+    write_csv_atomic(rows, os.path.join(out, "results.csv"))
     save_json_atomic(failures, os.path.join(out, "failures.json"))
     paths = write_report(rows, out, scale=scale, models=models,
                          seeds=sorted({s.tags["seed"] for s in specs}),

@@ -239,7 +239,7 @@ def plot(rows, out, models, T, title, by_models) -> str:
 def write_report(rows, out_dir: str, *, scale: str, models, seeds=None, data_caption: str = "",
                  wall_seconds: float | None = None, log=print) -> dict:
     """Write table3.md/.csv, tableB.md/.csv, fig7.md/.png, table3.png and findings.md."""
-    from lengen.eval.evaluate import rows_to_csv, write_text_atomic
+    from lengen.fileio import rows_to_csv, write_text_atomic
 
     T = SCALES[scale]["seq_len"]
     seeds = seeds if seeds is not None else sorted({r.get("seed") for r in rows if "seed" in r})
@@ -258,9 +258,9 @@ def write_report(rows, out_dir: str, *, scale: str, models, seeds=None, data_cap
           "ours at the paper's lengths (1x .. 8x the training length). " + caption + "\n\n"
           + findings(table, models, scale) + "\n")
     write("table3_md", "table3.md", t3)
-    write("table3_csv", "table3.csv", rows_to_csv(f3) if f3 else "")
+    write("table3_csv", "table3.csv", rows_to_csv(f3))
     write("tableB_md", "tableB.md", tb)
-    write("tableB_csv", "tableB.csv", rows_to_csv(fb) if fb else "")
+    write("tableB_csv", "tableB.csv", rows_to_csv(fb))
     write("fig7_md", "fig7.md", f7)
     write("findings_md", "findings.md", fd)
     for key, name, group, title in (("table3_png", "table3.png", TABLE3, "Table 3 models"),

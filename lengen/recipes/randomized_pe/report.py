@@ -22,7 +22,8 @@ from __future__ import annotations
 import math
 import os
 
-from lengen.recipes.common import write_csv, write_md
+from lengen.fileio import write_csv_atomic
+from lengen.recipes.common import write_md
 from lengen.recipes.randomized_pe.recipe import (EXTRA_SCHEMES, PAPER_TABLE1, PAPER_TABLE3,
                                           PAPER_TABLE4, SCALES, SCHEMES, TASK_LABELS, UNSORTED,
                                           eval_lengths)
@@ -171,7 +172,7 @@ def write_tables(scores, out: str, *, tasks, schemes, caption: str, L: int, N: i
                                 paper_max=PAPER_TABLE1[t][s], paper_mean=PAPER_TABLE4[t][s][0],
                                 paper_std=PAPER_TABLE4[t][s][1]))
     paths["table1_csv"] = os.path.join(out, "table1.csv")
-    write_csv(paths["table1_csv"], records)
+    write_csv_atomic(records, paths["table1_csv"])
     return agg, paths
 
 
@@ -243,7 +244,7 @@ def write_ablation_L(scores, out: str, *, caption: str) -> dict:
                                     n_seeds=a["n_seeds"], n_runs=a["n_runs"]))
         grid.append([TASK_LABELS[t][1]] + cells)
     from lengen.analysis.tables import markdown_table
-    from lengen.eval.evaluate import write_text_atomic
+    from lengen.fileio import write_text_atomic
 
     paths = {"ablation_L_md": os.path.join(out, "ablation_L.md"),
              "ablation_L_csv": os.path.join(out, "ablation_L.csv"),
@@ -253,7 +254,7 @@ def write_ablation_L(scores, out: str, *, caption: str) -> dict:
         "seeds x lrs (mean ± std at the best lr), accuracy (%) averaged over test lengths. The "
         "paper reports this only as a plot (largely flat in L for 1024..8192).\n\n"
         f"{caption}\n\n{markdown_table(grid)}\n", paths["ablation_L_md"])
-    write_csv(paths["ablation_L_csv"], records)
+    write_csv_atomic(records, paths["ablation_L_csv"])
     fig, ax = plt.subplots(figsize=(5.6, 3.6))
     for t in tasks:
         xs = [L for L in Ls if (t, L) in agg]
@@ -294,7 +295,7 @@ def write_table3(scores, out: str, *, tasks, caption: str, L: int) -> dict:
     write_md(paths["table3_md"], "Table 3: randomized sin/cos with and without sorting, accuracy "
              "(%) averaged over test lengths, max over seeds x learning rates", caption, grid,
              "Cells: ours (published, Ruoss et al. 2023 Table 3).", label_columns=2)
-    write_csv(paths["table3_csv"], records)
+    write_csv_atomic(records, paths["table3_csv"])
     return paths
 
 
@@ -332,7 +333,7 @@ def write_activation_pca(scores, out: str, *, N: int, M: int, n_sequences: int =
         cells = " | ".join(f"shift {sh[long_n]['shift']:.2f}, spread {sh[long_n]['spread']:.2f}"
                            for sh in rr["shift"])
         lines.append(f"| {label} ({rr['run']}) | {acc} | {cells} |")
-    from lengen.eval.evaluate import write_text_atomic
+    from lengen.fileio import write_text_atomic
 
     write_text_atomic("\n".join(lines) + "\n", md)
     log(f"wrote {os.path.relpath(png, out)} (Fig. 5 activations)")
@@ -346,7 +347,7 @@ def write_report(rows, out: str, *, scale: str, tasks, schemes, caption: str,
     N, M, L = s["N"], s["M"], s["L"]
     scores = run_scores(rows, N=N, M=M)
     paths = {"scores_csv": os.path.join(out, "scores.csv")}
-    write_csv(paths["scores_csv"], scores)
+    write_csv_atomic(scores, paths["scores_csv"])
     from lengen.sweep import training_span
 
     span = training_span(out, [r["run"] for r in scores])

@@ -9,6 +9,7 @@ import math
 import os
 
 from lengen.analysis.tables import fmt_mean_std, markdown_table, summarize
+from lengen.fileio import write_csv_atomic
 from lengen.recipes.tra_flipflop.recipe import IID_SOLVED, PAPER_TABLE1, SCALES, SPLITS
 
 NOT_SOLVED = "†"
@@ -106,7 +107,7 @@ def bar_chart(records: list[dict], models: list[str], out: str, title: str = "")
 def write_report(rows: list[dict], out_dir: str, *, scale: str, models: list[str], rel: str = "t5",
                  seeds=None, wall_seconds: float | None = None, log=print):
     """Write table.md, table.csv, table.png to ``out_dir``; returns (records, paths)."""
-    from lengen.eval.evaluate import rows_to_csv, write_text_atomic
+    from lengen.fileio import write_text_atomic
 
     seeds = seeds if seeds is not None else sorted({r.get("seed") for r in rows if "seed" in r})
     records = table1_records(rows, models)
@@ -115,7 +116,7 @@ def write_report(rows: list[dict], out_dir: str, *, scale: str, models: list[str
     paths = {"table_md": os.path.join(out_dir, "table.md"), "table_csv": os.path.join(out_dir, "table.csv"),
              "table_png": os.path.join(out_dir, "table.png")}
     write_text_atomic(md, paths["table_md"])
-    write_text_atomic(rows_to_csv(records), paths["table_csv"])
+    write_csv_atomic(records, paths["table_csv"])
     tmp = paths["table_png"] + ".tmp.png"
     bar_chart(records, models, tmp, title=f"TRA Table 1, {scale} scale: ours vs paper")
     os.replace(tmp, paths["table_png"])
@@ -132,7 +133,7 @@ def write_heatmaps(out_dir: str, specs, sweep, *, split: str = "sparse", index: 
     accuracy per split (whether it learned at all decides what its heatmap means). Runs that
     failed are reported and skipped."""
     from lengen.analysis.heatmap import plot_attention, plot_attention_grid
-    from lengen.eval.evaluate import write_text_atomic
+    from lengen.fileio import write_text_atomic
 
     runs = [s for s in specs if s.tags.get("group") == "heatmap"]
     done = [s for s in runs if sweep.status.get(s.name, {}).get("status") in ("done", "cached")]

@@ -7,6 +7,7 @@ import math
 import os
 
 from lengen.analysis.tables import markdown_table
+from lengen.fileio import write_csv_atomic
 from lengen.recipes.lm import (BLOW_UP_RATIO, KEEP_RATIO, eval_lengths, fmt_ppl,
                                perplexity_table, trend)
 from lengen.recipes.tra_wikitext.published import (PAPER_FIG4, PAPER_GENERALISE,
@@ -154,7 +155,7 @@ def write_report(rows: list[dict], out_dir: str, *, scale: str, models: list[str
                  rel: str = "t5", seeds=None, data_caption: str = "",
                  wall_seconds: float | None = None, log=print):
     """Write table2.md/.csv, fig4.md/.csv and fig4.png to ``out_dir``; returns (records, paths)."""
-    from lengen.eval.evaluate import rows_to_csv, write_text_atomic
+    from lengen.fileio import rows_to_csv, write_text_atomic
 
     s = SCALES[scale]
     T, lengths = s["seq_len"], eval_lengths(s)
@@ -175,7 +176,7 @@ def write_report(rows: list[dict], out_dir: str, *, scale: str, models: list[str
                      "ours_std": v.get("std", math.nan), "n_seeds": r["n_seeds"],
                      "paper_mean": r["paper_mean"], "paper_std": r["paper_std"],
                      "fit": r["fit"]})
-    write_text_atomic(rows_to_csv(flat), paths["table2_csv"])
+    write_csv_atomic(flat, paths["table2_csv"])
     curve_rows = [{"model": r["model"], "length": k, "ppl_mean": v["mean"], "ppl_std": v["std"],
                    "n_seeds": v["n"], "ratio_longest": r["ratio"], "trend": r["trend"],
                    "paper_fig4": r["paper_fig4"]}
