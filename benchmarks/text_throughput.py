@@ -47,7 +47,7 @@ def time_it(fn, repeats=3):
 
 def step_tokens_per_s(d_model, layers, vocab, batch, seq_len, steps):
     from lengen.model import ModelConfig, Transformer
-    from lengen.train.loop import loss_fn
+    from lengen.train.step import loss_fn
     from lengen.tasks.base import Batch
 
     torch.manual_seed(0)

@@ -7,7 +7,6 @@ decoding for error analysis) and hands the per-run costs, in the sweep's order, 
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 
@@ -50,10 +49,10 @@ def time_training_steps(cfg, task, model, *, steps: int = 10, warmup: int = 2,
     (they include compilation). Leaves the model in eval mode."""
     import torch
 
-    from lengen.eval.metrics import restrict_to_outputs
-    from lengen.train.loop import loss_fn, positions_generator
+    from lengen.train.loop import positions_generator
     from lengen.train.optim import build_optimizer, build_scheduler
-    from lengen.train.precision import autocast, compile_model, grad_scaler
+    from lengen.train.precision import compile_model, grad_scaler
+    from lengen.train.step import apply_update, backward_and_clip, forward_loss
 
     tc, dev = cfg.train, torch.device(device)
     model.to(device).train()
@@ -64,22 +63,14 @@ def time_training_steps(cfg, task, model, *, steps: int = 10, warmup: int = 2,
     gen, pos_gen = torch.Generator().manual_seed(0), positions_generator(0)
     out_slice = getattr(task, "output_slice", None)
 
-    def step():
+    def step():                         # the loop's step on one process (lengen.train.step)
         batch = task.train_batch(tc.batch_size, gen).to(device)
         B, T = batch.inputs.shape
         pos = model.sample_positions(T, batch_size=B, device=device, generator=pos_gen,
                                      batch=batch)
-        with autocast(tc.precision, dev):
-            out = fwd(batch.inputs, positions=pos)
-        logits, targets = restrict_to_outputs(out, batch.targets, out_slice, batch.loss_mask)
-        loss = loss_fn(logits, dataclasses.replace(batch, targets=targets))
-        opt.zero_grad(set_to_none=True)
-        scaler.scale(loss).backward()
-        scaler.unscale_(opt)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip or float("inf"))
-        scaler.step(opt)
-        scaler.update()
-        sched.step()
+        loss = forward_loss(fwd, batch, pos, tc, dev, out_slice)
+        backward_and_clip(loss, model, opt, scaler, tc)
+        apply_update(opt, scaler, sched)
 
     for _ in range(warmup):
         step()

@@ -27,21 +27,17 @@ the run directory), ``train.precision`` (autocast, loss scaling for fp16) and ``
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import sys
 
 import torch
-import torch.nn.functional as F
 
 from lengen.checks import check_device_available
-from lengen.train.precision import check_runtime
 from lengen.config import ExperimentConfig, validate
 from lengen.fileio import save_json_atomic
 from lengen.errors import ConfigError, LengenError, RunDirError
 from lengen.eval.evaluate import evaluate
-from lengen.eval.metrics import restrict_to_outputs
 from lengen.model import ModelConfig, Transformer
 from lengen.tasks.base import block_seed
 from lengen.train import distributed
@@ -49,8 +45,8 @@ from lengen.train.checkpoint import (latest_checkpoint, load_checkpoint, resume_
                                      save_checkpoint, save_weights)
 from lengen.train.control import MetricsLog, NullLog, StopRequest
 from lengen.train.optim import build_optimizer, build_scheduler
-from lengen.train.precision import (autocast, compile_failure, compile_model, grad_scaler,
-                                    is_compiler_error)
+from lengen.train.precision import check_runtime, compile_model, grad_scaler
+from lengen.train.step import apply_update, backward_and_clip, forward_loss, loss_fn
 from lengen.train.rundir import (PREVIOUS, RunDirLock, check_same_run, has_run, move_aside,
                                  run_meta, truncate_metrics, write_rows)
 
@@ -63,17 +59,6 @@ def build_model(mc: ModelConfig, task=None) -> Transformer:
     if task is not None and mc.vocab_size < task.vocab_size:
         mc.vocab_size = task.vocab_size
     return Transformer(mc)
-
-
-def loss_fn(logits, batch, denom=None):
-    """Mean cross-entropy over ``batch.loss_mask``; ``train`` hands it logits and targets already
-    restricted to the task's output classes when the task has an ``output_slice``. ``denom``
-    replaces the batch's own count of scored tokens (data-parallel ranks divide their share by
-    the global batch's count)."""
-    mask = batch.loss_mask
-    nll = F.cross_entropy(logits.float().flatten(0, 1), batch.targets.flatten(), reduction="none")
-    return (nll * mask.flatten().float()).sum() / (mask.sum().clamp_min(1) if denom is None
-                                                   else denom)
 
 
 def prepare(cfg: ExperimentConfig):
@@ -276,15 +261,9 @@ def _train_locked(cfg, run_dir, task, model, d, *, resume, fresh, stop_at, quiet
                 lo, hi = d.rows(B)
                 batch = batch.rows(lo, hi)
                 positions = positions[lo:hi] if positions.dim() == 2 else positions
-            try:
-                with autocast(tc.precision, device):
-                    out = fwd(batch.inputs, positions=positions)
-            except Exception as e:
-                raise compile_failure(e) if tc.compile and is_compiler_error(e) else e
-            logits, targets = restrict_to_outputs(out, batch.targets, out_slice, batch.loss_mask)
-            scored = dataclasses.replace(batch, targets=targets)
-            loss = (loss_fn(logits, scored) if denom is None
-                    else loss_fn(logits, scored, denom=denom) * d.world_size)
+            loss = forward_loss(fwd, batch, positions, tc, device, out_slice, denom, loss=loss_fn)
+            if denom is not None:
+                loss = loss * d.world_size       # DDP averages gradients over the ranks
             shown, stopping = distributed.agree(d, loss, stop.requested)   # global loss
             if not torch.isfinite(shown):
                 kept = (f"The last good checkpoint (step {last_saved}) is kept in "
@@ -293,14 +272,9 @@ def _train_locked(cfg, run_dir, task, model, d, *, resume, fresh, stop_at, quiet
                 raise TrainingDiverged(
                     f"loss is {shown.item()} at step {step}; stopping. {kept}. Try a lower "
                     f"train.lr or a stricter train.grad_clip, in a new --run-dir or with --fresh")
-            opt.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
-            scaler.unscale_(opt)             # fp16: clip the true gradients
-            gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip or float("inf"))
+            gnorm = backward_and_clip(loss, model, opt, scaler, tc)
             phase = "update"
-            scaler.step(opt)                 # fp16: skipped when the gradients overflowed
-            scaler.update()
-            sched.step()
+            apply_update(opt, scaler, sched)
             step += 1
             phase = "boundary"
             if bar:
