@@ -48,22 +48,32 @@ def enabled() -> bool:
                                                                            "off")
 
 
-def compiler() -> list[str] | None:
+def find_compiler() -> list[str]:
     """The compiler command (a list: ``[cc]``, ``$CC`` split as a shell would, e.g.
-    ``[ccache, gcc]``, or ``[python, -m, ziglang, cc]``), or None. An explicit ``$CC`` is used
-    alone: when its program is not found the kernels are not built (and the warning says so)."""
+    ``[ccache, gcc]``, or ``[python, -m, ziglang, cc]``); OSError saying why there is none. An
+    explicit ``$CC`` is used alone: when its program is not found the kernels are not built."""
     cc = os.environ.get("CC", "").strip()
     if cc:
         words = shlex.split(cc)
         found = shutil.which(words[0]) or (words[0] if os.path.isfile(words[0]) else None)
-        return [found, *words[1:]] if found else None
+        if found is None:
+            raise OSError(f"CC={os.environ['CC']!r}: no such program")
+        return [found, *words[1:]]
     for name in ("cc", "gcc", "clang"):
         found = shutil.which(name)
         if found:
             return [found]
     if importlib.util.find_spec("ziglang") is not None:
         return [sys.executable, "-m", "ziglang", "cc"]
-    return None
+    raise OSError("no C compiler found (set CC, install cc/gcc/clang, or pip install ziglang)")
+
+
+def compiler() -> list[str] | None:
+    """:func:`find_compiler`, or None where there is no compiler."""
+    try:
+        return find_compiler()
+    except OSError:
+        return None
 
 
 def cache_dir() -> Path:
@@ -112,13 +122,8 @@ def load(source: Path, version: int) -> ctypes.CDLL | None:
             return _loaded[key]
         lib = None
         if enabled():
-            cc = compiler()
             try:
-                if cc is None and os.environ.get("CC", "").strip():
-                    raise OSError(f"CC={os.environ['CC']!r}: no such program")
-                if cc is None:
-                    raise OSError("no C compiler found (set CC, install cc/gcc/clang, or "
-                                  "pip install ziglang)")
+                cc = find_compiler()
                 path = build(source, cc, cache_dir())
                 try:
                     handle = ctypes.CDLL(str(path))

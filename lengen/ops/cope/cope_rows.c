@@ -25,7 +25,6 @@
  */
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 
 #define DEFINE_COPE_ROWS(T, SUF)                                                                  \
 void cope_rows_fwd_##SUF(T *S, T *G, T *P, int64_t R, int64_t tq, int64_t ke, const T *z2,        \

@@ -100,11 +100,13 @@ class _CoPEFastCPU(torch.autograd.Function):
                ToeplitzTiles(rqv, rP, reverse=True, need_grad=need_grad, dtype=dt))
         # C row kernels (CPU tensors only: they take raw pointers), or None: the PyTorch ops below
         lib = cope_rows.kernels() if dev.type == "cpu" else None
+        # per-tile buffers (name -> dtype), kept for backward when it will run: numerators E,
+        # g (1 - g) and, with the C kernels, the positions; otherwise the interpolation weight w,
+        # b[lo] and the bucket index lo
+        kinds = ({"E": dt, "Gp": dt, "P": dt} if lib is not None else
+                 {"E": dt, "Gp": dt, "W": dt, "Y": dt, "I": torch.int64})
         if need_grad:
-            # kept for backward: numerators E, g (1 - g) and, with the C kernels, the positions;
-            # otherwise the interpolation weight w, b[lo] and the bucket index lo
-            names = ("E", "Gp", "P") if lib is not None else ("E", "Gp", "W", "Y", "I")
-            bufs = {nm: pool_take(ntot, torch.int64 if nm == "I" else dt, dev) for nm in names}
+            bufs = {nm: pool_take(ntot, kind, dev) for nm, kind in kinds.items()}
         ol = torch.empty(B, H, T, dv_ + 1, dtype=dt, device=dev)
         nmax = max_tile_numel(tiles)
         floor = exp2_floor(dt)
@@ -125,10 +127,8 @@ class _CoPEFastCPU(torch.autograd.Function):
                     t = {nm: buf[off:off + n].view(shp) for nm, buf in bufs.items()}
                     off += n
                 else:
-                    t = {nm: scratch(f"cope.{nm}", (nmax,), torch.int64 if nm == "I" else dt,
-                                     dev)[:n].view(shp)
-                         for nm in (("E", "Gp", "P") if lib is not None
-                                    else ("E", "Gp", "W", "Y", "I"))}
+                    t = {nm: scratch(f"cope.{nm}", (nmax,), kind, dev)[:n].view(shp)
+                         for nm, kind in kinds.items()}
                 E, Gp = t["E"], t["Gp"]
                 keep, addm = _rev_masks(tq, dt, dev)
                 torch.baddbmm(S, qg[:, s:e], krt[:, :, T - e:], beta=0, alpha=scale, out=S)

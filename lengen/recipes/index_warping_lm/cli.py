@@ -9,7 +9,7 @@ The cpu and smoke scales use the offline KJV corpus, a stand-in for WikiText-103
 so). Finished runs are reused."""
 from __future__ import annotations
 
-from lengen.recipes.common import add_sweep_arguments
+from lengen.recipes.common import add_sweep_arguments, exit_code
 
 
 def add_arguments(q) -> None:
@@ -43,4 +43,4 @@ def run(args) -> int:
     res = run_index_warping_lm(args.scale, args.out, workers=args.workers, seeds=args.seeds,
                                models=args.models, corpus=args.corpus, data_dir=args.data_dir,
                                backend=args.backend, threads=args.threads, device=args.device)
-    return 1 if res["failures"] else 0       # the sweep's failures and RoPE+PI's
+    return exit_code(res)                    # the sweep's failures and RoPE+PI's
