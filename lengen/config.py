@@ -246,7 +246,7 @@ def check_components(cfg: ExperimentConfig):
     from lengen.attention import ATTENTIONS
     from lengen.positions import SAMPLERS
     from lengen.posenc import POSENCS
-    from lengen.registry import check_kwargs, construct, lookup
+    from lengen.registry import check_kwargs, construct, fill_from_task, lookup
     from lengen.tasks import TASKS
 
     m = cfg.model
@@ -294,13 +294,8 @@ def check_components(cfg: ExperimentConfig):
             # keyword arguments only the task knows (M for position interpolation, the original
             # length of RoPE scaling, the digit ids of coupling / Abacus), filled in and saved
             # with the config, so a run directory rebuilds the same component
-            hook = getattr(parts[section][2], "task_defaults", None)
-            if hook is None:
-                continue
-            try:
-                filled = hook(checked[section], task, splits)
-            except ValueError as e:
-                raise ConfigError(f"{what(section)}: {e}") from None
+            filled = fill_from_task(parts[section][2], checked[section], task, splits,
+                                    what=what(section))
             checked[section] = filled
             setattr(m, section.split(".")[1], filled)
         sampler = construct(parts["model.positions_kwargs"][2], m.positions_kwargs,

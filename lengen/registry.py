@@ -158,6 +158,21 @@ def check_kwargs(cls, kwargs, *, section: str, kind: str, name: str,
     return out
 
 
+def fill_from_task(cls, kwargs: dict, task, splits, *, what: str) -> dict:
+    """``kwargs`` with what only the task knows filled in by ``cls.task_defaults(kwargs, task,
+    splits)`` when the component has that hook (M for position interpolation, the original
+    length of RoPE scaling, the digit ids of coupling / Abacus); a ValueError from the hook
+    becomes a ConfigError starting with ``what``. Used when a config is resolved and when a run
+    is evaluated with another sampler."""
+    hook = getattr(cls, "task_defaults", None)
+    if hook is None:
+        return kwargs
+    try:
+        return hook(kwargs, task, list(splits))
+    except ValueError as e:
+        raise ConfigError(f"{what}: {e}") from None
+
+
 def construct(cls, kwargs: dict, *, what: str, **framework_values):
     """``cls(**framework_values, **kwargs)``, turning a constructor's complaint (ValueError,
     TypeError, a missing data file, a missing optional package, a torch error such as a negative
@@ -173,5 +188,5 @@ def construct(cls, kwargs: dict, *, what: str, **framework_values):
         raise ConfigError(f"cannot build {what}: {msg}") from e
 
 
-__all__ = ["UnknownNameError", "lookup", "describe", "check_kwargs", "constructor_params",
-           "annotation_rule", "kwarg_rules", "construct"]
+__all__ = ["UnknownNameError", "lookup", "describe", "check_kwargs", "fill_from_task",
+           "constructor_params", "annotation_rule", "kwarg_rules", "construct"]

@@ -187,7 +187,7 @@ class FIRE(PositionalScheme):
         """
         dt = x.dtype
         w1, b1, w2, b2 = (p.to(dt) for p in (self.w1, self.b1, self.w2, self.b2))
-        K, H = w1.numel(), w2.shape[0]
+        K = w1.numel()
         with torch.no_grad():
             kink = torch.where(w1 != 0, -b1 / torch.where(w1 != 0, w1, 1.0),
                                torch.full_like(w1, float("inf")))

@@ -70,15 +70,11 @@ def eval_with_positions(run_dir: str, positions: str, kwargs: dict, *, stem: str
     import json
     import os
 
-    from lengen.train.rundir import write_rows
+    from lengen.train.rundir import read_stored_config
     from lengen.train.runs import evaluate_run
 
     path = os.path.join(run_dir, f"{stem}.json")
-    try:
-        with open(os.path.join(run_dir, "config.json")) as f:
-            stored_eval = json.load(f).get("eval")
-    except (OSError, ValueError):
-        stored_eval = None
+    stored_eval = (read_stored_config(run_dir) or {}).get("eval")
     stamp = json.dumps({"positions": positions, "positions_kwargs": kwargs,
                         "splits": None if splits is None else list(splits),
                         "eval": stored_eval}, sort_keys=True, default=str)
@@ -92,11 +88,8 @@ def eval_with_positions(run_dir: str, positions: str, kwargs: dict, *, stem: str
     except (OSError, ValueError):
         pass
     log(f"evaluating {os.path.basename(run_dir)} with positions={positions} {kwargs}")
-    rows = evaluate_run(run_dir, positions=positions, positions_kwargs=kwargs, out=stem,
-                        splits=splits, plot=False, device=device)
-    rows = [dict(r, eval_stamp=stamp) for r in rows]
-    write_rows(rows, run_dir, stem=stem)
-    return rows
+    return evaluate_run(run_dir, positions=positions, positions_kwargs=kwargs, out=stem,
+                        splits=splits, plot=False, device=device, columns={"eval_stamp": stamp})
 
 
 def exit_code(result: dict) -> int:

@@ -21,8 +21,8 @@ from lengen.train.rundir import RunDirLock, check_same_run, run_meta, write_rows
 def evaluate_run(run_dir: str, *, splits=None, sequences: int | None = None,
                  batch_size: int | None = None, seed: int | None = None, device="cpu",
                  out: str = "eval", progress: bool = False, plot: bool = True,
-                 positions: str | None = None, positions_kwargs: dict | None = None
-                 ) -> list[dict]:
+                 positions: str | None = None, positions_kwargs: dict | None = None,
+                 columns: dict | None = None) -> list[dict]:
     """Evaluate a run directory's weights (the run's eval settings unless given) and write
     ``RUN_DIR/<out>.json`` and ``.csv`` (and ``<out>.png``, accuracy vs length, when ``plot`` and
     the splits are two or more ``len=K`` lengths). Holds the run directory's lock while it runs.
@@ -30,7 +30,8 @@ def evaluate_run(run_dir: str, *, splits=None, sequences: int | None = None,
     ``positions`` / ``positions_kwargs``: evaluate with another position sampler than the one the
     run was trained with (samplers hold no weights), e.g. a RoPE model trained on positions
     0..T-1 evaluated with position interpolation; the rows' ``positions`` column names it. Use
-    another ``out`` stem so the run's own ``eval.json`` is kept."""
+    another ``out`` stem so the run's own ``eval.json`` is kept. ``columns``: extra values added
+    to every row before it is written (e.g. a stamp saying which evaluation this is)."""
     from lengen.checks import Int, Str
     from lengen.config import SEED
 
@@ -64,7 +65,7 @@ def evaluate_run(run_dir: str, *, splits=None, sequences: int | None = None,
         rows = evaluate(model, task, splits, n_sequences=sequences or cfg.eval.sequences,
                         batch_size=batch_size or cfg.eval.batch_size,
                         seed=cfg.eval.seed if seed is None else seed, device=device,
-                        meta=run_meta(cfg, run_dir), progress=progress)
+                        meta=dict(run_meta(cfg, run_dir), **(columns or {})), progress=progress)
         write_rows(rows, run_dir, stem=out)
         if plot:
             from lengen.analysis.length_curves import plot_task_sweep
@@ -73,24 +74,18 @@ def evaluate_run(run_dir: str, *, splits=None, sequences: int | None = None,
     return rows
 
 
-def build_sampler_checked(name: str, kwargs: dict, *, task=None, splits=()):
+def build_sampler_checked(name: str, kwargs: dict, *, task, splits):
     """(sampler, its kwargs): a position sampler from its registry name and keyword arguments,
     checked as a config's ``model.positions`` / ``model.positions_kwargs`` are (ConfigError
-    naming the key and fix). With ``task``, what only the task knows is filled in first by the
-    sampler's ``task_defaults`` hook, as training does (M for position interpolation, the digit
-    ids of coupling / Abacus); the returned kwargs include it."""
+    naming the key and fix), with what only the task knows filled in as training does
+    (:func:`lengen.registry.fill_from_task`); the returned kwargs include it."""
     from lengen.positions import SAMPLERS
-    from lengen.registry import check_kwargs, construct, lookup
+    from lengen.registry import check_kwargs, construct, fill_from_task, lookup
 
     cls = lookup(SAMPLERS, name, "position sampler", "positions")
     kwargs = check_kwargs(cls, kwargs, section="positions_kwargs", kind="position sampler",
                           name=name)
-    hook = getattr(cls, "task_defaults", None)
-    if task is not None and hook is not None:
-        try:
-            kwargs = hook(kwargs, task, list(splits))
-        except ValueError as e:
-            raise ConfigError(f"position sampler '{name}': {e}") from None
+    kwargs = fill_from_task(cls, kwargs, task, splits, what=f"position sampler '{name}'")
     sampler = construct(cls, kwargs, what=f"position sampler '{name}' (positions_kwargs={kwargs})")
     return sampler, kwargs
 
