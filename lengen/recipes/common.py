@@ -2,6 +2,8 @@
 the choice of a training device, the check of selected names."""
 from __future__ import annotations
 
+import os
+
 from lengen.cliutil import int_at_least
 
 
@@ -58,6 +60,45 @@ def write_md(path: str, title: str, caption: str, grid, note: str = "", *,
     write_text_atomic(text + (f"\n{note}\n" if note else ""), path)
 
 
+def trained_columns(columns, eval_only: dict) -> list[str]:
+    """The columns to train for a selection: an evaluation-only column (``eval_only``: column ->
+    the column whose runs it evaluates again, e.g. RoPE+PI -> RoPE) adds its base instead."""
+    out = []
+    for c in columns:
+        base = eval_only.get(c, c)
+        if base not in out:
+            out.append(base)
+    return out
+
+
+def add_eval_only_rows(rows: list, res, specs, out: str, wanted: dict, evaluate, *,
+                       log=print) -> tuple[list, list]:
+    """``rows`` (the sweep's) plus the evaluation-only columns: for each finished run whose
+    column is a base in ``wanted`` (column -> base column), ``evaluate(spec, column)`` gives the
+    rows, tagged like the sweep's (the run's tags, ``model=column``, ``status=ok``). A failing
+    evaluation is reported like a failed run and the rest kept. When the rows or failures differ
+    from the sweep's, ``results.json`` / ``results.csv`` / ``failures.json`` are rewritten.
+    -> (rows, failures)."""
+    from lengen.fileio import save_json_atomic, write_csv_atomic
+
+    rows, failures = list(rows), list(res.failures)
+    for spec in specs:
+        done = res.status.get(spec.name, {}).get("status") in ("done", "cached")
+        for col in [c for c, base in wanted.items() if base == spec.tags["model"] and done]:
+            try:
+                tags = {**spec.tags, "model": col, "status": "ok"}
+                rows += [{**r, **tags} for r in evaluate(spec, col)]
+            except Exception as e:  # noqa: BLE001 - reported like a failed run; the rest is kept
+                failures.append({"name": f"{spec.name} ({col})",
+                                 "error": f"{type(e).__name__}: {e}"})
+                log(f"{col} evaluation of {spec.name} failed: {type(e).__name__}: {e}")
+    if rows != res.rows or failures != res.failures:
+        save_json_atomic(rows, os.path.join(out, "results.json"))
+        write_csv_atomic(rows, os.path.join(out, "results.csv"))
+        save_json_atomic(failures, os.path.join(out, "failures.json"))
+    return rows, failures
+
+
 def eval_with_positions(run_dir: str, positions: str, kwargs: dict, *, stem: str,
                         splits=None, device: str = "cpu", log=print) -> list[dict]:
     """Rows of a finished run's weights evaluated with another position sampler (e.g. RoPE+PI:
@@ -98,5 +139,6 @@ def exit_code(result: dict) -> int:
     return 1 if result.get("failures", result["sweep"].failures) else 0
 
 
-__all__ = ["add_sweep_arguments", "default_device", "eval_with_positions", "exit_code", "select",
+__all__ = ["add_sweep_arguments", "add_eval_only_rows", "default_device", "eval_with_positions",
+           "trained_columns", "exit_code", "select",
            "write_md"]

@@ -60,8 +60,8 @@ from __future__ import annotations
 import os
 import time
 
-from lengen.fileio import save_json_atomic, write_csv_atomic
-from lengen.recipes.common import default_device, eval_with_positions, select
+from lengen.recipes.common import (add_eval_only_rows, default_device, eval_with_positions,
+                                   select, trained_columns)
 from lengen.recipes.index_warping.published import PAPER_TABLE_A, UNCERTAIN_ROWS
 
 #: M (longest training length, items) of each task in the paper
@@ -85,16 +85,6 @@ MODELS = {
 #: PI is the identity in training, so RoPE+PI's training run would be RoPE's, bit for bit: the
 #: recipe trains RoPE once and evaluates it twice (``eval-rope_pi.json`` in the RoPE run)
 EVAL_ONLY = {"rope_pi": "rope"}
-
-
-def trained_columns(models) -> list[str]:
-    """The columns to train for a selection (RoPE+PI needs the RoPE run)."""
-    out = []
-    for m in models:
-        base = EVAL_ONLY.get(m, m)
-        if base not in out:
-            out.append(base)
-    return out
 
 
 #: which columns each exhibit shows (Fig. 5's R.P. is the 10M one, Sec. 5.1)
@@ -208,7 +198,7 @@ def build_specs(scale: str = "cpu", *, tasks=None, models=None, seeds=None,
 
     s = lookup(SCALES, scale, "scale")
     tasks = select(tasks, TASK_M, s["tasks"], "task")
-    models = trained_columns(select(models, MODELS, s["models"], "column"))
+    models = trained_columns(select(models, MODELS, s["models"], "column"), EVAL_ONLY)
     seeds = list(s["seeds"] if seeds is None else seeds)
     grid = Grid(axes={"task": {t: {} for t in tasks}, "model": {m: {} for m in models},
                       "seed": {x: {} for x in seeds}},
@@ -263,26 +253,17 @@ def run_index_warping(scale: str = "cpu", out: str | None = None, *, workers: in
     t0 = time.time()
     res = run_sweep(specs, out, workers=workers, backend=backend, threads=threads,
                     quiet=(workers > 1) if quiet is None else quiet, log=log)
-    rows, failures = list(res.rows), list(res.failures)
-    for spec in specs:                          # evaluation-only columns, on their base runs
-        task, seed = spec.tags["task"], spec.tags["seed"]
-        for col in [c for c in models if EVAL_ONLY.get(c) == spec.tags["model"]]:
-            if res.status.get(spec.name, {}).get("status") not in ("done", "cached"):
-                continue
-            mc = run_config(task, col, scale, seed, length_unit=length_unit,
-                            rotary_fraction=rotary_fraction, device=device)["model"]
-            try:
-                rows += [dict(r, task=task, model=col, seed=seed, status="ok")
-                         for r in eval_with_positions(os.path.join(out, spec.name),
-                                                      mc["positions"], mc["positions_kwargs"],
-                                                      stem=f"eval-{col}", device=device, log=log)]
-            except Exception as e:  # noqa: BLE001 - reported like a failed run; the rest is kept
-                failures.append({"name": f"{spec.name} ({col})",
-                                 "error": f"{type(e).__name__}: {e}"})
-                log(f"{col} evaluation of {spec.name} failed: {type(e).__name__}: {e}")
-    save_json_atomic(rows, os.path.join(out, "results.json"))     # the sweep's rows + eval-only
-    write_csv_atomic(rows, os.path.join(out, "results.csv"))
-    save_json_atomic(failures, os.path.join(out, "failures.json"))
+
+    def evaluate(spec, col):                    # an evaluation-only column on its base run
+        mc = run_config(spec.tags["task"], col, scale, spec.tags["seed"], length_unit=length_unit,
+                        rotary_fraction=rotary_fraction, device=device)["model"]
+        return eval_with_positions(os.path.join(out, spec.name), mc["positions"],
+                                   mc["positions_kwargs"], stem=f"eval-{col}", device=device,
+                                   log=log)
+
+    rows, failures = add_eval_only_rows(res.rows, res, specs, out,
+                                        {c: EVAL_ONLY[c] for c in models if c in EVAL_ONLY},
+                                        evaluate, log=log)
     seeds = sorted({sp.tags["seed"] for sp in specs})
     cap = caption(scale, seeds=seeds, length_unit=length_unit, rotary_fraction=rotary_fraction,
                   wall_seconds=time.time() - t0)
@@ -316,7 +297,7 @@ def estimate_time(scale: str = "cpu", *, steps: int = 10, tasks=None, models=Non
     s = SCALES[scale]
     tasks = select(tasks, TASK_M, s["tasks"], "task")
     models = select(models, MODELS, s["models"], "column")
-    trained = trained_columns(models)
+    trained = trained_columns(models, EVAL_ONLY)
     n_seeds = seeds or len(s["seeds"])
     use_worker_threads(workers, threads)
     per_run, serial = {}, 0.0

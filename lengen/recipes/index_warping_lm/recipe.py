@@ -66,11 +66,10 @@ from __future__ import annotations
 import os
 import time
 
-from lengen.fileio import write_csv_atomic
 from lengen.model.presets import GPT2_BASE, HF_CLM_TRAIN
 from lengen.recipes.index_warping_lm.published import (PAPER_TABLE3, PAPER_TABLEB,
                                                        TRAIN_LENGTH)
-from lengen.recipes.common import default_device, select
+from lengen.recipes.common import add_eval_only_rows, default_device, select, trained_columns
 from lengen.recipes.lm import EVAL_ALL, eval_lengths, text_task_kwargs
 
 _SMALL_GPT2 = dict(GPT2_BASE, dropout=0.0)
@@ -213,12 +212,7 @@ def run_name(model: str, seed: int) -> str:
 
 def trained_models(models) -> list[str]:
     """The models to train for a selection (RoPE+PI needs the RoPE run)."""
-    out = []
-    for m in models:
-        base = EVAL_ONLY[m][1] if m in EVAL_ONLY else m
-        if base not in out:
-            out.append(base)
-    return out
+    return trained_columns(models, {m: v[1] for m, v in EVAL_ONLY.items()})
 
 
 def build_specs(scale: str = "cpu", *, seeds=None, models=None, corpus: str | None = None,
@@ -279,26 +273,11 @@ def run_index_warping_lm(scale: str = "cpu", out: str | None = None, *, workers:
     t0 = time.time()
     res = run_sweep(specs, out, workers=workers, backend=backend, threads=threads,
                     quiet=(workers > 1) if quiet is None else quiet, log=log)
-    rows = [r for r in res.rows if r.get("model") in models]
-    failures = list(res.failures)
-    if "RoPE+PI" in models:
-        for spec in specs:
-            if spec.tags["model"] != "RoPE" or res.status.get(spec.name, {}).get("status") \
-                    not in ("done", "cached"):
-                continue
-            try:
-                rows += [dict(r, model="RoPE+PI", seed=spec.tags["seed"], status="ok")
-                         for r in pi_rows(out, spec, scale, device=device, log=log)]
-            except Exception as e:  # noqa: BLE001 - reported like a failed run; the rest is kept
-                failures.append({"name": f"{spec.name} (RoPE+PI)",
-                                 "error": f"{type(e).__name__}: {e}"})
-                log(f"RoPE+PI evaluation of {spec.name} failed: {type(e).__name__}: {e}")
+    rows, failures = add_eval_only_rows(
+        [r for r in res.rows if r.get("model") in models], res, specs, out,
+        {m: v[1] for m, v in EVAL_ONLY.items() if m in models},
+        lambda spec, col: pi_rows(out, spec, scale, device=device, log=log), log=log)
     wall = time.time() - t0
-    from lengen.fileio import save_json_atomic
-
-    save_json_atomic(rows, os.path.join(out, "results.json"))      # the sweep's rows + RoPE+PI
-    write_csv_atomic(rows, os.path.join(out, "results.csv"))
-    save_json_atomic(failures, os.path.join(out, "failures.json"))
     paths = write_report(rows, out, scale=scale, models=models,
                          seeds=sorted({s.tags["seed"] for s in specs}),
                          data_caption=task_caption(specs[0].config["task"]["kwargs"]),
