@@ -28,6 +28,21 @@ def write_text_atomic(text: str, path: str) -> None:
         raise
 
 
+def savefig_atomic(fig, path: str, **kwargs) -> str:
+    """A matplotlib figure to ``path`` (format from its extension; ``kwargs`` to ``savefig``,
+    e.g. ``dpi``), atomically, so a reader never sees half a PNG. -> ``path``."""
+    fmt = kwargs.pop("format", None) or os.path.splitext(path)[1].lstrip(".") or None
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        fig.savefig(tmp, format=fmt, **kwargs)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
 def save_json_atomic(obj, path: str) -> None:
     """``obj`` as indented JSON (non-JSON values as ``str``), atomically."""
     write_text_atomic(json.dumps(obj, indent=2, default=str), path)
@@ -62,4 +77,4 @@ def file_digest(path: str, algorithm: str = "sha256", **params) -> str:
     return h.hexdigest()
 
 
-__all__ = ["write_text_atomic", "save_json_atomic", "rows_to_csv", "write_csv_atomic", "file_digest"]
+__all__ = ["write_text_atomic", "save_json_atomic", "savefig_atomic", "rows_to_csv", "write_csv_atomic", "file_digest"]

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from lengen.fileio import file_digest, save_json_atomic, write_text_atomic
+from lengen.fileio import file_digest, save_json_atomic, savefig_atomic, write_text_atomic
 
 
 def test_atomic_writes_leave_only_the_file(tmp_path):
@@ -26,6 +26,26 @@ def test_a_failed_write_keeps_the_old_file(tmp_path):
         write_text_atomic(object(), p)                             # not text: write fails
     assert json.load(open(p)) == {"old": True}
     assert os.listdir(tmp_path) == ["r.json"]                       # no temporary file left
+
+
+def test_savefig_atomic_writes_the_format_of_the_extension_and_keeps_old_on_failure(tmp_path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    png, pdf = str(tmp_path / "a.png"), str(tmp_path / "a.pdf")
+    assert savefig_atomic(fig, png, dpi=50) == png
+    savefig_atomic(fig, pdf)
+    assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"      # not .tmp's guess
+    assert open(pdf, "rb").read(5) == b"%PDF-"
+    before = open(png, "rb").read()
+    with pytest.raises(ValueError):
+        savefig_atomic(fig, png, format="no-such-format")
+    assert open(png, "rb").read() == before                          # the old figure is kept
+    assert sorted(os.listdir(tmp_path)) == ["a.pdf", "a.png"]         # no temporary file left
+    plt.close(fig)
 
 
 @pytest.mark.parametrize("algo,params", [("sha256", {}), ("blake2b", {"digest_size": 16})])

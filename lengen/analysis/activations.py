@@ -34,6 +34,8 @@ import os
 import numpy as np
 import torch
 
+from lengen.fileio import savefig_atomic
+
 POSITIONS = ("input", "output", "all")
 
 
@@ -154,7 +156,7 @@ def plot_activations(run_dirs, lengths=(40, 150), *, n_sequences: int = 30, seed
     fig.tight_layout(rect=(0, 0, 1, 0.95))
     out = out or os.path.join(run_dirs[0], "activations-pca.png")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    fig.savefig(out, dpi=130)
+    savefig_atomic(fig, out, dpi=130)
     return out, results
 
 

@@ -24,6 +24,8 @@ import os
 import numpy as np
 import torch
 
+from lengen.fileio import savefig_atomic
+
 
 def token_labels(task, tokens) -> list[str]:
     """Characters for a task's token ids where the task has a character alphabet, else ids."""
@@ -162,7 +164,7 @@ def plot_attention(run_dir: str, split: str = "sparse", layer: int = -1, head: i
     fig = render_attention(m["weights"], m["labels"], title=_title(m), cmap=cmap)
     out = out or os.path.join(run_dir, f"attention-{split}-{m['index']}-L{m['layer']}H{head}.png")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    fig.savefig(out, dpi=dpi)
+    savefig_atomic(fig, out, dpi=dpi)
     return (out, fig) if return_fig else out
 
 
@@ -186,7 +188,7 @@ def plot_attention_grid(run_dirs: list[str], out: str, *, titles: list[str] | No
                          title=(titles[i] + "\n" if titles else "") + _title(m))
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    fig.savefig(out, dpi=dpi)
+    savefig_atomic(fig, out, dpi=dpi)
     return out
 
 

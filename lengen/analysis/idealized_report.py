@@ -27,6 +27,7 @@ import os
 import numpy as np
 
 from lengen.analysis import idealized as I
+from lengen.fileio import savefig_atomic
 
 # alternative readings of the paper's implicit conventions, each a change to our default one
 # (name, what it changes, kwargs for total_difference, d values)
@@ -169,7 +170,7 @@ def _figure(ncols=1, size=(6.4, 4.2)):
 
 def _save(fig, out, name) -> str:
     fig.tight_layout()
-    fig.savefig(os.path.join(out, name), dpi=120)
+    savefig_atomic(fig, os.path.join(out, name), dpi=120)
     return name
 
 

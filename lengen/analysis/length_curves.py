@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
+from lengen.fileio import savefig_atomic
+
 
 def curve_points(rows: Iterable[dict], *, metric: str, by: Sequence[str] = ("run",)) -> dict:
     """``{group key: (lengths, mean, lo, hi)}`` of ``metric`` (fractions), lengths ascending;
@@ -78,7 +80,7 @@ def plot_length_curves(rows: Iterable[dict], path: str, **kwargs) -> str:
     import matplotlib.pyplot as plt
 
     fig = length_curve_figure(rows, **kwargs)
-    fig.savefig(path, dpi=110)
+    savefig_atomic(fig, path, dpi=110)
     plt.close(fig)
     return path
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 import os
 from typing import Iterable, Sequence
 
+from lengen.fileio import savefig_atomic
+
 
 def perplexity_curves(rows: Iterable[dict], *, by: Sequence[str] = ("run",), metric: str = "ppl"
                       ) -> dict[tuple, dict[int, list[float]]]:
@@ -72,9 +74,7 @@ def plot_perplexity(rows: Iterable[dict], out: str | None = None, *, by: Sequenc
     fig.tight_layout()
     if out:             # atomically: a reader never sees half a PNG
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-        tmp = f"{out}.tmp{os.getpid()}.png"
-        fig.savefig(tmp, dpi=150)
-        os.replace(tmp, out)
+        savefig_atomic(fig, out, dpi=150)
     return fig
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 
+from lengen.fileio import savefig_atomic
 from lengen.recipes.addition.specs import FIGURES, PE_LABELS, PES, SCALES, SETTINGS
 
 
@@ -68,7 +69,7 @@ def compare(rows, scores, out, name, settings, N, title, *, per_pe: bool) -> str
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     path = os.path.join(out, f"{name}.png")
-    fig.savefig(path, dpi=110)
+    savefig_atomic(fig, path, dpi=110)
     plt.close(fig)
     return path
 
@@ -93,7 +94,7 @@ def all_trials(rows, scores, out, settings, N) -> str | None:
     fig.suptitle("Every trial (Fig. C.1)", fontsize=10)
     fig.tight_layout()
     path = os.path.join(out, "fig3_all.png")
-    fig.savefig(path, dpi=110)
+    savefig_atomic(fig, path, dpi=110)
     plt.close(fig)
     return path
 
@@ -120,7 +121,7 @@ def carry(rows, scores, out, N) -> str | None:
     ax.legend(fontsize=8)
     fig.tight_layout()
     path = os.path.join(out, "fig9.png")
-    fig.savefig(path, dpi=110)
+    savefig_atomic(fig, path, dpi=110)
     plt.close(fig)
     return path
 
@@ -153,7 +154,7 @@ def error_shapes(rows, scores, out, N, setting="fire") -> str | None:
           title="error positions (Fig. C.10)")
     fig.tight_layout()
     path = os.path.join(out, "fig_c10.png")
-    fig.savefig(path, dpi=110)
+    savefig_atomic(fig, path, dpi=110)
     plt.close(fig)
     return path
 
@@ -185,7 +186,7 @@ def heatmap(scores, out, scale) -> str | None:
     fig.colorbar(im, ax=ax, fraction=0.05)
     fig.tight_layout()
     path = os.path.join(out, "fig11.png")
-    fig.savefig(path, dpi=110)
+    savefig_atomic(fig, path, dpi=110)
     plt.close(fig)
     return path
 
@@ -210,7 +211,7 @@ def train_lengths(rows, scores, out, scale) -> str | None:
     ax.set(ylabel="exact match (%)", xlabel="digits")
     fig.tight_layout()
     path = os.path.join(out, "fig13.png")
-    fig.savefig(path, dpi=110)
+    savefig_atomic(fig, path, dpi=110)
     plt.close(fig)
     return path
 
@@ -240,7 +241,7 @@ def training_curves(rows, scores, out, scale) -> str | None:
     fig.suptitle("OOD exact match during training, every trial (Figs. 13, C.4-C.7)", fontsize=10)
     fig.tight_layout()
     path = os.path.join(out, "fig_training.png")
-    fig.savefig(path, dpi=110)
+    savefig_atomic(fig, path, dpi=110)
     plt.close(fig)
     return path
 

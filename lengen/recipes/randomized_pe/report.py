@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import os
 
-from lengen.fileio import write_csv_atomic
+from lengen.fileio import savefig_atomic, write_csv_atomic
 from lengen.recipes.common import write_md
 from lengen.recipes.randomized_pe.recipe import (EXTRA_SCHEMES, PAPER_TABLE1, PAPER_TABLE3,
                                           PAPER_TABLE4, SCALES, SCHEMES, TASK_LABELS, UNSORTED,
@@ -215,7 +215,7 @@ def plot_curves(rows, scores, out: str, *, tasks, schemes, N: int, M: int, L: in
         ax.legend(fontsize=7, ncol=2, loc="lower left")
         fig.tight_layout()
         paths[f"curve_{t}"] = os.path.join(out, "curves", f"{t}.png")
-        fig.savefig(paths[f"curve_{t}"], dpi=110)
+        savefig_atomic(fig, paths[f"curve_{t}"], dpi=110)
         plt.close(fig)
     return paths
 
@@ -267,7 +267,7 @@ def write_ablation_L(scores, out: str, *, caption: str) -> dict:
            title="Randomized relative: sweep over L")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(paths["ablation_L_png"], dpi=110)
+    savefig_atomic(fig, paths["ablation_L_png"], dpi=110)
     plt.close(fig)
     return paths
 

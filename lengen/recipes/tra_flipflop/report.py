@@ -9,7 +9,7 @@ import math
 import os
 
 from lengen.analysis.tables import fmt_mean_std, markdown_table, summarize
-from lengen.fileio import write_csv_atomic
+from lengen.fileio import savefig_atomic, write_csv_atomic
 from lengen.recipes.tra_flipflop.recipe import IID_SOLVED, PAPER_TABLE1, SCALES, SPLITS
 
 NOT_SOLVED = "†"
@@ -100,7 +100,7 @@ def bar_chart(records: list[dict], models: list[str], out: str, title: str = "")
     if title:
         fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(out, dpi=120)
+    savefig_atomic(fig, out, dpi=120)
     return out
 
 
