@@ -138,24 +138,27 @@ class TransformerXLRelative(PositionalScheme):
         ops then score each tile against its window of the table. None otherwise (dense hook)."""
         if self.path == "trig" or pos.dim() != 1:
             return None
-        r = self.progression_distances(pos, pos, q.device)
-        if r is None or isinstance(r, str):
+        r = self.toeplitz_distances(pos, pos, q.device)
+        if r is None or self.trig_cheaper(r.numel(), pos.shape[-1]):
             return None
         qv, content = self.query_and_content(q, k)
         return RelativeBias(qv, self.projected(r, qv.dtype), content.to(qv.dtype))
 
-    def progression_distances(self, pos_q, pos_k, device):
-        """The Toeplitz path's decision, shared by :meth:`position_term` and
-        :meth:`tiled_bias`: for positions stepping evenly by an integer (shared by the batch),
-        the distances ``pos_i - pos_j`` along the table, ``r`` [Tq + Tk - 1] float64 (column
-        c = (Tq - 1) - (i - j)), or ``"trig"`` when ``path='auto'`` finds the trig path cheaper;
-        None when the positions are no such progression."""
+    def trig_cheaper(self, n_distances: int, Tk: int) -> bool:
+        """``path='auto'``'s cost rule, used by every path choice: per (query, head) the table
+        path scores ``n_distances`` entries of ``head_dim``, the trig path does a ``rel_dim`` x
+        ``Tk`` product; True when the latter is cheaper (never for ``path='table'``)."""
+        return self.path == "auto" and n_distances * self.head_dim > Tk * self.rel_dim
+
+    def toeplitz_distances(self, pos_q, pos_k, device):
+        """For positions stepping evenly by an integer (shared by the batch): the distances
+        ``pos_i - pos_j`` along the Toeplitz table, ``r`` [Tq + Tk - 1] float64 (column
+        c = (Tq - 1) - (i - j)); None when the positions are no such progression. Shared by
+        :meth:`position_term` and :meth:`tiled_bias`, so both take the same table."""
         Tq, Tk = pos_q.shape[-1], pos_k.shape[-1]
         prog = integer_progression(pos_q, pos_k) if Tq and Tk else None
         if prog is None:
             return None
-        if self.path == "auto" and (Tq + Tk - 1) * self.head_dim > Tk * self.rel_dim:
-            return "trig"
         # query minus key: the negated progression distances
         return -progression_distances(*prog, Tq, Tk, device=device, dtype=torch.float64)
 
@@ -174,10 +177,10 @@ class TransformerXLRelative(PositionalScheme):
             return self.position_term_table(qv, idx.to(qv.device), r.to(qv.device), content)
         if self.path == "trig":
             return self.position_term_trig(qv, pos_q, pos_k, content)
-        r = self.progression_distances(pos_q, pos_k, qv.device)
-        if isinstance(r, str):
-            return self.position_term_trig(qv, pos_q, pos_k, content)
+        r = self.toeplitz_distances(pos_q, pos_k, qv.device)
         if r is not None:
+            if self.trig_cheaper(r.numel(), Tk):
+                return self.position_term_trig(qv, pos_q, pos_k, content)
             return self.position_term_table(qv, None, r, content)
         rel = self.pairwise(pos_q, pos_k, torch.float64)          # [(B,) tq, Tk], exact
         integral = bool((rel == rel.round()).all())
@@ -185,9 +188,7 @@ class TransformerXLRelative(PositionalScheme):
             return self.position_term_trig(qv, pos_q, pos_k, content)
         r_min, r_max = int(rel.min()), int(rel.max())
         n_rel = r_max - r_min + 1
-        table_cost = n_rel * self.head_dim                  # per (query, head): score U entries
-        trig_cost = Tk * self.rel_dim                       # per (query, head): d_rel x Tk matmul
-        if self.path == "auto" and table_cost > trig_cost:
+        if self.trig_cheaper(n_rel, Tk):
             return self.position_term_trig(qv, pos_q, pos_k, content)
         if not integral:
             raise ValueError("xl path='table' needs integer relative positions; "
