@@ -121,6 +121,7 @@ def test_finding_appears_when_fot_and_tra_keep_and_most_pes_degrade():
     text = finding(recs)
     assert "The finding appears" in text and "3 of the 4 other" in text
     assert "TRA is below FoT at 3 of 3 lengths" in text
+    assert "CoPE keeps its perplexity (<= 1.05x) up to 4x the training length" in text
     # FoT blowing up breaks it; a model far above the best at T is marked
     curves["FoT"] = [30, 80, 500]
     curves["APE"] = [60, 200, 900]
@@ -129,6 +130,14 @@ def test_finding_appears_when_fot_and_tra_keep_and_most_pes_degrade():
     assert "does not appear" in text and "FoT did not keep" in text
     assert f"{NOT_FIT} APE" in text
     assert not {r["model"]: r for r in recs}["APE"]["fit"]
+
+
+def test_holds_to_is_the_longest_length_kept_from_the_training_length_on():
+    curve = {128: 20.0, 256: 19.0, 512: 21.0, 1024: 21.5, 2048: 20.0, 4096: 40.0}
+    assert lm.holds_to(curve, 128) == 4.0          # 1024 is 1.075x: kept up to 512 only
+    assert lm.holds_to({128: 20.0, 4096: 21.0}, 128) == 32.0
+    assert lm.holds_to({128: 20.0, 256: float("nan"), 512: 20.0}, 128) == 1.0
+    assert math.isnan(lm.holds_to({256: 20.0}, 128))
 
 
 def test_trend_thresholds():

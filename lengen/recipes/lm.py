@@ -186,6 +186,22 @@ def trend(curve: dict, train_length: int) -> tuple[float, str]:
     return ratio, "blows up"
 
 
+def holds_to(curve: dict, train_length: int) -> float:
+    """How far a model keeps its perplexity: the largest evaluation length (as a multiple of
+    the training length) up to which every length's perplexity is <= KEEP_RATIO x the one at the
+    training length; nan without a finite value there. The TRA paper's reading of CoPE, "holds
+    to ~10x, then deteriorates", is this number."""
+    base = curve.get(train_length, math.nan)
+    if not (math.isfinite(base) and base > 0):
+        return math.nan
+    reach = train_length
+    for k in sorted(k for k in curve if k > train_length):
+        if not (curve[k] <= KEEP_RATIO * base):          # nan / inf count as not kept
+            break
+        reach = k
+    return reach / train_length
+
+
 def fmt_ppl(mean, std=None) -> str:
     """``31.74``, ``31.74 ± 0.11``, ``1.2e+04`` past 10^4, ``-`` when missing, ``inf``."""
     if mean is None or (isinstance(mean, float) and math.isnan(mean)):
@@ -200,4 +216,4 @@ def fmt_ppl(mean, std=None) -> str:
 
 __all__ = ["EVAL_ALL", "KEEP_RATIO", "BLOW_UP_RATIO", "eval_lengths", "text_task_kwargs",
            "task_caption", "default_device", "time_config", "estimate_runs",
-           "perplexity_table", "trend", "fmt_ppl"]
+           "perplexity_table", "trend", "holds_to", "fmt_ppl"]

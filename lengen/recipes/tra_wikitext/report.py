@@ -9,7 +9,7 @@ import os
 from lengen.analysis.tables import markdown_table
 from lengen.fileio import write_csv_atomic
 from lengen.recipes.lm import (BLOW_UP_RATIO, KEEP_RATIO, eval_lengths, fmt_ppl,
-                               perplexity_table, trend)
+                               holds_to, perplexity_table, trend)
 from lengen.recipes.tra_wikitext.published import (PAPER_FIG4, PAPER_GENERALISE,
                                                    PAPER_HOLDS_TO_10X, PAPER_TABLE2)
 from lengen.recipes.tra_wikitext.recipe import SCALES
@@ -36,6 +36,7 @@ def records(rows: list[dict], models: list[str], train_length: int) -> list[dict
         base = means.get(train_length, math.nan)
         p_mean, p_std = PAPER_TABLE2[m]
         out.append({"model": m, "ppl": curve, "ratio": ratio, "trend": label,
+                    "holds_to": holds_to(means, train_length),
                     "n_seeds": max((v["n"] for v in curve.values()), default=0),
                     "fit": bool(math.isfinite(base) and base <= FIT_FACTOR * best),
                     "paper_mean": p_mean, "paper_std": p_std, "paper_fig4": PAPER_FIG4[m]})
@@ -76,6 +77,10 @@ def finding(recs: list[dict]) -> str:
                  + ("; " if missing and 2 * len(worse) <= len(pes) else "")
                  + (f"only {len(worse)} of the {len(pes)} other position encodings degrade"
                     if 2 * len(worse) <= len(pes) else "") + ".")
+    for m in [m for m in PAPER_HOLDS_TO_10X if m in by]:
+        x = by[m]["holds_to"]
+        text += (f" {m} keeps its perplexity (<= {KEEP_RATIO:g}x) up to {x:g}x the training "
+                 f"length (paper: ~10x, then deteriorates)." if math.isfinite(x) else "")
     if "TRA" in by and "FoT" in by:
         both = sorted(set(by["TRA"]["ppl"]) & set(by["FoT"]["ppl"]))
         edge = sum(by["TRA"]["ppl"][k]["mean"] < by["FoT"]["ppl"][k]["mean"] for k in both)
