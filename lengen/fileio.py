@@ -13,14 +13,12 @@ import json
 import os
 
 
-def write_text_atomic(text: str, path: str) -> None:
-    """``text`` to ``path`` through a temporary file and a rename."""
+def _replace_atomically(path: str, write) -> None:
+    """``write(tmp)`` to a temporary file beside ``path``, then rename it over ``path``; a
+    failing write removes the temporary file and keeps the old ``path``."""
     tmp = f"{path}.tmp{os.getpid()}"
     try:
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+        write(tmp)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):          # a failed write leaves nothing behind
@@ -28,18 +26,22 @@ def write_text_atomic(text: str, path: str) -> None:
         raise
 
 
+def write_text_atomic(text: str, path: str) -> None:
+    """``text`` to ``path`` through a temporary file (flushed and fsynced) and a rename."""
+    def write(tmp):
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+
+    _replace_atomically(path, write)
+
+
 def savefig_atomic(fig, path: str, **kwargs) -> str:
     """A matplotlib figure to ``path`` (format from its extension; ``kwargs`` to ``savefig``,
     e.g. ``dpi``), atomically, so a reader never sees half a PNG. -> ``path``."""
     fmt = kwargs.pop("format", None) or os.path.splitext(path)[1].lstrip(".") or None
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        fig.savefig(tmp, format=fmt, **kwargs)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    _replace_atomically(path, lambda tmp: fig.savefig(tmp, format=fmt, **kwargs))
     return path
 
 

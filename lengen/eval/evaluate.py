@@ -17,7 +17,6 @@ RNG (periodic evaluation cannot shift training).
 """
 from __future__ import annotations
 
-
 import torch
 
 from lengen.eval.metrics import batch_stats, finalize, restrict_to_outputs
@@ -129,7 +128,3 @@ def evaluate(model, task, splits: list[str], *, n_sequences: int, batch_size: in
             rows.append(dict(base, metric=metric, value=r[metric]))
         rows.append(dict(base, metric="glitch_rate", value=1 - r["token_acc"]))
     return rows
-
-
-
-

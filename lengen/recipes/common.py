@@ -79,7 +79,7 @@ def add_eval_only_rows(rows: list, res, specs, out: str, wanted: dict, evaluate,
     evaluation is reported like a failed run and the rest kept. When the rows or failures differ
     from the sweep's, ``results.json`` / ``results.csv`` / ``failures.json`` are rewritten.
     -> (rows, failures)."""
-    from lengen.fileio import save_json_atomic, write_csv_atomic
+    from lengen.sweep.local import write_results
 
     rows, failures = list(rows), list(res.failures)
     for spec in specs:
@@ -93,9 +93,7 @@ def add_eval_only_rows(rows: list, res, specs, out: str, wanted: dict, evaluate,
                                  "error": f"{type(e).__name__}: {e}"})
                 log(f"{col} evaluation of {spec.name} failed: {type(e).__name__}: {e}")
     if rows != res.rows or failures != res.failures:
-        save_json_atomic(rows, os.path.join(out, "results.json"))
-        write_csv_atomic(rows, os.path.join(out, "results.csv"))
-        save_json_atomic(failures, os.path.join(out, "failures.json"))
+        write_results(out, rows, failures)
     return rows, failures
 
 
@@ -109,7 +107,6 @@ def eval_with_positions(run_dir: str, positions: str, kwargs: dict, *, stem: str
     may change without retraining; written after the weights), else evaluated and written there
     (:func:`lengen.train.runs.evaluate_run`)."""
     import json
-    import os
 
     from lengen.train.rundir import read_stored_config
     from lengen.train.runs import evaluate_run

@@ -185,6 +185,16 @@ def result_rows(result: dict) -> list[dict]:
     return out
 
 
+def write_results(out_dir: str, rows: list[dict], failures: list[dict]) -> None:
+    """A sweep folder's ``results.json`` / ``results.csv`` (rows) and ``failures.json``, each
+    atomically; also used by recipes that add rows after the sweep (evaluation-only columns)."""
+    from lengen.fileio import save_json_atomic, write_csv_atomic
+
+    save_json_atomic(rows, os.path.join(out_dir, "results.json"))
+    write_csv_atomic(rows, os.path.join(out_dir, "results.csv"))
+    save_json_atomic(failures, os.path.join(out_dir, "failures.json"))
+
+
 class SweepResult:
     """What a sweep produced: ``rows`` (every run's rows, in grid order), ``status`` (per run),
     ``failures``; ``frame()`` gives a pandas DataFrame of the rows."""
@@ -207,11 +217,9 @@ class SweepResult:
         return pd.DataFrame(self.rows)
 
     def write(self) -> None:
-        from lengen.fileio import save_json_atomic, write_csv_atomic
+        from lengen.fileio import save_json_atomic
 
-        save_json_atomic(self.rows, os.path.join(self.out_dir, "results.json"))
-        write_csv_atomic(self.rows, os.path.join(self.out_dir, "results.csv"))
-        save_json_atomic(self.failures, os.path.join(self.out_dir, "failures.json"))
+        write_results(self.out_dir, self.rows, self.failures)
         pending = [s.name for s in self.specs if s.name not in self.results]
         save_json_atomic({"runs": self.status, "pending": pending},
                          os.path.join(self.out_dir, "sweep.json"))
@@ -382,4 +390,5 @@ def collect(out_dir: str) -> list[dict]:
     return rows
 
 
-__all__ = ["run_sweep", "run_one", "collect", "SweepResult", "result_rows", "failure_result"]
+__all__ = ["run_sweep", "run_one", "collect", "SweepResult", "result_rows", "failure_result",
+           "write_results"]

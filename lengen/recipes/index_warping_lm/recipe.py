@@ -119,6 +119,8 @@ MODELS = {
 }
 #: evaluations of another model's weights with another sampler: key -> (label, model, sampler)
 EVAL_ONLY = {"RoPE+PI": ("Position Interpolation", "RoPE", "interpolate")}
+#: evaluation-only model -> the model whose runs it evaluates again
+EVAL_ONLY_BASE = {m: v[1] for m, v in EVAL_ONLY.items()}
 ALL_MODELS = ("RoPE", "RoPE+PI", "RandPE-8072", "RandPE-4096", "RandPE-1024", "ALiBi", "Ours",
               "head_only", "tail_only", "alpha-2", "alpha-4", "alpha-8")
 TABLE3 = ("RoPE", "RoPE+PI", "RandPE-8072", "RandPE-4096", "RandPE-1024", "ALiBi", "Ours")
@@ -212,7 +214,7 @@ def run_name(model: str, seed: int) -> str:
 
 def trained_models(models) -> list[str]:
     """The models to train for a selection (RoPE+PI needs the RoPE run)."""
-    return trained_columns(models, {m: v[1] for m, v in EVAL_ONLY.items()})
+    return trained_columns(models, EVAL_ONLY_BASE)
 
 
 def build_specs(scale: str = "cpu", *, seeds=None, models=None, corpus: str | None = None,
@@ -275,7 +277,7 @@ def run_index_warping_lm(scale: str = "cpu", out: str | None = None, *, workers:
                     quiet=(workers > 1) if quiet is None else quiet, log=log)
     rows, failures = add_eval_only_rows(
         [r for r in res.rows if r.get("model") in models], res, specs, out,
-        {m: v[1] for m, v in EVAL_ONLY.items() if m in models},
+        {m: base for m, base in EVAL_ONLY_BASE.items() if m in models},
         lambda spec, col: pi_rows(out, spec, scale, device=device, log=log), log=log)
     wall = time.time() - t0
     paths = write_report(rows, out, scale=scale, models=models,

@@ -117,9 +117,8 @@ def write_report(rows: list[dict], out_dir: str, *, scale: str, models: list[str
              "table_png": os.path.join(out_dir, "table.png")}
     write_text_atomic(md, paths["table_md"])
     write_csv_atomic(records, paths["table_csv"])
-    tmp = paths["table_png"] + ".tmp.png"
-    bar_chart(records, models, tmp, title=f"TRA Table 1, {scale} scale: ours vs paper")
-    os.replace(tmp, paths["table_png"])
+    bar_chart(records, models, paths["table_png"],
+              title=f"TRA Table 1, {scale} scale: ours vs paper")
     log("\n" + md)
     log(f"wrote {paths['table_md']}, {paths['table_csv']}, {paths['table_png']}")
     return records, paths
