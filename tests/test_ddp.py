@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import socket
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import pytest
@@ -78,18 +79,16 @@ def flip_cfg(**train_kw):
 
 # ---- running ranks ------------------------------------------------------------------------------
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _rank_main(rank, world, port, jobs, queue):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                      LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world))
+def _rank_main(rank, world, store, jobs, queue):
+    # torchrun's environment (the loop reads RANK / WORLD_SIZE / LOCAL_RANK), but the group
+    # meets through a file store: a TCP port picked by binding port 0 and releasing it could be
+    # taken by another process before rank 0 binds it again (a rare, unreproducible failure)
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_WORLD_SIZE=str(world))
     torch.set_num_threads(1)
     register_sampler()
-    torch.distributed.init_process_group("gloo")
+    torch.distributed.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
+                                         world_size=world)
     results = []
     for fn, args in jobs:
         try:
@@ -107,8 +106,9 @@ def run_ranks(jobs, world=2, timeout=300):
 
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=_rank_main, args=(r, world, port, jobs, queue))
+    store_dir = tempfile.mkdtemp(prefix="lengen-ddp-")
+    store = os.path.join(store_dir, "store")          # must not exist before the group meets
+    procs = [ctx.Process(target=_rank_main, args=(r, world, store, jobs, queue))
              for r in range(world)]
     for p in procs:
         p.start()
@@ -122,6 +122,7 @@ def run_ranks(jobs, world=2, timeout=300):
             p.join(timeout=30)
             if p.is_alive():
                 p.kill()
+        shutil.rmtree(store_dir, ignore_errors=True)
     return [out[r] for r in range(world)]
 
 
