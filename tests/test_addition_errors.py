@@ -27,6 +27,7 @@ def test_classify_cases(task):
     assert torch.equal(target, answer_for(task, "081"))
     ok = classify(task, prompt, target, target)
     assert ok["correct"] and ok["carry"] and ok["wrong_digits"] == 0 and ok["n_digits"] == 2
+    assert ok["carry_in"] == [False, True, False]        # 2 + 9 carries into the tens only
     one = classify(task, prompt, target, answer_for(task, "091"))
     assert not one["correct"] and one["wrong_digits"] == 1 and one["wrong_positions"] == [1]
     two = classify(task, prompt, target, answer_for(task, "180"))
@@ -50,6 +51,12 @@ def test_summarize_rows(task):
     assert rows[("seq_acc_generated", None, None)]["value"] == pytest.approx(1 / 3)
     assert rows[("acc_with_carry", None, None)]["value"] == pytest.approx(1 / 3)
     assert rows[("acc_without_carry", None, None)]["value"] is None
+    # per digit: the tens (the one digit with a carry in) is wrong in "091" only; the units and
+    # hundreds (no carry in) are both wrong in "180"
+    assert rows[("digit_acc_carry_in", None, None)]["value"] == pytest.approx(2 / 3)
+    assert rows[("digit_acc_carry_in", None, None)]["count"] == 3
+    assert rows[("digit_acc_no_carry_in", None, None)]["value"] == pytest.approx(4 / 6)
+    assert rows[("digit_acc_no_carry_in", None, None)]["count"] == 6
     assert rows[("single_digit_error_share", None, None)]["value"] == 0.5
     assert rows[("wrong_digits_count", 1, None)]["value"] == 1
     assert rows[("wrong_digits_count", 2, None)]["value"] == 1

@@ -4,6 +4,7 @@ through the CLI, and a diverging run recorded without stopping the sweep."""
 from __future__ import annotations
 
 import csv
+import json
 import os
 
 import pytest
@@ -79,6 +80,14 @@ def test_every_cpu_and_smoke_config_builds():
         assert learned and all(c.model.posenc == "learned" for c in learned)
     cpu = add.SCALES["cpu"]
     assert cpu["N"] == 10 and cpu["M"] >= 20
+    # two trials for the four PEs with hints (Fig. 3), one for every ablation; --seeds
+    # replaces both
+    main = [s for s in add.build_specs("cpu") if s.tags["group"] == "main"]
+    for setting in add.SETTINGS:
+        seeds = sorted(s.tags["seed"] for s in main if s.tags["setting"] == setting)
+        assert seeds == ([0, 1] if setting in add.PES else [0]), setting
+    chosen = add.build_specs("cpu", trials=[3], train_lengths=False, heatmap=False)
+    assert {s.tags["seed"] for s in chosen} == {3} and len(chosen) == len(add.SETTINGS)
 
 
 def test_bad_input_through_the_recipe_configs():
@@ -140,6 +149,31 @@ def test_reach_and_run_scores():
     assert FIT == 90.0 and REACH == 90.0
 
 
+def test_claims_do_not_count_pairs_where_neither_run_fitted(monkeypatch):
+    """Two unfitted runs (both 0% beyond N) would otherwise 'agree' with any sign the paper
+    states; they are shown, marked, and left out of the count."""
+    monkeypatch.setitem(add.SCALES, "smoke", dict(add.SCALES["smoke"], N=3, M=5))
+    good = {1: 100, 2: 100, 3: 100, 4: 99, 5: 99}
+    dead = {1: 20, 2: 0, 3: 0, 4: 0, 5: 0}
+    rows = (rows_for("f", "fire", good) + rows_for("fn", "fire-nohints", dead)
+            + rows_for("k", "kerple_log", dead) + rows_for("kn", "kerple_log-nohints", dead)
+            + rows_for("ks", "kerple_log-spaces", dead) + rows_for("kr", "kerple_log-rand", dead)
+            + rows_for("fr", "fire-norand", good) + rows_for("fs", "fire-spaces", dead))
+    claims = {c["key"]: c for c in _claim_rows(rows, run_scores(rows, M=5), "smoke")}
+    assert claims["no_hints"]["holds"] == "1 of 1 PEs (1 not counted)"
+    assert "KerpleLog 6.7/0.0 vs 6.7/0.0 (neither run fitted" in claims["no_hints"]["ours"]
+    # spaces: FIRE -99 counted (paper: -), KerpleLog 0 vs 0 not counted (paper: +)
+    assert claims["spaces"]["holds"] == "1 of 1 PEs (1 not counted)"
+    # randomized: FIRE 0 difference (counted, disagrees), KerpleLog not counted
+    assert claims["randomized"]["holds"] == "0 of 1 PEs (1 not counted)"
+    # FIRE beats only unfitted PEs: nothing to compare its degradation with
+    assert claims["others_degrade"]["holds"] == "untested (no other PE fitted)"
+    assert "KerpleLog 0.0" + UNFIT in claims["others_degrade"]["ours"]
+    only_dead = [r for r in rows if r["run"] in ("k", "kn")]
+    claims = {c["key"]: c for c in _claim_rows(only_dead, run_scores(only_dead, M=5), "smoke")}
+    assert claims["no_hints"]["holds"] == "untested (neither run fitted for any PE)"
+
+
 def test_claims_follow_the_rows(tmp_path, monkeypatch):
     monkeypatch.setitem(add.SCALES, "smoke", dict(add.SCALES["smoke"], N=3, M=5))
     good = {1: 100, 2: 100, 3: 100, 4: 99, 5: 99}
@@ -192,8 +226,8 @@ def test_smoke_end_to_end_through_the_cli(tmp_path, capsys):
     with open(os.path.join(out, "results.csv")) as f:
         rows = list(csv.DictReader(f))
     metrics = {r["metric"] for r in rows}
-    assert {"seq_acc", "seq_acc_during_training", "acc_with_carry",
-            "single_digit_error_share"} <= metrics
+    assert {"seq_acc", "seq_acc_during_training", "acc_with_carry", "digit_acc_carry_in",
+            "digit_acc_no_carry_in", "single_digit_error_share"} <= metrics
     during = [r for r in rows if r["metric"] == "seq_acc_during_training"]
     assert {r["split"] for r in during} == {"len=2", "len=5"} and {r["step"] for r in during} \
         == {"2"}
@@ -206,6 +240,20 @@ def test_smoke_end_to_end_through_the_cli(tmp_path, capsys):
                  "fire", "--no-heatmap", "--no-train-lengths"]) == 0
     assert os.path.getmtime(os.path.join(out, "fire-s0-d0", "errors.json")) == mtime
     assert "cached" in capsys.readouterr().out
+    # an analysis cached by an older lengen (no version in its key) is recomputed
+    path = os.path.join(out, "fire-s0-d0", "errors.json")
+    with open(path) as f:
+        cached = json.load(f)
+    del cached["key"]["version"]
+    cached["rows"] = [r for r in cached["rows"] if not r["metric"].startswith("digit_acc")]
+    with open(path, "w") as f:
+        json.dump(cached, f)
+    assert main(["reproduce", "addition", "--scale", "smoke", "--out", out, "--settings",
+                 "fire", "--no-heatmap", "--no-train-lengths"]) == 0
+    with open(path) as f:
+        again = json.load(f)
+    assert again["key"]["version"] == add.ERROR_ANALYSIS_VERSION
+    assert any(r["metric"] == "digit_acc_carry_in" for r in again["rows"])
 
 
 def test_a_diverging_run_is_recorded_not_fatal(tmp_path, monkeypatch, capsys):

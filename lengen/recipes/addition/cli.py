@@ -14,13 +14,14 @@ from lengen.recipes.common import add_sweep_arguments
 def add_arguments(q) -> None:
     add_sweep_arguments(q, "addition",
                         scale_help="smoke = seconds (tests), cpu = a small model, train 1..10 "
-                                   "digits, test 1..20, 2 trials, meant for about 90 min on 2 "
-                                   "cores with --workers 2 (check with --estimate; its models "
-                                   "do not yet fit their training lengths, see the recipe "
-                                   "module), paper = the 25M model, 1..40 -> 100 digits, 10 "
-                                   "trials, 50k steps (GPU)",
-                        seeds_help="trials = weight-initialisation seeds (default: the scale's, "
-                                   "e.g. 0 1 for cpu); the data order is seed 0")
+                                   "digits, test 1..20, 2 trials for the four PEs with hints, 1 "
+                                   "per ablation, FIRE also on a 2 x 2 init x data-order grid, "
+                                   "about 1 h on 2 cores with "
+                                   "--workers 2 (results/addition-cpu), paper = the 25M model, "
+                                   "1..40 -> 100 digits, 10 trials, 50k steps (GPU)",
+                        seeds_help="trials = weight-initialisation seeds for every setting "
+                                   "(default: the scale's, e.g. 0 1 for the four PEs and 0 for "
+                                   "the ablations at cpu); the data order is seed 0")
     q.add_argument("--settings", nargs="+", default=None, metavar="SETTING",
                    help="subset of settings (default: the scale's), e.g. fire rope "
                         "fire-nohints coupling; see lengen.recipes.addition.specs.SETTINGS")

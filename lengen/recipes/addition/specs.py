@@ -71,10 +71,13 @@ SCALES = {
     # batch 32 at lr 3e-3 for 5,000 steps: probes (results/addition-cpu/probes.jsonl) had FIRE
     # fit 1..10 digits by step 3,500 this way, where batch 64 at lr 1e-3 (the first cpu scale)
     # left it at <= 6% after 3,000 steps and batch 64 at 3e-3 needed ~5,500 steps at twice the
-    # cost per step; one trial per setting so the grid fits 90 min, FIRE gets 4 via the heatmap
+    # cost per step; two trials for the four PEs of Fig. 3 (best of 2: whether KerpleLog / RoPE
+    # find the algorithm within 5,000 steps varies from seed to seed), one for the ablations, so
+    # the grid fits 90 min; FIRE also gets the 2 x 2 init x order grid
     "cpu": dict(N=10, M=20, test_stride=1, steps=5000, batch_size=32, lr=3e-3,
                 warmup_steps=100, model=dict(d_model=64, n_layers=2, n_heads=4, d_ff=256),
-                preset=None, settings=tuple(SETTINGS), trials=(0,), train_lengths=(5, 10),
+                preset=None, settings=tuple(SETTINGS), trials=(0,), pe_trials=(0, 1),
+                train_lengths=(5, 10),
                 train_length_trials=(0,), heatmap=((0, 1), (0, 1)), eval_sequences=100,
                 eval_batch_size=100, eval_every=500, track=(12, 15, 20), track_sequences=64,
                 error_lengths=(12, 15), error_sequences=100, L=256, spaces=0.2,
@@ -160,6 +163,9 @@ def build_specs(scale: str = "cpu", *, settings=None, trials=None, device: str =
 
     s = SCALES[scale]
     settings = select(settings, SETTINGS, s["settings"], "setting")
+    # the scale's trials, or its ``pe_trials`` for the four PEs with hints (Fig. 3); --seeds
+    # (``trials``) replaces both
+    pe_trials = list(s.get("pe_trials", s["trials"]) if trials is None else trials)
     trials = list(s["trials"] if trials is None else trials)
     specs, seen = [], set()
 
@@ -175,7 +181,7 @@ def build_specs(scale: str = "cpu", *, settings=None, trials=None, device: str =
                                          "group": group}))
 
     for setting in settings:
-        for t in trials:
+        for t in (pe_trials if setting in PES else trials):
             add(setting, t, 0, s["N"], "main")
     if train_lengths and "fire" in settings:
         for N in s["train_lengths"]:
@@ -189,8 +195,14 @@ def build_specs(scale: str = "cpu", *, settings=None, trials=None, device: str =
     return specs
 
 
-def caption(scale: str, *, n_runs: int, trials) -> str:
+def _trials(seeds) -> str:
+    return (f"{len(seeds)} trial{'s' if len(seeds) != 1 else ''} (init seed"
+            f"{'s' if len(seeds) != 1 else ''} {', '.join(map(str, seeds))}, one data order)")
+
+
+def caption(scale: str, *, n_runs: int, trials, pe_trials=None) -> str:
     s = SCALES[scale]
+    pe_trials = list(trials if pe_trials is None else pe_trials)
     if s["preset"]:
         model = f"the paper's {s['preset'].upper()} model"
     else:
@@ -199,8 +211,10 @@ def caption(scale: str, *, n_runs: int, trials) -> str:
                  f"{m['d_model']}, GeGLU FFN {m['d_ff']}, {m['n_heads']} heads)")
     text = (f"Scale `{scale}`: {n_runs} runs; {model}; train on 1..{s['N']} digits, "
             f"{s['steps']:,} steps at batch {s['batch_size']}, lr {s['lr']:g}; EM at every length "
-            f"1..{s['M']} with {s['eval_sequences']} sequences; {len(trials)} trial(s) (init seeds "
-            f"{', '.join(map(str, trials))}, one data order); randomized positions from "
+            f"1..{s['M']} with {s['eval_sequences']} sequences; {_trials(trials)}"
+            + ("" if pe_trials == list(trials) else
+               f" ({_trials(pe_trials)} for {', '.join(PE_LABELS.values())} with hints)")
+            + f"; randomized positions from "
             f"[0, {s['L']}); random spaces p = {s['spaces']}.")
     if scale != "paper":
         p = SCALES["paper"]
