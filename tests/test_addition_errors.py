@@ -16,7 +16,6 @@ def task(request):
 
 def answer_for(task, text):
     """Token ids of an answer for sum text written most significant digit first (W digits)."""
-    W = len(text)
     digits = torch.tensor([[int(c) for c in text[::-1]]])
     hint0 = torch.zeros(1, dtype=torch.long) if task.hints else None
     return torch.cat([task.write(digits, hint0)[0], torch.tensor([EOS])])

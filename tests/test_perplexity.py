@@ -11,7 +11,6 @@ import sys
 import pytest
 import torch
 
-import lengen
 from lengen.attention import ATTENTIONS
 from lengen.eval import evaluate
 from lengen.eval.perplexity import evaluate_perplexity, reference_nll, score_batch

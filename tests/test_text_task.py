@@ -13,7 +13,6 @@ from lengen.data.corpus import KJV, FilesCorpus, WikiText, WikiText2, load_corpu
 from lengen.registry import UnknownNameError
 from lengen.tasks import build_task
 from lengen.tasks.text import eval_windows
-from lengen.train.loop import prepare
 
 ROWS = {  # hub-style rows: a line keeps its newline, a blank line is ""
     "train": [" = Valkyria = \n", "", " Senjo no Valkyria 3 is a game . \n", "", " = = Plot = = \n",
