@@ -93,13 +93,14 @@ def summarize(records: list[dict], meta: dict | None = None) -> list[dict]:
             sub = [r for r in rs if r["carry"] == carry]
             add("acc_with_carry" if carry else "acc_without_carry",
                 sum(r["correct"] for r in sub) / len(sub) if sub else None, count=len(sub))
-        for carry in (True, False):
-            digits = []                  # right / wrong of every answer digit in this class
-            for r in rs:
-                wrong_at = set(r["wrong_positions"])
-                digits += [i not in wrong_at for i, c in enumerate(r["carry_in"]) if c == carry]
+        digits = {True: [], False: []}   # carry into the digit -> right / wrong per digit
+        for r in rs:
+            wrong_at = set(r["wrong_positions"])
+            for i, c in enumerate(r["carry_in"]):
+                digits[c].append(i not in wrong_at)
+        for carry, ds in digits.items():
             add("digit_acc_carry_in" if carry else "digit_acc_no_carry_in",
-                sum(digits) / len(digits) if digits else None, count=len(digits))
+                sum(ds) / len(ds) if ds else None, count=len(ds))
         wrong = [r for r in rs if not r["correct"]]
         add("seq_acc_generated", 1 - len(wrong) / len(rs))
         add("single_digit_error_share",

@@ -75,7 +75,8 @@ import time
 
 from lengen.recipes.addition.specs import (ERROR_SETTINGS, EVAL_SEED, FIGURES, PE_LABELS, PES,
                                            SCALES, SETTINGS, build_specs, caption,
-                                           default_device, eval_lengths, run_config, run_name)
+                                           default_device, eval_lengths, run_config, run_name,
+                                           trial_seeds)
 
 
 # ---- running ------------------------------------------------------------------------------------
@@ -184,7 +185,6 @@ def run_addition_recipe(scale: str = "cpu", out: str | None = None, *, workers: 
     from lengen.recipes.addition.report import write_report
     from lengen.sweep import run_sweep
 
-    s = SCALES[scale]
     out = out or os.path.join("runs", f"addition-{scale}")
     device = device or default_device(scale)
     specs = build_specs(scale, settings=settings, trials=trials, device=device,
@@ -193,8 +193,7 @@ def run_addition_recipe(scale: str = "cpu", out: str | None = None, *, workers: 
     t0 = time.time()
     res = run_sweep(specs, out, workers=workers, backend=backend, threads=threads,
                     quiet=(workers > 1) if quiet is None else quiet, log=log, run_fn=run_fn)
-    pe_trials = list(s.get("pe_trials", s["trials"]) if trials is None else trials)
-    trials = list(s["trials"] if trials is None else trials)
+    trials, pe_trials = trial_seeds(scale, trials)
     cap = caption(scale, n_runs=len(specs), trials=trials, pe_trials=pe_trials)
     paths = write_report(res.rows, out, scale=scale, caption=cap,
                          wall_seconds=time.time() - t0, log=log)

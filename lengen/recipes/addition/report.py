@@ -221,7 +221,7 @@ def _compared(a: dict, x: dict) -> bool:
 
 def _of(ok: int, n: int, total: int) -> str:
     if not n:
-        return f"untested ({NEITHER.split(',')[0]} for any PE)"
+        return "untested (neither run fitted for any PE)"
     return f"{ok} of {n} PEs" + (f" ({total - n} not counted)" if n < total else "")
 
 
@@ -360,8 +360,8 @@ def write_claims(rows, scores, out: str, *, scale: str, caption: str) -> dict:
         f"analogous quantity is shown (e.g. EM at the longest test length {s['M']}), and 'holds "
         f"here' judges the claim's direction, not its numbers. Carry: 'yes' when FIRE's digit "
         f"error rates with and without a carry into the digit are within a factor "
-        f"{CARRY_RATIO:g} of each other (per-digit reading, see errors.md). Variance: 'yes' when every run fits its training lengths and "
-        f"the OOD EM spreads over >= 10 points.")
+        f"{CARRY_RATIO:g} of each other (per-digit reading, see errors.md). Variance: 'yes' "
+        f"when every run fits its training lengths and the OOD EM spreads over >= 10 points.")
     write_csv_atomic(recs, paths["claims_csv"])
     return paths
 

@@ -153,6 +153,16 @@ def run_config(setting: str, scale: str = "cpu", seed: int = 0, data_seed: int =
                      "batch_size": s["eval_batch_size"], "seed": EVAL_SEED}}
 
 
+def trial_seeds(scale: str, trials=None) -> tuple[list, list]:
+    """(init seeds of the ablation settings, init seeds of the four PEs with hints): the scale's
+    ``trials`` and ``pe_trials`` (Fig. 3's best-of statistic gets more trials at cpu scale), or
+    ``trials`` (``--seeds``) for both."""
+    s = SCALES[scale]
+    if trials is not None:
+        return list(trials), list(trials)
+    return list(s["trials"]), list(s.get("pe_trials", s["trials"]))
+
+
 def build_specs(scale: str = "cpu", *, settings=None, trials=None, device: str = "cpu",
                 train_lengths: bool = True, heatmap: bool = True):
     """RunSpecs: settings x trials (group ``main``), FIRE at the scale's training lengths
@@ -163,10 +173,7 @@ def build_specs(scale: str = "cpu", *, settings=None, trials=None, device: str =
 
     s = SCALES[scale]
     settings = select(settings, SETTINGS, s["settings"], "setting")
-    # the scale's trials, or its ``pe_trials`` for the four PEs with hints (Fig. 3); --seeds
-    # (``trials``) replaces both
-    pe_trials = list(s.get("pe_trials", s["trials"]) if trials is None else trials)
-    trials = list(s["trials"] if trials is None else trials)
+    trials, pe_trials = trial_seeds(scale, trials)
     specs, seen = [], set()
 
     def add(setting, seed, data_seed, N, group):
@@ -225,4 +232,5 @@ def caption(scale: str, *, n_runs: int, trials, pe_trials=None) -> str:
 
 
 __all__ = ["PES", "PE_LABELS", "SETTINGS", "FIGURES", "ERROR_SETTINGS", "SCALES", "EVAL_SEED",
-           "eval_lengths", "run_name", "run_config", "build_specs", "default_device", "caption"]
+           "eval_lengths", "run_name", "run_config", "trial_seeds", "build_specs",
+           "default_device", "caption"]
