@@ -25,15 +25,15 @@ Scales (``SCALES`` below; a scale changes sizes and steps, never the protocol):
   sequences per split (the official sets have 16K IID / 4K dense / 160K sparse; we draw fresh
   ones from the same distributions). Assumed where the paper is silent: weight decay 0.01 on all
   parameters and betas (0.9, 0.999) (``torch.optim.AdamW`` defaults), gradient clipping at 1.0.
-* ``cpu``: 128-token sequences (64 pairs), 4 layers, 4 heads, d_model 64 with a 512-wide MLP,
-  lr 1e-3 (50 warmup steps), batch 32, 2,000 steps, three seeds, 2,000 evaluation sequences per
-  split. Chosen by a probe grid (seed 0; ``results/tra-flipflop-cpu/README.md``): with 2 layers
-  and 1,500 steps NoPE, APE, REL, Label and CoPE did not fit IID (< 99 %); with 4 layers every
-  probed model did (NoPE 99.45 % at 2,000 steps, 100 % at 3,000; APE, Label, REL, CoPE 100 % at
-  3,000). The 512-wide MLP is the width those probes (and the committed 2-layer tables) ran
-  with: before ``model.d_ff`` followed the config's d_model it defaulted to 512. About 4 hours on
-  a 2-core CPU with ``--workers 2`` (``--estimate`` times it on your machine); ``--seeds 0``
-  runs a third of it.
+* ``cpu``: 128-token sequences (64 pairs), 4 layers, 4 heads, d_model 64 with the paper's MLP
+  width (2 x d_model = 128), lr 1e-3 (50 warmup steps), batch 32, 2,500 steps, three seeds, 2,000
+  evaluation sequences per split. Chosen by probe grids (``results/tra-flipflop-cpu/README.md``,
+  ``results/tra-flipflop-cpu-4L/README.md``): with 2 layers and 1,500 steps NoPE, APE, REL,
+  Label and CoPE did not fit IID (< 99 %); with 4 layers every probed model did. NoPE, the
+  slowest to fit, reached 99.25 / 100 / 100 % IID on seeds 0 / 1 / 2 at 2,000 steps with the
+  128-wide MLP; 2,500 steps leave a margin. The 128-wide MLP halves the step time of the
+  512-wide one earlier probes ran with (``model.d_ff`` once defaulted to 512). About 1.5 hours on
+  a 2-core CPU with ``--workers 2`` (``--estimate`` times it on your machine).
 * ``smoke``: seconds; a tiny model for tests (numbers are meaningless).
 
 Outputs in ``--out`` (default ``runs/tra-flipflop-<scale>``): one run directory per model x seed,
@@ -57,8 +57,7 @@ SCALES = {
                   warmup_steps=0, min_lr_frac=0.1, weight_decay=0.1, betas=(0.9, 0.95),
                   decay_all=False, dropout=0.0, seeds=(0,), eval_sequences=24, eval_batch_size=24,
                   ckpt_every=0),
-    "cpu": dict(n_pairs=64, d_model=64, d_ff=512, n_layers=4, n_heads=4, steps=2000, batch_size=32,
-                lr=1e-3,
+    "cpu": dict(n_pairs=64, d_model=64, n_layers=4, n_heads=4, steps=2500, batch_size=32, lr=1e-3,
                 warmup_steps=50, min_lr_frac=0.1, weight_decay=0.1, betas=(0.9, 0.95),
                 decay_all=False, dropout=0.0, seeds=(0, 1, 2), eval_sequences=2000,
                 eval_batch_size=250, ckpt_every=100),
