@@ -85,6 +85,29 @@ def test_run_configs():
     assert not any("-L64-" in n for n in names)
 
 
+def test_per_task_budgets(monkeypatch):
+    """A scale's ``per_task`` entries give one task its own steps, batch and lrs; the sweep puts
+    the longest runs first, the caption states every budget, and explicit --lrs still win."""
+    smoke = dict(rpe.SCALES["smoke"], per_task={"reverse_string": dict(
+        steps=7, batch_size=4, lrs=(2e-3, 3e-3), seeds=(0, 1))})
+    monkeypatch.setitem(rpe.SCALES, "smoke", smoke)
+    assert rpe.task_scale("smoke", "even_pairs")["steps"] == 3
+    specs = rpe.build_specs("smoke")
+    budgets = [(s.tags["task"], s.config["train"]["steps"], s.config["train"]["batch_size"],
+                s.config["train"]["lr"]) for s in specs]
+    k = len(smoke["schemes"])
+    assert budgets[:4 * k] == [("reverse_string", 7, 4, lr) for _ in smoke["schemes"]
+                               for _ in (0, 1) for lr in (2e-3, 3e-3)]
+    assert budgets[4 * k:] == [("even_pairs", 3, 8, 1e-3)] * k     # longest first
+    given = rpe.build_specs("smoke", lrs=[5e-4], seeds=[7])
+    assert {(s.tags["lr"], s.tags["seed"]) for s in given} == {(5e-4, 7)}
+    cap = rpe.caption("smoke", tasks=smoke["tasks"], schemes=smoke["schemes"])
+    assert "others: 1 seed(s), 3 steps at batch 8, lr {0.001}" in cap
+    assert "Reverse String: 2 seed(s), 7 steps at batch 4, lr {0.002, 0.003}" in cap
+    assert "encoding(s); 1 seed(s), 3 steps at batch 8" in rpe.caption(
+        "smoke", tasks=["even_pairs"], schemes=["relative"])
+
+
 def test_aggregate_max_and_mean_at_best_lr():
     scores = [dict(task="t", scheme="s", lr=lr, seed=k, score=v)
               for lr, vals in ((1e-4, [90.0, 10.0]), (3e-4, [60.0, 70.0])) for k, v in enumerate(vals)]

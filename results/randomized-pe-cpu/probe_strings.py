@@ -1,8 +1,10 @@
 """Probe: can the randomized-pe cpu scale fit the string tasks (issue 14 item 6)?
 
-One run per argument ``task:scheme:lr:steps`` (e.g. ``reverse_string:relative:1e-3:6000``), the
-recipe's own cpu-scale config (``lengen.recipes.randomized_pe.recipe.run_config``: Ruoss et al.'s
-encoder, batch 64, constant lr, train lengths U(1..40)) with ``steps`` and ``lr`` replaced, and a
+One run per argument ``task:scheme:lr:steps[:batch[:threads]]`` (e.g.
+``reverse_string:relative:1e-3:6000`` or ``duplicate_string:relative:2e-3:4000:32``), the recipe's
+own cpu-scale config (``lengen.recipes.randomized_pe.recipe.run_config``: Ruoss et al.'s
+encoder, batch 64, constant lr, train lengths U(1..40)) with ``steps``, ``lr`` and optionally the
+batch size (default 64) and torch threads (default 1) replaced, and a
 learning curve: token accuracy at the training lengths 10, 20, 30, 40 every 500 steps
 (``train.eval_splits``, 128 sequences each). Writes ``OUT/<run>/`` and appends one JSON line per
 run (final accuracies, the first step reaching 90% mean at training lengths, minutes) to
@@ -21,11 +23,12 @@ from lengen.recipes.randomized_pe.recipe import run_config
 TRAIN_LENGTHS = ["len=10", "len=20", "len=30", "len=40"]
 
 
-def run(out: str, task: str, scheme: str, lr: float, steps: int) -> dict:
+def run(out: str, task: str, scheme: str, lr: float, steps: int, batch: int = 64,
+        threads: int = 1) -> dict:
     cfg = run_config(task, scheme, "cpu", 0, lr)
-    cfg["name"] = f"{task}-{scheme}-lr{lr:g}-{steps}"
+    cfg["name"] = f"{task}-{scheme}-lr{lr:g}-{steps}" + ("" if batch == 64 else f"-b{batch}")
     cfg["train"].update(steps=steps, eval_every=500, eval_splits=TRAIN_LENGTHS, eval_sequences=128,
-                        threads=1, progress=False, ckpt_every=1000)
+                        threads=threads, progress=False, ckpt_every=1000, batch_size=batch)
     cfg["eval"]["splits"] = TRAIN_LENGTHS
     run_dir = os.path.join(out, cfg["name"])
     t0 = time.time()
@@ -41,7 +44,8 @@ def run(out: str, task: str, scheme: str, lr: float, steps: int) -> dict:
     final = {r["split"]: round(100 * r["value"], 1) for r in rows if r["metric"] == "token_acc"}
     curve[steps] = round(sum(final.values()) / len(final), 1)
     fit = next((s for s, a in sorted(curve.items()) if a >= 90), None)
-    rec = dict(task=task, scheme=scheme, lr=lr, steps=steps, final=final, curve=curve,
+    rec = dict(task=task, scheme=scheme, lr=lr, steps=steps, batch=batch, threads=threads,
+               final=final, curve=curve,
                first_step_at_90=fit, minutes=round((time.time() - t0) / 60, 1))
     print(json.dumps(rec), flush=True)
     with open(os.path.join(out, "probes.jsonl"), "a") as f:
@@ -53,5 +57,5 @@ if __name__ == "__main__":
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
     for arg in sys.argv[2:]:
-        task, scheme, lr, steps = arg.split(":")
-        run(out, task, scheme, float(lr), int(steps))
+        task, scheme, lr, steps, *rest = arg.split(":")
+        run(out, task, scheme, float(lr), int(steps), *map(int, rest))

@@ -67,7 +67,13 @@ SCALES = {
                 schemes=("sincos", "relative", "rand_sincos", "rand_relative"),
                 seeds=(0, 1), lrs=(5e-4,), steps=1500, batch_size=64, N=40, M=500, L=2048,
                 test_stride=40, curve_stride=13, eval_sequences=32, eval_batch_size=32,
-                model={}, ckpt_every=500, ablation_L=(1024, 2048, 4096, 8192)),
+                model={}, ckpt_every=500, ablation_L=(1024, 2048, 4096, 8192),
+                # the tasks that need more steps than 1,500 get them at batch 16, where a step
+                # costs ~1/4 and learns about as much (results/randomized-pe-cpu/probes.jsonl)
+                per_task={"reverse_string": dict(steps=8000, batch_size=16, lrs=(1e-3,)),
+                          "duplicate_string": dict(steps=12000, batch_size=16, lrs=(1e-3,),
+                                                   seeds=(0,)),
+                          "bucket_sort": dict(steps=2000, batch_size=16, lrs=(1e-3,))}),
     "paper": dict(tasks=PAPER_TASKS,
                   schemes=("none", "sincos", "relative", "alibi", "rope", "learned", "rand_sincos",
                            "rand_relative", "rand_alibi", "rand_rope", "rand_learned"),
@@ -127,6 +133,17 @@ def eval_lengths(scale: str) -> tuple[list[int], list[int]]:
             sweep_lengths(1, s["N"], s["curve_stride"]))
 
 
+def task_scale(scale: str, task: str) -> dict:
+    """The sizes ``task`` trains with at ``scale``: ``SCALES[scale]`` with the scale's
+    ``per_task[task]`` entries (``steps``, ``batch_size``, ``lrs``, ``seeds``) put over the
+    defaults. A per-task budget changes sizes (the paper itself sweeps the lr per task), never the
+    protocol."""
+    from lengen.registry import lookup
+
+    s = lookup(SCALES, scale, "scale")
+    return {**s, **s.get("per_task", {}).get(task, {})}
+
+
 def run_config(task: str, scheme: str, scale: str = "cpu", seed: int = 0, lr: float | None = None,
                *, L: int | None = None, eval_randomized: bool = True, device: str = "cpu",
                name: str | None = None) -> dict:
@@ -135,7 +152,7 @@ def run_config(task: str, scheme: str, scale: str = "cpu", seed: int = 0, lr: fl
     from lengen.registry import lookup
     from lengen.tasks import build_task
 
-    s = lookup(SCALES, scale, "scale")
+    s = task_scale(scale, task)
     _, posenc, positions, sort = scheme_parts(scheme)
     L = s["L"] if L is None else int(L)
     lr = s["lrs"][0] if lr is None else lr
@@ -191,9 +208,13 @@ def build_specs(scale: str = "cpu", *, tasks=None, schemes=None, seeds=None, lrs
         bad = [x for x in given if x not in valid]
         if bad:
             raise ValueError(f"unknown {label}(s) {bad}. Valid: {', '.join(valid)}")
-    seeds = list(s["seeds"] if seeds is None else seeds)
-    lrs = list(s["lrs"] if lrs is None else lrs)
     specs, seen = [], set()
+
+    def task_lrs(task):   # the given lrs, else the task's at this scale
+        return list(task_scale(scale, task)["lrs"] if lrs is None else lrs)
+
+    def task_seeds(task):
+        return list(task_scale(scale, task)["seeds"] if seeds is None else seeds)
 
     def add(task, scheme, seed, lr, L, group):
         randomized = scheme_parts(scheme)[2] == "randomized"
@@ -207,29 +228,36 @@ def build_specs(scale: str = "cpu", *, tasks=None, schemes=None, seeds=None, lrs
         specs.append(RunSpec(name, cfg, {"task": task, "scheme": scheme, "seed": seed, "lr": lr,
                                          "L": L_tag, "group": group}))
 
-    grid = Grid(axes={"task": {t: {} for t in tasks}, "scheme": {k: {} for k in schemes},
-                      "seed": {x: {} for x in seeds}, "lr": {x: {} for x in lrs}},
-                name=lambda g: run_name(g["task"], g["scheme"], g["seed"], g["lr"]))
-    for g in grid:
-        add(g.tags["task"], g.tags["scheme"], g.tags["seed"], g.tags["lr"], None, "main")
+    for t in tasks:
+        grid = Grid(axes={"scheme": {k: {} for k in schemes},
+                          "seed": {x: {} for x in task_seeds(t)},
+                          "lr": {x: {} for x in task_lrs(t)}},
+                    name=lambda g, t=t: run_name(t, g["scheme"], g["seed"], g["lr"]))
+        for g in grid:
+            add(t, g.tags["scheme"], g.tags["seed"], g.tags["lr"], None, "main")
     if ablation_L is not None:
         ab_tasks = [t for t in ABLATION_L_TASKS if t in tasks] or tasks
         for t in ab_tasks:
             for L in list(ablation_L) or list(s["ablation_L"]):
-                for seed in seeds:
-                    for lr in lrs:
+                for seed in task_seeds(t):
+                    for lr in task_lrs(t):
                         add(t, "rand_relative", seed, lr, int(L), "ablation_L")
     if ablation_unsorted:
         for t in tasks:
             for scheme in ("rand_sincos", UNSORTED):
-                for seed in seeds:
-                    for lr in lrs:
+                for seed in task_seeds(t):
+                    for lr in task_lrs(t):
                         add(t, scheme, seed, lr, None, "unsorted")
+    # Longest runs first (stable otherwise): the workers take runs in this order, and a long run
+    # started last would leave the other workers idle at the end.
+    specs.sort(key=lambda r: -r.config["train"]["steps"] * r.config["train"]["batch_size"])
     return specs
 
 
-def caption(scale: str, *, tasks, schemes, seeds, lrs, eval_randomized: bool = True) -> str:
-    """What was run, in words (the tables' caption)."""
+def caption(scale: str, *, tasks, schemes, seeds=None, lrs=None,
+            eval_randomized: bool = True) -> str:
+    """What was run, in words (the tables' caption); ``seeds`` / ``lrs`` = those given on the
+    command line (None: each task's at this scale)."""
     s = SCALES[scale]
     test, curve = eval_lengths(scale)
     if s["test_stride"] == 1:
@@ -241,9 +269,19 @@ def caption(scale: str, *, tasks, schemes, seeds, lrs, eval_randomized: bool = T
     sizes = ", ".join(f"{k} {v}" for k, v in s["model"].items())
     model = (f"a reduced encoder ({sizes})" if sizes
              else "the paper's encoder (5 blocks, 8 heads, d_model 64, FFN 256)")
-    text = (f"Scale `{scale}`: {len(tasks)} task(s) x {len(schemes)} encoding(s) x {len(seeds)} "
-            f"seed(s) x lr {{{', '.join(f'{x:g}' for x in lrs)}}}; {s['steps']:,} steps at batch "
-            f"{s['batch_size']}; {model}; train lengths U(1..{s['N']}); score = mean accuracy over "
+
+    def budget(task):   # "2 seeds, 1,500 steps at batch 64, lr {0.0005}" (given values win)
+        d = task_scale(scale, task)
+        n_seeds = len(seeds) if seeds is not None else len(d["seeds"])
+        return (f"{n_seeds} seed(s), {d['steps']:,} steps at batch {d['batch_size']}, lr "
+                f"{{{', '.join(f'{x:g}' for x in (lrs or d['lrs']))}}}")
+
+    own = [t for t in tasks if t in s.get("per_task", {})]
+    rest = [t for t in tasks if t not in own]
+    parts = [("others: " if own else "") + budget(rest[0])] if rest else []
+    parts += [f"{TASK_LABELS[t][1]}: {budget(t)}" for t in own]
+    text = (f"Scale `{scale}`: {len(tasks)} task(s) x {len(schemes)} encoding(s); "
+            f"{'; '.join(parts)}; {model}; train lengths U(1..{s['N']}); score = mean accuracy over "
             f"test {lens} in {s['N'] + 1}..{s['M']}, {s['eval_sequences']} sequences per length; "
             f"L = {s['L']}; randomized positions at evaluation: "
             f"{'fresh sorted draws (as the paper)' if eval_randomized else 'identity 0..T-1'}; "
@@ -279,8 +317,6 @@ def run_randomized_pe(scale: str = "cpu", out: str | None = None, *, workers: in
                     quiet=(workers > 1) if quiet is None else quiet, log=log)
     tasks = list(tasks or s["tasks"])
     schemes = list(schemes or s["schemes"])
-    seeds = list(s["seeds"] if seeds is None else seeds)
-    lrs = list(s["lrs"] if lrs is None else lrs)
     cap = caption(scale, tasks=tasks, schemes=schemes, seeds=seeds, lrs=lrs,
                   eval_randomized=eval_randomized)
     scores, paths = write_report(res.rows, out, scale=scale, tasks=tasks, schemes=schemes,
@@ -312,7 +348,6 @@ def estimate_time(scale: str = "cpu", *, steps: int = 10, tasks=None, schemes=No
     device = device or default_device(scale)
     s = SCALES[scale]
     tasks, schemes = list(tasks or s["tasks"]), list(schemes or s["schemes"])
-    n_seeds, n_lrs = seeds or len(s["seeds"]), lrs or len(s["lrs"])
     use_worker_threads(workers, threads)
     per_run = {}
     for task in tasks:
@@ -331,9 +366,15 @@ def estimate_time(scale: str = "cpu", *, steps: int = 10, tasks=None, schemes=No
             per_run[(task, scheme)] = t_step * cfg.train.steps + t_eval
             log(f"{task:>26} {scheme:>14}: {1000 * t_step:7.1f} ms/step, eval ~{t_eval:6.1f} s "
                 f"-> {per_run[(task, scheme)] / 60:6.1f} min per run")
-    costs = [per_run[(t, k)] for t in tasks for k in schemes for _ in range(n_seeds * n_lrs)]
+    runs = []   # (steps x batch, seconds), sorted as build_specs orders the sweep
+    for t in tasks:
+        ts = task_scale(scale, t)
+        runs += [(ts["steps"] * ts["batch_size"], per_run[(t, k)]) for k in schemes
+                 for _ in range((seeds or len(ts["seeds"])) * (lrs or len(ts["lrs"])))]
+    costs = [c for _, c in sorted(runs, key=lambda r: -r[0])]
+    scale_s = "the scale's"
     total = report_total(costs, workers, f"{len(tasks)} tasks x {len(schemes)} encodings x "
-                         f"{n_seeds} seeds x {n_lrs} lrs", log=log)
+                         f"{seeds or scale_s} seeds x {lrs or scale_s} lrs", log=log)
     return {"seconds_per_run": per_run, "total_seconds": total}
 
 
