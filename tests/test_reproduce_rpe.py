@@ -47,6 +47,11 @@ def test_scales():
             "bucket_sort"} <= set(c["tasks"])
     assert {"sincos", "relative", "rand_sincos", "rand_relative"} <= set(c["schemes"])
     assert (c["N"], c["M"], c["L"], c["model"]) == (40, 500, 2048, {})   # protocol kept
+    # the string tasks get a bigger budget than the default (they did not fit in 1,500 x 64)
+    for t in ("reverse_string", "duplicate_string"):
+        ts = rpe.task_scale("cpu", t)
+        assert ts["steps"] * ts["batch_size"] > c["steps"] * c["batch_size"]
+        assert (ts["N"], ts["M"], ts["L"], ts["model"]) == (40, 500, 2048, {})
     test, curve = rpe.eval_lengths("paper")
     assert test == list(range(41, 501)) and curve == list(range(1, 41))
 

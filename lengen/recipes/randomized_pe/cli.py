@@ -12,12 +12,12 @@ from lengen.recipes.common import add_sweep_arguments, exit_code
 
 def add_arguments(q) -> None:
     add_sweep_arguments(q, "randomized-pe",
-                        scale_help="smoke = seconds (tests), cpu = a task subset x 4 encodings "
-                                   "x 2 seeds on 2 cores with --workers 2 (check with "
-                                   "--estimate), paper = 15 tasks x 11 encodings x 10 seeds x "
-                                   "3 lrs, 2M steps (GPU)",
-                        seeds_help="seeds (init and data order; default: the scale's, e.g. 0 1 "
-                                   "for cpu)")
+                        scale_help="smoke = seconds (tests), cpu = 5 tasks x 4 encodings with "
+                                   "per-task steps / batch / lr / seeds, <= 2 h on 2 cores with "
+                                   "--workers 2 (check with --estimate), paper = 15 tasks x 11 "
+                                   "encodings x 10 seeds x 3 lrs, 2M steps (GPU)",
+                        seeds_help="seeds (init and data order; default: each task's at the "
+                                   "scale, e.g. 0 1, 0 for duplicate string at cpu)")
     q.add_argument("--tasks", nargs="+", default=None, metavar="TASK",
                    help="subset of tasks (default: the scale's; e.g. even_pairs reverse_string)")
     q.add_argument("--schemes", nargs="+", default=None, metavar="ENC",
@@ -25,7 +25,8 @@ def add_arguments(q) -> None:
                         "rand_sincos rand_relative rand_alibi rand_rope rand_learned "
                         "(default: the scale's)")
     q.add_argument("--lrs", type=positive_float, nargs="+", default=None, metavar="LR",
-                   help="learning rates (default: the scale's; paper 1e-4 3e-4 5e-4)")
+                   help="learning rates (default: each task's at the scale; paper 1e-4 3e-4 "
+                        "5e-4)")
     ev = q.add_mutually_exclusive_group()
     ev.add_argument("--eval-randomized", dest="eval_randomized", action="store_true",
                     default=True, help="randomized encodings keep drawing fresh sorted "

@@ -24,13 +24,19 @@ Scales (numbers in ``SCALES``; the captions of the written tables restate them):
 * ``paper``: all 15 tasks x 11 encodings x 10 seeds x lrs {1e-4, 3e-4, 5e-4}, 2,000,000 steps
   (the RPE paper, Appendix A; Deletang et al. used 1M), batch 128, N = 40, every test length
   41..500 with 500 sequences each, curves also at every length 1..40, L = 2048. GPU.
-* ``cpu``: a 2-core CPU in <= 3 hours with ``--workers 2``: 5 tasks (even pairs, reverse /
+* ``cpu``: a 2-core CPU in <= 2 hours with ``--workers 2``: 5 tasks (even pairs, reverse /
   duplicate string, missing duplicate, bucket sort) x 4 encodings (sin/cos, relative, and their
-  randomized versions) x 2 seeds x lr 5e-4, 1,500 steps at batch 64, the paper's model, test
-  lengths 41, 81, ..., 481, 500 (stride 40, 13 lengths) with 32 sequences each, curves also at
-  lengths 1, 14, 27, 40. Measured: 93.7 min on the project's idle 2-core machine (``--estimate``
-  said 1.54 h); ``results/randomized-pe-cpu/`` holds the tables. At this budget only bucket sort
-  and even pairs (relative) fit their training lengths; the string tasks stay at 70-78% there.
+  randomized versions), the paper's model, test lengths 41, 81, ..., 481, 500 (stride 40, 13
+  lengths) with 32 sequences each, curves also at lengths 1, 14, 27, 40. Budgets per task
+  (``per_task``; ``results/randomized-pe-cpu/probes.jsonl`` holds the search): even pairs and
+  missing duplicate 1,500 steps at batch 64, lr 5e-4, 2 seeds (at batch 16 / lr 1e-3 both stay at
+  chance); bucket sort 2,000 steps at batch 16, lr 1e-3, 2 seeds; reverse string 8,000 steps at
+  batch 16, lr 1e-3, 2 seeds; duplicate string 12,000 steps at batch 16, lr 1e-3, 1 seed (2 would
+  not fit the 2 hours). At 1,500 steps at batch 64 no string task fitted its training lengths;
+  batch 16 learns about as much per step at a quarter of the cost, and higher lrs (2e-3, 3e-3)
+  stay at chance. ``--estimate`` says 1.47 h; ``results/randomized-pe-cpu-strings/`` holds the
+  tables and the measured time. The earlier scale (every task 1,500 steps at batch 64, lr 5e-4,
+  2 seeds; 93.7 min) is in ``results/randomized-pe-cpu/``.
 * ``smoke``: seconds, for tests (tiny model, N = 5, M = 12; numbers are meaningless).
 
 Outputs in ``--out`` (default ``runs/randomized-pe-<scale>``): one run directory per task x
