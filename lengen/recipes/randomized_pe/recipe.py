@@ -37,8 +37,8 @@ Scales (numbers in ``SCALES``; the captions of the written tables restate them):
   stay at chance. ``--estimate`` says 1.47 h; measured: 93.6 min on the project's idle 2-core
   machine; ``results/randomized-pe-cpu-strings/`` holds the tables. At this budget the relative
   encoding fits every task; randomized relative fits even pairs and bucket sort and comes close
-  on reverse string (88%); sin/cos fits only bucket sort. The earlier scale (every task 1,500 steps at batch 64, lr 5e-4,
-  2 seeds; 93.7 min) is in ``results/randomized-pe-cpu/``.
+  on reverse string (88%); sin/cos fits only bucket sort. The earlier scale (every task 1,500
+  steps at batch 64, lr 5e-4, 2 seeds; 93.7 min) is in ``results/randomized-pe-cpu/``.
 * ``smoke``: seconds, for tests (tiny model, N = 5, M = 12; numbers are meaningless).
 
 Outputs in ``--out`` (default ``runs/randomized-pe-<scale>``): one run directory per task x
@@ -152,6 +152,12 @@ def task_scale(scale: str, task: str) -> dict:
     return {**s, **s.get("per_task", {}).get(task, {})}
 
 
+def work(sizes: dict) -> int:
+    """Examples a run trains on (steps x batch), from a scale's sizes or a run's train config:
+    the sweep starts the runs with the most first."""
+    return sizes["steps"] * sizes["batch_size"]
+
+
 def run_config(task: str, scheme: str, scale: str = "cpu", seed: int = 0, lr: float | None = None,
                *, L: int | None = None, eval_randomized: bool = True, device: str = "cpu",
                name: str | None = None) -> dict:
@@ -257,7 +263,7 @@ def build_specs(scale: str = "cpu", *, tasks=None, schemes=None, seeds=None, lrs
                         add(t, scheme, seed, lr, None, "unsorted")
     # Longest runs first (stable otherwise): the workers take runs in this order, and a long run
     # started last would leave the other workers idle at the end.
-    specs.sort(key=lambda r: -r.config["train"]["steps"] * r.config["train"]["batch_size"])
+    specs.sort(key=lambda r: -work(r.config["train"]))
     return specs
 
 
@@ -288,9 +294,9 @@ def caption(scale: str, *, tasks, schemes, seeds=None, lrs=None,
     parts = [("others: " if own else "") + budget(rest[0])] if rest else []
     parts += [f"{TASK_LABELS[t][1]}: {budget(t)}" for t in own]
     text = (f"Scale `{scale}`: {len(tasks)} task(s) x {len(schemes)} encoding(s); "
-            f"{'; '.join(parts)}; {model}; train lengths U(1..{s['N']}); score = mean accuracy over "
-            f"test {lens} in {s['N'] + 1}..{s['M']}, {s['eval_sequences']} sequences per length; "
-            f"L = {s['L']}; randomized positions at evaluation: "
+            f"{'; '.join(parts)}; {model}; train lengths U(1..{s['N']}); score = mean accuracy "
+            f"over test {lens} in {s['N'] + 1}..{s['M']}, {s['eval_sequences']} sequences per "
+            f"length; L = {s['L']}; randomized positions at evaluation: "
             f"{'fresh sorted draws (as the paper)' if eval_randomized else 'identity 0..T-1'}; "
             f"dropout off at evaluation.")
     if scale != "paper":
@@ -376,7 +382,7 @@ def estimate_time(scale: str = "cpu", *, steps: int = 10, tasks=None, schemes=No
     runs = []   # (steps x batch, seconds), sorted as build_specs orders the sweep
     for t in tasks:
         ts = task_scale(scale, t)
-        runs += [(ts["steps"] * ts["batch_size"], per_run[(t, k)]) for k in schemes
+        runs += [(work(ts), per_run[(t, k)]) for k in schemes
                  for _ in range((seeds or len(ts["seeds"])) * (lrs or len(ts["lrs"])))]
     costs = [c for _, c in sorted(runs, key=lambda r: -r[0])]
     scale_s = "the scale's"
