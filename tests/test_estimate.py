@@ -109,3 +109,16 @@ def test_randomized_pe_estimate_schedules_the_grid(capsys):
     (cost,) = res["seconds_per_run"].values()
     assert res["total_seconds"] == pytest.approx(2 * cost)            # one worker
     assert "1 tasks x 1 encodings x 2 seeds x 1 lrs" in capsys.readouterr().out
+
+
+def test_randomized_pe_estimate_follows_per_encoding_budgets(monkeypatch):
+    """An encoding's own seeds and steps on a task (``per_scheme``) change its runs' count and
+    cost in the schedule, not the other encodings'."""
+    smoke = dict(rpe.SCALES["smoke"], per_task={"reverse_string": dict(
+        per_scheme={"sincos": dict(seeds=(0, 1, 2), steps=50)})})
+    monkeypatch.setitem(rpe.SCALES, "smoke", smoke)
+    res = rpe.estimate_time("smoke", tasks=["reverse_string"], schemes=["sincos", "relative"],
+                            steps=1, log=lambda *a: None)
+    per = res["seconds_per_run"]
+    costs = [per[("reverse_string", "sincos")]] * 3 + [per[("reverse_string", "relative")]]
+    assert res["total_seconds"] == pytest.approx(sum(costs))           # one worker

@@ -113,6 +113,38 @@ def test_per_task_budgets(monkeypatch):
         "smoke", tasks=["even_pairs"], schemes=["relative"])
 
 
+def test_per_encoding_budgets(monkeypatch):
+    """A task's ``per_scheme`` entries give one encoding its own batch and lrs on that task only;
+    the run config, the sweep, the caption and the estimate's schedule all follow them."""
+    smoke = dict(rpe.SCALES["smoke"], per_task={"reverse_string": dict(
+        steps=7, batch_size=4, per_scheme={"sincos": dict(batch_size=16, lrs=(5e-4,))})})
+    monkeypatch.setitem(rpe.SCALES, "smoke", smoke)
+    assert rpe.task_scale("smoke", "reverse_string", "sincos")["batch_size"] == 16
+    assert rpe.task_scale("smoke", "reverse_string", "relative")["batch_size"] == 4
+    assert rpe.task_scale("smoke", "even_pairs", "sincos")["batch_size"] == 8
+    assert "per_scheme" not in rpe.task_scale("smoke", "reverse_string")
+    budgets = {(s.tags["task"], s.tags["scheme"]): (s.config["train"]["batch_size"],
+                                                   s.config["train"]["lr"])
+               for s in rpe.build_specs("smoke")}
+    assert budgets[("reverse_string", "sincos")] == (16, 5e-4)
+    assert budgets[("reverse_string", "relative")] == (4, 1e-3)
+    assert budgets[("even_pairs", "sincos")] == (8, 1e-3)
+    assert rpe.build_specs("smoke")[0].name == "reverse_string-sincos-s0-lr0.0005"  # most work
+    cap = rpe.caption("smoke", tasks=smoke["tasks"], schemes=smoke["schemes"])
+    assert ("Reverse String: 1 seed(s), 7 steps at batch 4, lr {0.001} (sin/cos: 1 seed(s), "
+            "7 steps at batch 16, lr {0.0005})") in cap
+    assert "(sin/cos" not in rpe.caption("smoke", tasks=smoke["tasks"], schemes=["relative"])
+
+
+def test_scale_budgets_name_known_tasks_and_encodings():
+    """A typo in a ``per_task`` / ``per_scheme`` key would silently fall back to the default
+    budget: every key must be a task / encoding of its scale."""
+    for name, s in rpe.SCALES.items():
+        for task, d in s.get("per_task", {}).items():
+            assert task in s["tasks"], (name, task)
+            assert set(d.get("per_scheme", {})) <= set(s["schemes"]), (name, task)
+
+
 def test_aggregate_max_and_mean_at_best_lr():
     scores = [dict(task="t", scheme="s", lr=lr, seed=k, score=v)
               for lr, vals in ((1e-4, [90.0, 10.0]), (3e-4, [60.0, 70.0])) for k, v in enumerate(vals)]

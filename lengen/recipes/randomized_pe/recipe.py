@@ -19,27 +19,8 @@ Protocol (every scale; ``SCALES`` changes sizes and steps, never the protocol):
 * evaluation: dropout off (the reference leaves it on); randomized positions keep drawing fresh
   sorted positions at test time as in the paper (``eval_randomized=False``: positions 0..T-1).
 
-Scales (numbers in ``SCALES``; the captions of the written tables restate them):
-
-* ``paper``: all 15 tasks x 11 encodings x 10 seeds x lrs {1e-4, 3e-4, 5e-4}, 2,000,000 steps
-  (the RPE paper, Appendix A; Deletang et al. used 1M), batch 128, N = 40, every test length
-  41..500 with 500 sequences each, curves also at every length 1..40, L = 2048. GPU.
-* ``cpu``: a 2-core CPU in <= 2 hours with ``--workers 2``: 5 tasks (even pairs, reverse /
-  duplicate string, missing duplicate, bucket sort) x 4 encodings (sin/cos, relative, and their
-  randomized versions), the paper's model, test lengths 41, 81, ..., 481, 500 (stride 40, 13
-  lengths) with 32 sequences each, curves also at lengths 1, 14, 27, 40. Budgets per task
-  (``per_task``; ``results/randomized-pe-cpu/probes.jsonl`` holds the search): even pairs and
-  missing duplicate 1,500 steps at batch 64, lr 5e-4, 2 seeds (at batch 16 / lr 1e-3 both stay at
-  chance); bucket sort 2,000 steps at batch 16, lr 1e-3, 2 seeds; reverse string 8,000 steps at
-  batch 16, lr 1e-3, 2 seeds; duplicate string 12,000 steps at batch 16, lr 1e-3, 1 seed (2 would
-  not fit the 2 hours). At 1,500 steps at batch 64 no string task fitted its training lengths;
-  batch 16 learns about as much per step at a quarter of the cost, and higher lrs (2e-3, 3e-3)
-  stay at chance. ``--estimate`` says 1.47 h; measured: 93.6 min on the project's idle 2-core
-  machine; ``results/randomized-pe-cpu-strings/`` holds the tables. At this budget the relative
-  encoding fits every task; randomized relative fits even pairs and bucket sort and comes close
-  on reverse string (88%); sin/cos fits only bucket sort. The earlier scale (every task 1,500
-  steps at batch 64, lr 5e-4, 2 seeds; 93.7 min) is in ``results/randomized-pe-cpu/``.
-* ``smoke``: seconds, for tests (tiny model, N = 5, M = 12; numbers are meaningless).
+Scales: ``SCALES`` in :mod:`lengen.recipes.randomized_pe.scales` (paper, cpu, smoke; the cpu
+scale's per-task and per-encoding budgets and the search behind them are described there).
 
 Outputs in ``--out`` (default ``runs/randomized-pe-<scale>``): one run directory per task x
 encoding x seed x lr (``lengen.sweep``), ``results.csv`` (every row), ``scores.csv`` (one score per
@@ -53,43 +34,11 @@ import os
 import time
 
 from lengen.recipes.common import default_device
-from lengen.model.presets import RUOSS2023_ENCODER, RUOSS2023_LRS, RUOSS2023_TRAIN
+from lengen.model.presets import RUOSS2023_ENCODER, RUOSS2023_TRAIN
+from lengen.recipes.randomized_pe.scales import PAPER_TASKS, SCALES, task_scale, work  # noqa: F401
 from lengen.recipes.randomized_pe.published import (COLUMNS, PAPER_TABLE1, PAPER_TABLE3,
                                                     PAPER_TABLE4, UNSORTED)
 
-PAPER_TASKS = ("even_pairs", "modular_arithmetic", "parity_check", "cycle_navigation",
-               "stack_manipulation", "reverse_string", "modular_arithmetic_brackets",
-               "solve_equation", "duplicate_string", "missing_duplicate_string", "odds_first",
-               "binary_addition", "binary_multiplication", "compute_sqrt", "bucket_sort")
-
-# --- sizes: one dict per scale (a scale changes sizes and steps, never the protocol) -----------
-SCALES = {
-    "smoke": dict(tasks=("even_pairs", "reverse_string"),
-                  schemes=("none", "sincos", "relative", "rand_sincos", "rand_relative"),
-                  seeds=(0,), lrs=(1e-3,), steps=3, batch_size=8, N=5, M=12, L=64,
-                  test_stride=3, curve_stride=2, eval_sequences=4, eval_batch_size=4,
-                  model=dict(d_model=16, n_layers=1, n_heads=2, d_ff=32), ckpt_every=0,
-                  ablation_L=(32, 64, 128)),
-    "cpu": dict(tasks=("even_pairs", "reverse_string", "duplicate_string",
-                       "missing_duplicate_string", "bucket_sort"),
-                schemes=("sincos", "relative", "rand_sincos", "rand_relative"),
-                seeds=(0, 1), lrs=(5e-4,), steps=1500, batch_size=64, N=40, M=500, L=2048,
-                test_stride=40, curve_stride=13, eval_sequences=32, eval_batch_size=32,
-                model={}, ckpt_every=500, ablation_L=(1024, 2048, 4096, 8192),
-                # the tasks that need more steps than 1,500 get them at batch 16, where a step
-                # costs ~1/4 and learns about as much (results/randomized-pe-cpu/probes.jsonl)
-                per_task={"reverse_string": dict(steps=8000, batch_size=16, lrs=(1e-3,)),
-                          "duplicate_string": dict(steps=12000, batch_size=16, lrs=(1e-3,),
-                                                   seeds=(0,)),
-                          "bucket_sort": dict(steps=2000, batch_size=16, lrs=(1e-3,))}),
-    "paper": dict(tasks=PAPER_TASKS,
-                  schemes=("none", "sincos", "relative", "alibi", "rope", "learned", "rand_sincos",
-                           "rand_relative", "rand_alibi", "rand_rope", "rand_learned"),
-                  seeds=tuple(range(10)), lrs=RUOSS2023_LRS, steps=2_000_000, batch_size=128,
-                  N=40, M=500, L=2048, test_stride=1, curve_stride=1, eval_sequences=500,
-                  eval_batch_size=125, model={}, ckpt_every=10_000,
-                  ablation_L=(1024, 2048, 4096, 8192)),
-}
 ABLATION_L_TASKS = ("reverse_string", "missing_duplicate_string")   # the paper's Fig. 3 tasks
 
 # Table columns in the paper's order: key -> (label, posenc, position sampler, sorted)
@@ -141,23 +90,6 @@ def eval_lengths(scale: str) -> tuple[list[int], list[int]]:
             sweep_lengths(1, s["N"], s["curve_stride"]))
 
 
-def task_scale(scale: str, task: str) -> dict:
-    """The sizes ``task`` trains with at ``scale``: ``SCALES[scale]`` with the scale's
-    ``per_task[task]`` entries (``steps``, ``batch_size``, ``lrs``, ``seeds``) put over the
-    defaults. A per-task budget changes sizes (the paper itself sweeps the lr per task), never the
-    protocol."""
-    from lengen.registry import lookup
-
-    s = lookup(SCALES, scale, "scale")
-    return {**s, **s.get("per_task", {}).get(task, {})}
-
-
-def work(sizes: dict) -> int:
-    """Examples a run trains on (steps x batch), from a scale's sizes or a run's train config:
-    the sweep starts the runs with the most first."""
-    return sizes["steps"] * sizes["batch_size"]
-
-
 def run_config(task: str, scheme: str, scale: str = "cpu", seed: int = 0, lr: float | None = None,
                *, L: int | None = None, eval_randomized: bool = True, device: str = "cpu",
                name: str | None = None) -> dict:
@@ -165,7 +97,7 @@ def run_config(task: str, scheme: str, scale: str = "cpu", seed: int = 0, lr: fl
     from lengen.eval.length_sweep import length_splits
     from lengen.tasks import build_task
 
-    s = task_scale(scale, task)
+    s = task_scale(scale, task, scheme)
     _, posenc, positions, sort = scheme_parts(scheme)
     L = s["L"] if L is None else int(L)
     lr = s["lrs"][0] if lr is None else lr
@@ -223,11 +155,11 @@ def build_specs(scale: str = "cpu", *, tasks=None, schemes=None, seeds=None, lrs
             raise ValueError(f"unknown {label}(s) {bad}. Valid: {', '.join(valid)}")
     specs, seen = [], set()
 
-    def task_lrs(task):   # the given lrs, else the task's at this scale
-        return list(task_scale(scale, task)["lrs"] if lrs is None else lrs)
+    def own_lrs(task, scheme):   # the given lrs, else the task's (and encoding's) at this scale
+        return list(task_scale(scale, task, scheme)["lrs"] if lrs is None else lrs)
 
-    def task_seeds(task):
-        return list(task_scale(scale, task)["seeds"] if seeds is None else seeds)
+    def own_seeds(task, scheme):
+        return list(task_scale(scale, task, scheme)["seeds"] if seeds is None else seeds)
 
     def add(task, scheme, seed, lr, L, group):
         randomized = scheme_parts(scheme)[2] == "randomized"
@@ -242,24 +174,24 @@ def build_specs(scale: str = "cpu", *, tasks=None, schemes=None, seeds=None, lrs
                                          "L": L_tag, "group": group}))
 
     for t in tasks:
-        grid = Grid(axes={"scheme": {k: {} for k in schemes},
-                          "seed": {x: {} for x in task_seeds(t)},
-                          "lr": {x: {} for x in task_lrs(t)}},
-                    name=lambda g, t=t: run_name(t, g["scheme"], g["seed"], g["lr"]))
-        for g in grid:
-            add(t, g.tags["scheme"], g.tags["seed"], g.tags["lr"], None, "main")
+        for k in schemes:   # a grid per task x encoding: each may have its own seeds and lrs
+            grid = Grid(axes={"seed": {x: {} for x in own_seeds(t, k)},
+                              "lr": {x: {} for x in own_lrs(t, k)}},
+                        name=lambda g, t=t, k=k: run_name(t, k, g["seed"], g["lr"]))
+            for g in grid:
+                add(t, k, g.tags["seed"], g.tags["lr"], None, "main")
     if ablation_L is not None:
         ab_tasks = [t for t in ABLATION_L_TASKS if t in tasks] or tasks
         for t in ab_tasks:
             for L in list(ablation_L) or list(s["ablation_L"]):
-                for seed in task_seeds(t):
-                    for lr in task_lrs(t):
+                for seed in own_seeds(t, "rand_relative"):
+                    for lr in own_lrs(t, "rand_relative"):
                         add(t, "rand_relative", seed, lr, int(L), "ablation_L")
     if ablation_unsorted:
         for t in tasks:
             for scheme in ("rand_sincos", UNSORTED):
-                for seed in task_seeds(t):
-                    for lr in task_lrs(t):
+                for seed in own_seeds(t, scheme):
+                    for lr in own_lrs(t, scheme):
                         add(t, scheme, seed, lr, None, "unsorted")
     # Longest runs first (stable otherwise): the workers take runs in this order, and a long run
     # started last would leave the other workers idle at the end.
@@ -283,16 +215,20 @@ def caption(scale: str, *, tasks, schemes, seeds=None, lrs=None,
     model = (f"a reduced encoder ({sizes})" if sizes
              else "the paper's encoder (5 blocks, 8 heads, d_model 64, FFN 256)")
 
-    def budget(task):   # "2 seeds, 1,500 steps at batch 64, lr {0.0005}" (given values win)
-        d = task_scale(scale, task)
+    def budget(task, scheme=None):   # "2 seed(s), 1,500 steps at batch 64, lr {0.0005}"
+        d = task_scale(scale, task, scheme)   # (values given on the command line win)
         n_seeds = len(seeds) if seeds is not None else len(d["seeds"])
         return (f"{n_seeds} seed(s), {d['steps']:,} steps at batch {d['batch_size']}, lr "
                 f"{{{', '.join(f'{x:g}' for x in (lrs or d['lrs']))}}}")
 
+    def task_budget(task):   # the task's budget, then its encodings' own ones in brackets
+        own = [k for k in schemes if k in s.get("per_task", {}).get(task, {}).get("per_scheme", {})]
+        return budget(task) + "".join(f" ({scheme_parts(k)[0]}: {budget(task, k)})" for k in own)
+
     own = [t for t in tasks if t in s.get("per_task", {})]
     rest = [t for t in tasks if t not in own]
     parts = [("others: " if own else "") + budget(rest[0])] if rest else []
-    parts += [f"{TASK_LABELS[t][1]}: {budget(t)}" for t in own]
+    parts += [f"{TASK_LABELS[t][1]}: {task_budget(t)}" for t in own]
     text = (f"Scale `{scale}`: {len(tasks)} task(s) x {len(schemes)} encoding(s); "
             f"{'; '.join(parts)}; {model}; train lengths U(1..{s['N']}); score = mean accuracy "
             f"over test {lens} in {s['N'] + 1}..{s['M']}, {s['eval_sequences']} sequences per "
@@ -381,9 +317,10 @@ def estimate_time(scale: str = "cpu", *, steps: int = 10, tasks=None, schemes=No
                 f"-> {per_run[(task, scheme)] / 60:6.1f} min per run")
     runs = []   # (steps x batch, seconds), sorted as build_specs orders the sweep
     for t in tasks:
-        ts = task_scale(scale, t)
-        runs += [(work(ts), per_run[(t, k)]) for k in schemes
-                 for _ in range((seeds or len(ts["seeds"])) * (lrs or len(ts["lrs"])))]
+        for k in schemes:
+            ts = task_scale(scale, t, k)
+            runs += [(work(ts), per_run[(t, k)])] * ((seeds or len(ts["seeds"]))
+                                                     * (lrs or len(ts["lrs"])))
     costs = [c for _, c in sorted(runs, key=lambda r: -r[0])]
     scale_s = "the scale's"
     total = report_total(costs, workers, f"{len(tasks)} tasks x {len(schemes)} encodings x "
@@ -393,4 +330,4 @@ def estimate_time(scale: str = "cpu", *, steps: int = 10, tasks=None, schemes=No
 
 __all__ = ["SCALES", "SCHEMES", "PAPER_TASKS", "PAPER_TABLE1", "PAPER_TABLE3", "PAPER_TABLE4",
            "TASK_LABELS", "build_specs", "run_config", "run_randomized_pe", "estimate_time",
-           "caption", "eval_lengths"]
+           "caption", "eval_lengths", "task_scale"]

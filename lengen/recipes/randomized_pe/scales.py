@@ -1,0 +1,83 @@
+"""Sizes of the randomized-pe recipe (Ruoss et al. 2023): one dict per scale.
+
+A scale changes sizes and steps, never the protocol (that is in :mod:`.recipe`).
+
+Scales (numbers in ``SCALES``; the captions of the written tables restate them):
+
+* ``paper``: all 15 tasks x 11 encodings x 10 seeds x lrs {1e-4, 3e-4, 5e-4}, 2,000,000 steps
+  (the RPE paper, Appendix A; Deletang et al. used 1M), batch 128, N = 40, every test length
+  41..500 with 500 sequences each, curves also at every length 1..40, L = 2048. GPU.
+* ``cpu``: a 2-core CPU in <= 2 hours with ``--workers 2``: 5 tasks (even pairs, reverse /
+  duplicate string, missing duplicate, bucket sort) x 4 encodings (sin/cos, relative, and their
+  randomized versions), the paper's model, test lengths 41, 81, ..., 481, 500 (stride 40, 13
+  lengths) with 32 sequences each, curves also at lengths 1, 14, 27, 40. Budgets per task
+  (``per_task``; ``results/randomized-pe-cpu/probes.jsonl`` holds the search): even pairs and
+  missing duplicate 1,500 steps at batch 64, lr 5e-4, 2 seeds (at batch 16 / lr 1e-3 both stay at
+  chance); bucket sort 2,000 steps at batch 16, lr 1e-3, 2 seeds; reverse string 8,000 steps at
+  batch 16, lr 1e-3, 2 seeds; duplicate string 12,000 steps at batch 16, lr 1e-3, 1 seed (2 would
+  not fit the 2 hours). At 1,500 steps at batch 64 no string task fitted its training lengths;
+  batch 16 learns about as much per step at a quarter of the cost, and higher lrs (2e-3, 3e-3)
+  stay at chance. ``--estimate`` says 1.47 h; measured: 93.6 min on the project's idle 2-core
+  machine; ``results/randomized-pe-cpu-strings/`` holds the tables. At this budget the relative
+  encoding fits every task; randomized relative fits even pairs and bucket sort and comes close
+  on reverse string (88%); sin/cos fits only bucket sort. The earlier scale (every task 1,500
+  steps at batch 64, lr 5e-4, 2 seeds; 93.7 min) is in ``results/randomized-pe-cpu/``.
+* ``smoke``: seconds, for tests (tiny model, N = 5, M = 12; numbers are meaningless).
+"""
+from __future__ import annotations
+
+from lengen.model.presets import RUOSS2023_LRS
+
+PAPER_TASKS = ("even_pairs", "modular_arithmetic", "parity_check", "cycle_navigation",
+               "stack_manipulation", "reverse_string", "modular_arithmetic_brackets",
+               "solve_equation", "duplicate_string", "missing_duplicate_string", "odds_first",
+               "binary_addition", "binary_multiplication", "compute_sqrt", "bucket_sort")
+
+# --- sizes: one dict per scale (a scale changes sizes and steps, never the protocol) -----------
+SCALES = {
+    "smoke": dict(tasks=("even_pairs", "reverse_string"),
+                  schemes=("none", "sincos", "relative", "rand_sincos", "rand_relative"),
+                  seeds=(0,), lrs=(1e-3,), steps=3, batch_size=8, N=5, M=12, L=64,
+                  test_stride=3, curve_stride=2, eval_sequences=4, eval_batch_size=4,
+                  model=dict(d_model=16, n_layers=1, n_heads=2, d_ff=32), ckpt_every=0,
+                  ablation_L=(32, 64, 128)),
+    "cpu": dict(tasks=("even_pairs", "reverse_string", "duplicate_string",
+                       "missing_duplicate_string", "bucket_sort"),
+                schemes=("sincos", "relative", "rand_sincos", "rand_relative"),
+                seeds=(0, 1), lrs=(5e-4,), steps=1500, batch_size=64, N=40, M=500, L=2048,
+                test_stride=40, curve_stride=13, eval_sequences=32, eval_batch_size=32,
+                model={}, ckpt_every=500, ablation_L=(1024, 2048, 4096, 8192),
+                # the tasks that need more steps than 1,500 get them at batch 16, where a step
+                # costs ~1/4 and learns about as much (results/randomized-pe-cpu/probes.jsonl)
+                per_task={"reverse_string": dict(steps=8000, batch_size=16, lrs=(1e-3,)),
+                          "duplicate_string": dict(steps=12000, batch_size=16, lrs=(1e-3,),
+                                                   seeds=(0,)),
+                          "bucket_sort": dict(steps=2000, batch_size=16, lrs=(1e-3,))}),
+    "paper": dict(tasks=PAPER_TASKS,
+                  schemes=("none", "sincos", "relative", "alibi", "rope", "learned", "rand_sincos",
+                           "rand_relative", "rand_alibi", "rand_rope", "rand_learned"),
+                  seeds=tuple(range(10)), lrs=RUOSS2023_LRS, steps=2_000_000, batch_size=128,
+                  N=40, M=500, L=2048, test_stride=1, curve_stride=1, eval_sequences=500,
+                  eval_batch_size=125, model={}, ckpt_every=10_000,
+                  ablation_L=(1024, 2048, 4096, 8192)),
+}
+
+
+def task_scale(scale: str, task: str, scheme: str | None = None) -> dict:
+    """The sizes ``task`` (with encoding ``scheme``) trains with at ``scale``: ``SCALES[scale]``
+    with the scale's ``per_task[task]`` entries (``steps``, ``batch_size``, ``lrs``, ``seeds``)
+    put over the defaults, and that task's ``per_scheme[scheme]`` entries over those. A per-task
+    or per-encoding budget changes sizes (the paper itself sweeps the lr per task and encoding),
+    never the protocol."""
+    from lengen.registry import lookup
+
+    s = lookup(SCALES, scale, "scale")
+    t = {**s, **s.get("per_task", {}).get(task, {})}
+    own = t.pop("per_scheme", {})
+    return {**t, **own.get(scheme, {})}
+
+
+def work(sizes: dict) -> int:
+    """Examples a run trains on (steps x batch), from a scale's sizes or a run's train config:
+    the sweep starts the runs with the most first."""
+    return sizes["steps"] * sizes["batch_size"]
