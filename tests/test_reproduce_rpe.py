@@ -94,21 +94,23 @@ def test_per_task_budgets(monkeypatch):
     """A scale's ``per_task`` entries give one task its own steps, batch and lrs; the sweep puts
     the longest runs first, the caption states every budget, and explicit --lrs still win."""
     smoke = dict(rpe.SCALES["smoke"], per_task={"reverse_string": dict(
-        steps=7, batch_size=4, lrs=(2e-3, 3e-3), seeds=(0, 1))})
+        steps=14, batch_size=4, lrs=(2e-3, 3e-3), seeds=(0, 1))})
     monkeypatch.setitem(rpe.SCALES, "smoke", smoke)
     assert rpe.task_scale("smoke", "even_pairs")["steps"] == 3
     specs = rpe.build_specs("smoke")
     budgets = [(s.tags["task"], s.config["train"]["steps"], s.config["train"]["batch_size"],
                 s.config["train"]["lr"]) for s in specs]
     k = len(smoke["schemes"])
-    assert budgets[:4 * k] == [("reverse_string", 7, 4, lr) for _ in smoke["schemes"]
+    assert budgets[:4 * k] == [("reverse_string", 14, 4, lr) for _ in smoke["schemes"]
                                for _ in (0, 1) for lr in (2e-3, 3e-3)]
     assert budgets[4 * k:] == [("even_pairs", 3, 8, 1e-3)] * k     # longest first
+    # at equal steps x batch the encodings with costlier steps (STEP_COST: XL relative) go first
+    assert [s.tags["scheme"] for s in specs[4 * k:]][:2] == ["relative", "rand_relative"]
     given = rpe.build_specs("smoke", lrs=[5e-4], seeds=[7])
     assert {(s.tags["lr"], s.tags["seed"]) for s in given} == {(5e-4, 7)}
     cap = rpe.caption("smoke", tasks=smoke["tasks"], schemes=smoke["schemes"])
     assert "others: 1 seed(s), 3 steps at batch 8, lr {0.001}" in cap
-    assert "Reverse String: 2 seed(s), 7 steps at batch 4, lr {0.002, 0.003}" in cap
+    assert "Reverse String: 2 seed(s), 14 steps at batch 4, lr {0.002, 0.003}" in cap
     assert "encoding(s); 1 seed(s), 3 steps at batch 8" in rpe.caption(
         "smoke", tasks=["even_pairs"], schemes=["relative"])
 

@@ -195,7 +195,7 @@ def build_specs(scale: str = "cpu", *, tasks=None, schemes=None, seeds=None, lrs
                         add(t, scheme, seed, lr, None, "unsorted")
     # Longest runs first (stable otherwise): the workers take runs in this order, and a long run
     # started last would leave the other workers idle at the end.
-    specs.sort(key=lambda r: -work(r.config["train"]))
+    specs.sort(key=lambda r: -work(r.config["train"], r.config["model"]["posenc"]))
     return specs
 
 
@@ -315,12 +315,12 @@ def estimate_time(scale: str = "cpu", *, steps: int = 10, tasks=None, schemes=No
             per_run[(task, scheme)] = t_step * cfg.train.steps + t_eval
             log(f"{task:>26} {scheme:>14}: {1000 * t_step:7.1f} ms/step, eval ~{t_eval:6.1f} s "
                 f"-> {per_run[(task, scheme)] / 60:6.1f} min per run")
-    runs = []   # (steps x batch, seconds), sorted as build_specs orders the sweep
+    runs = []   # (work, seconds), sorted as build_specs orders the sweep
     for t in tasks:
         for k in schemes:
             ts = task_scale(scale, t, k)
-            runs += [(work(ts), per_run[(t, k)])] * ((seeds or len(ts["seeds"]))
-                                                     * (lrs or len(ts["lrs"])))
+            n_runs = (seeds or len(ts["seeds"])) * (lrs or len(ts["lrs"]))
+            runs += [(work(ts, scheme_parts(k)[1]), per_run[(t, k)])] * n_runs
     costs = [c for _, c in sorted(runs, key=lambda r: -r[0])]
     scale_s = "the scale's"
     total = report_total(costs, workers, f"{len(tasks)} tasks x {len(schemes)} encodings x "
