@@ -14,9 +14,8 @@ def add_arguments(q) -> None:
     add_sweep_arguments(q, "randomized-pe",
                         scale_help="smoke = seconds (tests), cpu = 5 tasks x 4 encodings with "
                                    "per-task (and per-encoding) steps / batch / lr / seeds, <= 2 h "
-                                   "on 2 cores with --workers 2 (check with --estimate), "
-                                   "paper = 15 tasks x 11 "
-                                   "encodings x 10 seeds x 3 lrs, 2M steps (GPU)",
+                                   "on 2 cores with --workers 2 (check with --estimate), paper = "
+                                   "15 tasks x 11 encodings x 10 seeds x 3 lrs, 2M steps (GPU)",
                         seeds_help="seeds (init and data order; default: each task's at the "
                                    "scale, e.g. 0 1, 0 for duplicate string at cpu)")
     q.add_argument("--tasks", nargs="+", default=None, metavar="TASK",

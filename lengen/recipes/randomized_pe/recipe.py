@@ -35,7 +35,7 @@ import time
 
 from lengen.recipes.common import default_device
 from lengen.model.presets import RUOSS2023_ENCODER, RUOSS2023_TRAIN
-from lengen.recipes.randomized_pe.scales import PAPER_TASKS, SCALES, task_scale, work  # noqa: F401
+from lengen.recipes.randomized_pe.scales import PAPER_TASKS, SCALES, task_scale, work
 from lengen.recipes.randomized_pe.published import (COLUMNS, PAPER_TABLE1, PAPER_TABLE3,
                                                     PAPER_TABLE4, UNSORTED)
 

@@ -19,14 +19,14 @@ Scales (numbers in ``SCALES``; the captions of the written tables restate them):
   reaches 92.5% at lr 5e-4 after 12,000 steps; sin/cos sits at 68-70% at lr 1e-3 and reaches
   ~89% at lr 5e-4); duplicate string 12,000 steps at batch 16, lr 5e-4, 1 seed (2 would not fit
   the 2 hours), except relative at lr 1e-3 (where it fits; randomized relative reaches 79% at lr
-  5e-4 where it stayed at 60-67% at lengths 14-40 at lr 1e-3). At 1,500 steps at batch 64 no string task fitted its training lengths; batch 16
-  learns about as much per step at a quarter of the cost, and higher lrs (2e-3, 3e-3) stay at
-  chance. ``--estimate`` says 1.88 h; the makespan of the 36 runs' measured times on 2 workers is
+  5e-4 where it stayed at 60-67% at lengths 14-40 at lr 1e-3). At 1,500 steps at batch 64 no
+  string task fitted its training lengths; batch 16 learns about as much per step at a quarter
+  of the cost, and higher lrs (2e-3, 3e-3) stay at chance. ``--estimate`` says 1.88 h; the makespan of the 36 runs' measured times on 2 workers is
   106.8 min (``results/randomized-pe-cpu-encodings/``, which holds the tables and says how it was
   run). sin/cos, relative and randomized relative fit reverse string; only relative fits
   duplicate string: no budget found fits randomized sin/cos on reverse or the others on
-  duplicate within the 2 hours (that README shows why). The earlier scales: every task 1,500 steps at
-  batch 64, lr 5e-4 (``results/randomized-pe-cpu/``, 93.7 min); per-task budgets only, reverse
+  duplicate within the 2 hours (that README shows why). The earlier scales: every task 1,500
+  steps at batch 64, lr 5e-4 (``results/randomized-pe-cpu/``, 93.7 min); per-task budgets only, reverse
   string at lr 1e-3 for every encoding (``results/randomized-pe-cpu-strings/``, 93.6 min).
 * ``smoke``: seconds, for tests (tiny model, N = 5, M = 12; numbers are meaningless).
 """
