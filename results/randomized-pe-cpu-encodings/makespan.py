@@ -1,12 +1,13 @@
 """How ``run_times.txt`` was made: the whole cpu scale's wall time on 2 workers from measured
 per-run seconds, for a run that reused earlier runs.
 
-The sweep's ``sweep.json`` records ``seconds`` for the runs it trained; reused (``cached``) runs
-take theirs from the earlier sweep's ``sweep.json``. The runs are scheduled in the order the
-recipe gives them (``build_specs``) with :func:`lengen.recipes.estimate.makespan`, as
-``lengen.sweep`` dispatches them.
+A sweep's ``sweep.json`` records ``seconds`` for the runs it trained (``done``); the runs it
+reused (``cached``) were trained by an earlier sweep into the directory it was copied from. Give
+the sweeps oldest first: each run takes its seconds from the newest sweep that trained it. The
+runs are scheduled in the order the recipe gives them (``build_specs``) with
+:func:`lengen.recipes.estimate.makespan`, as ``lengen.sweep`` dispatches them.
 
-    python results/randomized-pe-cpu-encodings/makespan.py EARLIER/sweep.json NEW/sweep.json
+    python results/randomized-pe-cpu-encodings/makespan.py OLDEST/sweep.json ... NEWEST/sweep.json
 """
 import json
 import sys
@@ -15,22 +16,22 @@ from lengen.recipes.estimate import makespan
 from lengen.recipes.randomized_pe.recipe import build_specs
 
 
-def main(earlier: str, new: str, workers: int = 2) -> None:
-    old_runs = json.load(open(earlier))["runs"]
-    new_runs = json.load(open(new))["runs"]
+def main(sweeps: list[str], workers: int = 2) -> None:
+    trained = [json.load(open(p))["runs"] for p in sweeps]
     specs = build_specs("cpu")
-    rows = []   # (name, where its time comes from, seconds)
+    rows = []   # (name, which sweep trained it: 1 = oldest, its seconds)
     for s in specs:
-        r = new_runs.get(s.name, {})
-        rows.append((s.name, "new", r["seconds"]) if r.get("status") == "done"
-                    else (s.name, "old", old_runs[s.name]["seconds"]))
+        i = max(i for i, runs in enumerate(trained) if runs.get(s.name, {}).get("status") == "done")
+        rows.append((s.name, i + 1, trained[i][s.name]["seconds"]))
     total, per = makespan([sec for _, _, sec in rows], workers)
-    print(f"runs {len(rows)} (new {sum(w == 'new' for _, w, _ in rows)}), worker-min "
-          f"{sum(sec for _, _, sec in rows) / 60:.1f}, makespan on {workers} workers "
-          f"{total / 60:.1f} min, per worker {[round(p / 60, 1) for p in per]}")
-    for name, where, sec in rows:
-        print(f"{name:50s} {where:4s} {sec / 60:5.1f}")
+    counts = ", ".join(f"sweep {k}: {sum(i == k for _, i, _ in rows)}"
+                       for k in range(1, len(sweeps) + 1))
+    print(f"runs {len(rows)} ({counts}), worker-min {sum(sec for _, _, sec in rows) / 60:.1f}, "
+          f"makespan on {workers} workers {total / 60:.1f} min, "
+          f"per worker {[round(p / 60, 1) for p in per]}")
+    for name, i, sec in rows:
+        print(f"{name:50s} sweep {i} {sec / 60:5.1f}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1:])
