@@ -14,20 +14,21 @@ Scales (numbers in ``SCALES``; the captions of the written tables restate them):
   (``per_task``) and per encoding on a task (``per_scheme``); ``results/randomized-pe-cpu/
   probes.jsonl`` holds the search. Even pairs and missing duplicate 1,500 steps at batch 64, lr
   5e-4, 2 seeds (at batch 16 / lr 1e-3 both stay at chance); bucket sort 2,000 steps at batch 16,
-  lr 1e-3, 2 seeds; reverse string 12,000 steps at batch 16, lr 5e-4, 2 seeds, except relative:
-  8,000 steps at lr 1e-3 (it fits there; randomized relative plateaus at 86-89% at lr 1e-3 and
-  reaches 92.5% at lr 5e-4 after 12,000 steps; sin/cos sits at 68-70% at lr 1e-3 and reaches
-  ~89% at lr 5e-4); duplicate string 12,000 steps at batch 16, lr 5e-4, 1 seed (2 would not fit
-  the 2 hours), except relative at lr 1e-3 (where it fits; randomized relative reaches 79% at lr
-  5e-4 where it stayed at 60-67% at lengths 14-40 at lr 1e-3). At 1,500 steps at batch 64 no
-  string task fitted its training lengths; batch 16 learns about as much per step at a quarter
-  of the cost, and higher lrs (2e-3, 3e-3) stay at chance. ``--estimate`` says 1.88 h; the makespan of the 36 runs' measured times on 2 workers is
-  106.8 min (``results/randomized-pe-cpu-encodings/``, which holds the tables and says how it was
-  run). sin/cos, relative and randomized relative fit reverse string; only relative fits
-  duplicate string: no budget found fits randomized sin/cos on reverse or the others on
-  duplicate within the 2 hours (that README shows why). The earlier scales: every task 1,500
-  steps at batch 64, lr 5e-4 (``results/randomized-pe-cpu/``, 93.7 min); per-task budgets only, reverse
-  string at lr 1e-3 for every encoding (``results/randomized-pe-cpu-strings/``, 93.6 min).
+  lr 1e-3, 2 seeds; reverse string 12,000 steps at batch 16, lr 5e-4, 2 seeds, except relative
+  (8,000 steps at lr 1e-3, where it fits) and randomized sin/cos (16,000 steps); duplicate string
+  12,000 steps at batch 16, lr 5e-4, 1 seed (2 would not fit the 2 hours), except relative (lr
+  1e-3, where it fits) and sin/cos (18,000 steps). At lr 1e-3 randomized relative plateaus at
+  86-89% on reverse and sin/cos at 68-70%; at 1,500 steps at batch 64 no string task fitted;
+  batch 16 learns about as much per step at a quarter of the cost; higher lrs (2e-3, 3e-3) stay
+  at chance. Continuing the 12,000-step runs measured where the longer ones fit (randomized
+  sin/cos on reverse 91.5% at 16,000, sin/cos on duplicate 90.9% at 18,000) and that the
+  randomized encodings on duplicate do not (86.7 / 80.8% at 18,000). ``--estimate --workers 2``
+  says 1.77 h; the makespan of the 36 runs' measured times on 2 workers is 111.8 min
+  (``results/randomized-pe-cpu-encodings/``, which holds the tables and says how it was run).
+  Every encoding fits reverse string; sin/cos and relative fit duplicate string. The earlier
+  scales: every task 1,500 steps at batch 64, lr 5e-4 (``results/randomized-pe-cpu/``, 93.7
+  min); per-task budgets only, reverse string at lr 1e-3 for every encoding
+  (``results/randomized-pe-cpu-strings/``, 93.6 min).
 * ``smoke``: seconds, for tests (tiny model, N = 5, M = 12; numbers are meaningless).
 """
 from __future__ import annotations
@@ -57,9 +58,9 @@ SCALES = {
                 # costs ~1/4 and learns about as much (results/randomized-pe-cpu/probes.jsonl);
                 # on the string tasks the encodings other than relative learn faster at lr 5e-4
                 # than at 1e-3; relative keeps 1e-3, where it fits (reverse in 8,000 steps)
-                # (stop 24: continuing runs past their budget measured what more steps buy:
-                # randomized sin/cos fits reverse at 16,000, sin/cos fits duplicate at 18,000;
-                # the randomized ones stay at 81-87% on duplicate at 18,000)
+                # (continuing runs past their budget measured what more steps buy: randomized
+                # sin/cos fits reverse at 16,000, sin/cos fits duplicate at 18,000; the
+                # randomized ones stay at 81-87% on duplicate at 18,000)
                 per_task={"reverse_string": dict(steps=12000, batch_size=16, lrs=(5e-4,),
                                                  per_scheme={"relative": dict(steps=8000,
                                                                               lrs=(1e-3,)),
