@@ -21,8 +21,12 @@ def main(sweeps: list[str], workers: int = 2) -> None:
     specs = build_specs("cpu")
     rows = []   # (name, which sweep trained it: 1 = oldest, its seconds)
     for s in specs:
-        i = max(i for i, runs in enumerate(trained) if runs.get(s.name, {}).get("status") == "done")
-        rows.append((s.name, i + 1, trained[i][s.name]["seconds"]))
+        done = [i for i, runs in enumerate(trained) if runs.get(s.name, {}).get("status") == "done"]
+        if not done:
+            sys.exit(f"no sweep given trained {s.name}: pass every sweep that trained a run")
+        # a run's name does not change with its step count: if the newest sweep given is not
+        # the one that ran the current budgets, its times are stale, so give every sweep
+        rows.append((s.name, done[-1] + 1, trained[done[-1]][s.name]["seconds"]))
     total, per = makespan([sec for _, _, sec in rows], workers)
     counts = ", ".join(f"sweep {k}: {sum(i == k for _, i, _ in rows)}"
                        for k in range(1, len(sweeps) + 1))

@@ -22,13 +22,19 @@ TRAIN_LENGTHS = ["len=1", "len=14", "len=27", "len=40"]
 
 
 def continue_run(src: str, dst: str, steps: int) -> dict:
-    if not os.path.exists(dst):
+    with open(os.path.join(src, "config.json")) as f:
+        cfg = json.load(f)
+    # only a constant lr makes the continuation the same run trained longer: any other schedule
+    # depends on train.steps, so raising it would change the lr of the steps already taken
+    if cfg["train"].get("schedule", "cosine") != "constant":   # cosine: TrainConfig's default
+        sys.exit(f"{src} does not train at a constant lr (train.schedule)")
+    if steps <= cfg["train"]["steps"]:
+        sys.exit(f"{src} trains {cfg['train']['steps']} steps; ask for more than that")
+    if not os.path.exists(dst):          # else: resume an interrupted continuation
         shutil.copytree(src, dst)
         for f in ("eval.json", "eval.csv", "results.csv", "model.safetensors"):
             if os.path.exists(os.path.join(dst, f)):
                 os.remove(os.path.join(dst, f))
-    with open(os.path.join(dst, "config.json")) as f:
-        cfg = json.load(f)
     cfg["train"]["steps"] = steps
     cfg["train"]["threads"] = 1          # two continuations at once on the 2 cores
     cfg["name"] = os.path.basename(os.path.normpath(dst))
