@@ -22,9 +22,11 @@ Scales (numbers in ``SCALES``; the captions of the written tables restate them):
   batch 16 learns about as much per step at a quarter of the cost; higher lrs (2e-3, 3e-3) stay
   at chance. Continuing the 12,000-step runs measured where the longer ones fit (randomized
   sin/cos on reverse 91.5% at 16,000, sin/cos on duplicate 90.9% at 18,000) and that the
-  randomized encodings on duplicate do not (86.7 / 80.8% at 18,000). ``--estimate --workers 2``
-  says 1.77 h; the makespan of the 36 runs' measured times on 2 workers is 111.8 min
-  (``results/randomized-pe-cpu-encodings/``, which holds the tables and says how it was run).
+  randomized encodings on duplicate do not (randomized sin/cos 84-88% up to 24,000, randomized
+  relative 81-84% up to 18,000: each about the most steps the 2 hours allow it).
+  ``--estimate --workers 2`` says 1.87 h; the makespan of the 36 runs' measured times on 2
+  workers is 111.8 min (``results/randomized-pe-cpu-encodings/``, which holds the tables and
+  says how it was run).
   Every encoding fits reverse string; sin/cos and relative fit duplicate string. The earlier
   scales: every task 1,500 steps at batch 64, lr 5e-4 (``results/randomized-pe-cpu/``, 93.7
   min); per-task budgets only, reverse string at lr 1e-3 for every encoding
@@ -60,7 +62,7 @@ SCALES = {
                 # than at 1e-3; relative keeps 1e-3, where it fits (reverse in 8,000 steps)
                 # (continuing runs past their budget measured what more steps buy: randomized
                 # sin/cos fits reverse at 16,000, sin/cos fits duplicate at 18,000; the
-                # randomized ones stay at 81-87% on duplicate at 18,000)
+                # randomized ones stay at 81-88% on duplicate up to 18,000 / 24,000)
                 per_task={"reverse_string": dict(steps=12000, batch_size=16, lrs=(5e-4,),
                                                  per_scheme={"relative": dict(steps=8000,
                                                                               lrs=(1e-3,)),
