@@ -144,7 +144,7 @@ def build_specs(scale: str = "cpu", *, tasks=None, schemes=None, seeds=None, lrs
     of ``tasks`` if neither is selected); the main runs at the scale's L are shared, not repeated.
     ``ablation_unsorted`` adds randomized sin/cos without sorting on every task, and the sorted
     runs it is compared with."""
-    from lengen.sweep import Grid, RunSpec
+    from lengen.sweep import RunSpec
 
     s = SCALES[scale]
     tasks = list(tasks or s["tasks"])
@@ -155,11 +155,10 @@ def build_specs(scale: str = "cpu", *, tasks=None, schemes=None, seeds=None, lrs
             raise ValueError(f"unknown {label}(s) {bad}. Valid: {', '.join(valid)}")
     specs, seen = [], set()
 
-    def own_lrs(task, scheme):   # the given lrs, else the task's (and encoding's) at this scale
-        return list(task_scale(scale, task, scheme)["lrs"] if lrs is None else lrs)
-
-    def own_seeds(task, scheme):
-        return list(task_scale(scale, task, scheme)["seeds"] if seeds is None else seeds)
+    def seeds_lrs(task, scheme):   # (seed, lr) pairs: the given ones, else the task's (and
+        d = task_scale(scale, task, scheme)   # encoding's) at this scale; seed outer, lr inner
+        return [(x, y) for x in (d["seeds"] if seeds is None else seeds)
+                for y in (d["lrs"] if lrs is None else lrs)]
 
     def add(task, scheme, seed, lr, L, group):
         randomized = scheme_parts(scheme)[2] == "randomized"
@@ -174,25 +173,20 @@ def build_specs(scale: str = "cpu", *, tasks=None, schemes=None, seeds=None, lrs
                                          "L": L_tag, "group": group}))
 
     for t in tasks:
-        for k in schemes:   # a grid per task x encoding: each may have its own seeds and lrs
-            grid = Grid(axes={"seed": {x: {} for x in own_seeds(t, k)},
-                              "lr": {x: {} for x in own_lrs(t, k)}},
-                        name=lambda g, t=t, k=k: run_name(t, k, g["seed"], g["lr"]))
-            for g in grid:
-                add(t, k, g.tags["seed"], g.tags["lr"], None, "main")
+        for k in schemes:   # each task x encoding may have its own seeds and lrs
+            for seed, lr in seeds_lrs(t, k):
+                add(t, k, seed, lr, None, "main")
     if ablation_L is not None:
         ab_tasks = [t for t in ABLATION_L_TASKS if t in tasks] or tasks
         for t in ab_tasks:
             for L in list(ablation_L) or list(s["ablation_L"]):
-                for seed in own_seeds(t, "rand_relative"):
-                    for lr in own_lrs(t, "rand_relative"):
-                        add(t, "rand_relative", seed, lr, int(L), "ablation_L")
+                for seed, lr in seeds_lrs(t, "rand_relative"):
+                    add(t, "rand_relative", seed, lr, int(L), "ablation_L")
     if ablation_unsorted:
         for t in tasks:
             for scheme in ("rand_sincos", UNSORTED):
-                for seed in own_seeds(t, scheme):
-                    for lr in own_lrs(t, scheme):
-                        add(t, scheme, seed, lr, None, "unsorted")
+                for seed, lr in seeds_lrs(t, scheme):
+                    add(t, scheme, seed, lr, None, "unsorted")
     # Longest runs first (stable otherwise): the workers take runs in this order, and a long run
     # started last would leave the other workers idle at the end.
     specs.sort(key=lambda r: -work(r.config["train"], r.config["model"]["posenc"]))
@@ -221,8 +215,8 @@ def caption(scale: str, *, tasks, schemes, seeds=None, lrs=None,
         return (f"{n_seeds} seed(s), {d['steps']:,} steps at batch {d['batch_size']}, lr "
                 f"{{{', '.join(f'{x:g}' for x in (lrs or d['lrs']))}}}")
 
-    def task_budget(task):   # the task's budget, then its encodings' own ones in brackets
-        own = [k for k in schemes if k in s.get("per_task", {}).get(task, {}).get("per_scheme", {})]
+    def task_budget(task):   # the task's budget, then the encodings' that differ, in brackets
+        own = [k for k in schemes if budget(task, k) != budget(task)]
         return budget(task) + "".join(f" ({scheme_parts(k)[0]}: {budget(task, k)})" for k in own)
 
     own = [t for t in tasks if t in s.get("per_task", {})]
