@@ -280,5 +280,11 @@ def test_other_tasks_build_and_train_two_steps(task, task_kw, tmp_path):
                               str(tmp_path / "run"), quiet=True)
     assert isinstance(m, HFBackbone) and rows
     if task == "text":
+        from lengen.runs import evaluate_run
+
         assert {r["metric"] for r in rows} == {"ppl", "nll"}
         assert {r["length"] for r in rows} == {32, 64}
+        # lengen eval RUN draws perplexity vs length for a text run (not an accuracy plot)
+        again = evaluate_run(str(tmp_path / "run"))
+        assert [r["value"] for r in again] == [r["value"] for r in rows]
+        assert (tmp_path / "run" / "reeval.png").exists()
