@@ -13,10 +13,13 @@ from contextlib import nullcontext
 
 import torch
 
-from lengen.checks import check_device_available
-from lengen.config import ExperimentConfig
-from lengen.fileio import save_json_atomic
+from lengen.checks import Int, Str, check_device_available
+from lengen.config import SEED, EvalConfig, ExperimentConfig
+from lengen.data.tokenizers import has_hf_tokenizer
+from lengen.fileio import make_output_dir, save_json_atomic
 from lengen.errors import ConfigError
+from lengen.registry import check_kwargs, construct, fill_from_task
+from lengen.tasks import TASK_POINT
 from lengen.eval.evaluate import evaluate
 from lengen.threads import use_threads
 from lengen.rundir.load import as_experiment_config, load_run_at, prepare
@@ -49,9 +52,6 @@ def evaluate_run(run_dir: str, *, splits=None, sequences: int | None = None,
     training has not finished is evaluated at its newest checkpoint with a
     :class:`lengen.errors.LengenWarning` saying so (see :func:`lengen.train.loop.load_run`).
     ``threads``: torch threads (0: :func:`lengen.threads.choose_threads`'s choice for the model)."""
-    from lengen.checks import Int, Str
-    from lengen.config import SEED
-
     for key, value in (("sequences", sequences), ("batch_size", batch_size)):
         if value is not None:
             Int(min=1).check(value, key)
@@ -156,12 +156,6 @@ def evaluate_hf(path: str, task: str, out: str, *, task_kwargs: dict | None = No
     ``model.backbone=hf`` run exported with ``lengen export RUN OUT --to hf``, or a lengen run
     exported with ``--to llama``). ``text``: the checkpoint's own tokenizer when PATH has one and
     ``task_kwargs`` names none (``tokenizer: hf``), else ``task_kwargs.tokenizer`` is required."""
-    from lengen.checks import Int
-    from lengen.config import EvalConfig, SEED
-    from lengen.data.tokenizers import has_hf_tokenizer
-    from lengen.fileio import make_output_dir
-    from lengen.registry import check_kwargs, construct
-    from lengen.tasks import TASK_POINT
     try:
         from lengen.hf.load import load_checkpoint  # optional dependency (transformers)
     except ImportError:
@@ -241,7 +235,6 @@ def build_sampler_checked(name: str, kwargs: dict, *, task, splits):
     naming the key and fix), with what only the task knows filled in as training does
     (:func:`lengen.registry.fill_from_task`); the returned kwargs include it."""
     from lengen.positions import SAMPLER_POINT
-    from lengen.registry import check_kwargs, construct, fill_from_task
 
     cls = SAMPLER_POINT.get(name, "positions")
     kwargs = check_kwargs(cls, kwargs, section="positions_kwargs", kind="position sampler",

@@ -21,7 +21,6 @@ import lengen  # noqa: E402
 from lengen.cli import main  # noqa: E402
 from lengen.errors import ConfigError  # noqa: E402
 from lengen.hf.load import load_checkpoint  # noqa: E402
-from lengen.model import HFBackbone  # noqa: E402
 from lengen.runs import evaluate_hf, evaluate_run  # noqa: E402
 from lengen.tasks import build_task  # noqa: E402
 
@@ -51,9 +50,13 @@ def exported(tmp_path_factory):
     return run, str(d / "llama"), d
 
 
-def rows_of(path):
+def load(path):
     with open(path) as f:
-        return [(r["split"], r["metric"], r["value"]) for r in json.load(f)]
+        return json.load(f)
+
+
+def rows_of(path):
+    return [(r["split"], r["metric"], r["value"]) for r in load(path)]
 
 
 def test_checkpoint_rows_equal_the_runs_rows(exported, tmp_path):
@@ -64,7 +67,7 @@ def test_checkpoint_rows_equal_the_runs_rows(exported, tmp_path):
     assert main(["eval", "--hf", ckpt, "--task", "copy", *EVAL, "--out", str(out)]) == 0
     assert rows_of(out / "eval.json") == want
     assert (out / "eval.csv").exists() and (out / "eval.png").exists()
-    row = json.load(open(out / "eval.json"))[0]
+    row = load(out / "eval.json")[0]
     assert row["pe"] == "hf:llama" and row["run"] == "llama" and row["task"] == "copy"
     assert row["checkpoint"] == os.path.abspath(ckpt)
 
@@ -99,9 +102,9 @@ def test_rope_scaling_and_positions_through_the_cli(exported, tmp_path):
                  "--rope-scaling", "{rope_type: linear, factor: 2}"]) == 0
     assert main(["eval", "--hf", ckpt, "--task", "copy", *EVAL, "--out", str(tmp_path / "b"),
                  "--positions", "interpolate"]) == 0
-    rows = json.load(open(tmp_path / "b" / "eval.json"))
+    rows = load(tmp_path / "b" / "eval.json")
     assert {r["positions"] for r in rows} == {"interpolate"}
-    a = json.load(open(tmp_path / "a" / "eval.json"))
+    a = load(tmp_path / "a" / "eval.json")
     assert {r["rope_scaling"] for r in a} == {json.dumps({"rope_type": "linear", "factor": 2})}
 
 
@@ -144,7 +147,7 @@ def checkpoint_with_tokenizer(path):
     """A random tiny Llama saved with a word-level tokenizer of its own."""
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    words = "the quick brown fox jumps over lazy dog. <unk> <eos>".split()
+    words = ["the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog.", "<unk>", "<eos>"]
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>")
@@ -162,7 +165,7 @@ def test_text_perplexity_with_the_checkpoints_own_tokenizer(tmp_path):
     out = tmp_path / "out"
     assert main(["eval", "--hf", ckpt, "--task", "text", "--task-kwargs", json.dumps(kw),
                  "--out", str(out)]) == 0
-    rows = json.load(open(out / "eval.json"))
+    rows = load(out / "eval.json")
     assert {(r["split"], r["metric"]) for r in rows} == {
         (s, m) for s in ("len=16", "len=32") for m in ("ppl", "nll")}
     assert {r["tokenizer"] for r in rows} == {"hf"} and (out / "eval.png").exists()
@@ -206,3 +209,22 @@ def test_refusals(exported, tmp_path, capsys):
         assert main(argv) == 2
         assert msg in capsys.readouterr().err
     assert not os.path.exists(tmp_path / "o")
+
+
+def test_a_lengen_export_is_evaluated_as_its_run(tmp_path):
+    """A ``lengen export --to hf`` directory (LengenForCausalLM) evaluates as the run it came
+    from: the lengen Transformer inside it, with its own sampler."""
+    cfg = lengen.resolve({"task": {"name": "copy"},
+                          "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "posenc": "rope"},
+                          "train": {"steps": 2, "batch_size": 4, "progress": False},
+                          "eval": {"splits": SPLITS, "sequences": 8, "batch_size": 4}})
+    run = str(tmp_path / "run")
+    lengen.train(cfg, run, quiet=True)
+    assert main(["export", run, str(tmp_path / "hf")]) == 0
+    rows = evaluate_hf(str(tmp_path / "hf"), "copy", str(tmp_path / "out"), splits=SPLITS,
+                       sequences=8, batch_size=4, plot=False)
+    assert [(r["split"], r["metric"], r["value"]) for r in rows] == \
+        [(r["split"], r["metric"], r["value"]) for r in evaluate_run(run, plot=False)]
+    assert {r["pe"] for r in rows} == {"rope"}
+    with pytest.raises(ConfigError, match="--rope-scaling applies to transformers' RoPE models"):
+        load_checkpoint(str(tmp_path / "hf"), rope_scaling={"rope_type": "linear", "factor": 2})

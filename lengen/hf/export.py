@@ -2,8 +2,6 @@
 
 * ``hf``: :class:`lengen.hf.modeling.LengenForCausalLM` (every lengen model; loads after
   ``import lengen.hf``).
-* a run with a Hugging Face backbone (``model.backbone=hf``): its transformers model as it is,
-  with either format (``llama`` only for a Llama), when its positions at evaluation are 0, 1, ...
 * ``llama``: a stock ``LlamaForCausalLM`` that loads without lengen, written only when the lengen
   model *is* a Llama, i.e. computes the same function with Llama's modules:
 
@@ -26,6 +24,8 @@
   ``post_attention_layernorm``; ``norm_f`` -> ``model.norm``; ``head`` -> ``lm_head``.
   HF's dynamic NTK keeps the largest length a module has seen between calls (a decoding-time
   cache policy); a single forward pass equals lengen's.
+* a run with a Hugging Face backbone (``model.backbone=hf``): its transformers model as it is,
+  with either format (``llama`` only for a Llama), when its positions at evaluation are 0, 1, ...
 """
 from __future__ import annotations
 

@@ -109,10 +109,11 @@ def hf_sizes(hf_cfg) -> dict:
             "n_heads": int(hf_cfg.num_attention_heads), "d_ff": int(ff)}
 
 
-def fill_sizes(mc: ModelConfig) -> None:
-    """Set ``mc``'s d_model / n_layers / n_heads / d_ff from its ``hf_config`` (backbone=hf); a
-    value set to something else (neither the default nor the HF model's) is a ConfigError."""
-    sizes = hf_sizes(hf_auto_config(mc))
+def fill_sizes(mc: ModelConfig, hf_cfg) -> None:
+    """Set ``mc``'s d_model / n_layers / n_heads / d_ff from its transformers config ``hf_cfg``
+    (backbone=hf); a value set to something else (neither the default nor the HF model's) is a
+    ConfigError."""
+    sizes = hf_sizes(hf_cfg)
     default = ModelConfig()
     for k in HF_SIZES:
         mine = getattr(mc, k)
@@ -296,8 +297,9 @@ class HFBackbone(nn.Module):
     def linear_weights(self) -> list[torch.Tensor]:
         """The matrices weight decay applies to (:func:`lengen.train.optim.param_groups`):
         ``nn.Linear`` weights and transformers' ``Conv1D`` (GPT-2's projections)."""
-        conv1d = transformers().pytorch_utils.Conv1D
-        return [m.weight for m in self.modules() if isinstance(m, (nn.Linear, conv1d))]
+        from transformers.pytorch_utils import Conv1D  # optional dependency, loaded by now
+
+        return [m.weight for m in self.modules() if isinstance(m, (nn.Linear, Conv1D))]
 
     def replace_head(self, new: nn.Module) -> nn.Module:
         """Put ``new`` in place of the output head (``lm_head``) and return the old one: the
@@ -318,12 +320,13 @@ def check_hf_model(mc: ModelConfig, task, sampler, max_length: int) -> None:
     """Config-time checks of a backbone=hf model (:func:`lengen.config.check_components`): the
     hf_config builds (sizes filled in), the task is a decoder task, the sampler gives positions
     the architecture takes, up to the longest input."""
-    fill_sizes(mc)
+    hf_cfg = hf_auto_config(mc)
+    fill_sizes(mc, hf_cfg)
     if not task.causal:
         raise ConfigError(f"task '{task.name}' is an encoder task (model.causal=false); "
                           f"model.backbone=hf builds causal language models "
                           f"(AutoModelForCausalLM): use a decoder task or model.backbone=lengen")
-    pe = HFPositions(mc.hf_config["model_type"], hf_auto_config(mc))
+    pe = HFPositions(mc.hf_config["model_type"], hf_cfg)
     pe.check_sampler(sampler, mc.positions)
     try:
         pe.check_positions(sampler.max_position(max_length))
