@@ -236,11 +236,11 @@ def test_samplers_declared_integer_give_integers(name):
                          ids=["llama-warp", "gpt2"])
 def test_trains_evaluates_and_generates_on_copy(hf_config, positions, tmp_path):
     from lengen.eval.generation import run_generate
-    from lengen.runs import evaluate_run
+    from lengen.runs import evaluate_run, reevaluate
 
     run = str(tmp_path / "run")
-    m, _, rows = lengen.train(cfg(hf_config=hf_config, model_kw={"positions": positions}),
-                                 run, quiet=True)
+    c = cfg(hf_config=hf_config, model_kw={"positions": positions})
+    m, _, rows = lengen.train(c, run, quiet=True)
     assert isinstance(m, HFBackbone)
     assert {r["split"] for r in rows} == set(SPLITS)
     assert {r["metric"] for r in rows} >= {"seq_acc", "token_acc", "nll"}
@@ -250,6 +250,10 @@ def test_trains_evaluates_and_generates_on_copy(hf_config, positions, tmp_path):
         [(r["split"], r["metric"], r["value"]) for r in rows]
     text = run_generate(run, split="len=3", n=2)
     assert "copy: len=3" in text and "/2 right" in text
+    # a sweep re-evaluating the finished run with other evaluation settings (no retraining)
+    c.eval.sequences = 4
+    fewer = reevaluate(c, run)
+    assert {r["sequences"] for r in fewer} == {4} and {r["split"] for r in fewer} == set(SPLITS)
 
 
 @pytest.mark.parametrize("hf_config", [LLAMA, GPT2], ids=["llama", "gpt2"])

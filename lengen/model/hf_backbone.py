@@ -41,14 +41,9 @@ from lengen.checks import did_you_mean
 from lengen.errors import ConfigError
 from lengen.model.cache import KVCache
 from lengen.model.config import HF_MODEL_TYPES, HF_SIZES, ModelConfig
-from lengen.model.transformer import (
-    Transformer,
-    as_model_config,
-    built,
-    check_positions,
-    check_tokens,
-    input_problem,
-)
+from lengen.model.generate import generate
+from lengen.model.transformer import (Transformer, as_model_config, built, check_positions,
+                                      check_tokens, input_problem)
 from lengen.positions import build_sampler
 
 MISSING = ('model.backbone=hf needs Hugging Face transformers: pip install "lengen[hf]" (or use '
@@ -288,8 +283,6 @@ class HFBackbone(nn.Module):
                  top_k: int | None = None, generator: torch.Generator | None = None,
                  use_cache: bool = True) -> list[torch.Tensor]:
         """Continue each prompt (see :func:`lengen.model.generate.generate`)."""
-        from lengen.model.generate import generate
-
         return generate(self, prompts, max_new_tokens, eos_id, positions=positions,
                         temperature=temperature, top_k=top_k, generator=generator,
                         use_cache=use_cache)
