@@ -4,6 +4,8 @@
     lengen train [--config FILE] [--run-dir DIR] [--no-resume | --fresh] [key.path=value ...]
     torchrun --nproc_per_node N -m lengen train --run-dir DIR ...     (data-parallel, DDP)
     lengen eval RUN_DIR [--splits iid sparse dense] [--sequences N]
+    lengen eval --hf CHECKPOINT_DIR --task NAME --out DIR [--task-kwargs JSON]
+                [--rope-scaling '{rope_type: linear, factor: 2}' | --positions SAMPLER]
     lengen generate RUN_DIR [--split len=K | --prompt 'tokens ...'] [--n N]
     lengen demo [--out DIR] [--steps N]
     lengen reproduce RECIPE [--scale smoke|cpu|paper] [--out DIR] [--workers N] [--estimate] ...
@@ -28,7 +30,8 @@ import textwrap
 import time
 
 from lengen.cliutil import (int_at_least, is_user_error, json_object, lengen_warnings,
-                            looks_like_override, message, not_an_override, silence_stdout)
+                            looks_like_override, message, not_an_override, silence_stdout,
+                            yaml_mapping)
 from lengen.analysis import ANALYSES
 from lengen.recipes import RECIPES
 
@@ -85,8 +88,35 @@ def _rank() -> int:
 
 
 def cmd_eval(args) -> int:
-    from lengen.runs import evaluate_run
+    from lengen.errors import ConfigError
+    from lengen.runs import HF_EVAL_STEM, evaluate_hf, evaluate_run
 
+    hf_only = [f for f, v in (("--task", args.task), ("--task-kwargs", args.task_kwargs),
+                              ("--rope-scaling", args.rope_scaling)) if v is not None]
+    if args.hf is not None:
+        if args.run_dir is not None:
+            raise ConfigError(f"give a RUN_DIR or --hf PATH, not both (got {args.run_dir} and "
+                              f"--hf {args.hf})")
+        if args.task is None or args.out is None:
+            raise ConfigError("lengen eval --hf PATH needs --task NAME (a lengen task, e.g. copy "
+                              "or text) and --out DIR (a folder for eval.json / .csv / .png)")
+        rows = evaluate_hf(args.hf, args.task, args.out, task_kwargs=args.task_kwargs,
+                           splits=args.splits, sequences=args.sequences,
+                           batch_size=args.batch_size, seed=args.seed, device=args.device,
+                           positions=args.positions, positions_kwargs=args.positions_kwargs,
+                           rope_scaling=args.rope_scaling, progress=True, threads=args.threads)
+        print_rows(rows)
+        stem = os.path.join(args.out, HF_EVAL_STEM)
+        print(f"wrote {stem}.json and .csv" + (" and .png" if os.path.exists(f"{stem}.png")
+                                                 else ""))
+        return 0
+    if args.run_dir is None:
+        raise ConfigError("lengen eval needs a RUN_DIR (a run made by lengen train) or --hf PATH "
+                          "(a Hugging Face checkpoint directory)")
+    if hf_only:
+        raise ConfigError(f"{', '.join(hf_only)} apply to --hf PATH only (a run directory "
+                          f"evaluates its own task and model)")
+    args.out = "reeval" if args.out is None else args.out
     rows = evaluate_run(args.run_dir, splits=args.splits, sequences=args.sequences,
                         batch_size=args.batch_size, seed=args.seed, device=args.device,
                         out=args.out, progress=True, positions=args.positions,
@@ -335,9 +365,30 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
                              "<time>/ (nothing is deleted) and start over")
     p.set_defaults(fn=cmd_train)
 
-    p = sub.add_parser("eval", help="evaluate a trained run on named splits",
-                       description="Evaluate a run directory's weights; writes rows as JSON and CSV.")
-    p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory made by lengen train")
+    p = sub.add_parser("eval", help="evaluate a trained run (or a Hugging Face checkpoint) on "
+                                    "named splits",
+                       description="Evaluate a run directory's weights; writes rows as JSON and "
+                                   "CSV. With --hf PATH --task NAME --out DIR instead: evaluate a "
+                                   "local Hugging Face checkpoint (offline) on a lengen task's "
+                                   "length sweep or perplexity-vs-length protocol and write "
+                                   "DIR/eval.json, .csv and .png.")
+    p.add_argument("run_dir", metavar="RUN_DIR", nargs="?",
+                   help="a run directory made by lengen train (or give --hf PATH)")
+    p.add_argument("--hf", metavar="PATH",
+                   help="a Hugging Face checkpoint directory (config.json + weights, read with "
+                        "from_pretrained offline: llama, gpt2, or a lengen export) to evaluate "
+                        "instead of a run; needs --task and --out")
+    p.add_argument("--task", metavar="NAME",
+                   help="--hf only: the lengen task to evaluate on (copy, reverse, sort, "
+                        "summation, addition, flipflop: exact match per length; text: perplexity "
+                        "per length, with the checkpoint's own tokenizer when PATH has one)")
+    p.add_argument("--task-kwargs", type=json_object, metavar="JSON",
+                   help='--hf only: the task\'s keyword arguments as a JSON object, e.g. '
+                        '\'{"corpus": "files", "data_files": {...}, "eval_lengths": [128, 512]}\'')
+    p.add_argument("--rope-scaling", type=yaml_mapping, metavar="MAPPING",
+                   help="--hf only: transformers' own RoPE scaling applied to the loaded config, "
+                        "e.g. '{rope_type: linear, factor: 2}' (rope_type: linear, dynamic, "
+                        "yarn, llama3, longrope)")
     p.add_argument("--splits", nargs="+", metavar="SPLIT",
                    help="splits to evaluate (default: the config's or the task's, e.g. iid sparse dense)")
     p.add_argument("--sequences", type=int_at_least(1), metavar="N",
@@ -347,14 +398,16 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int_at_least(0), metavar="S",
                    help="evaluation data seed (default: config)")
     p.add_argument("--device", default="cpu", help="torch device (default cpu)")
-    p.add_argument("--out", default="reeval", metavar="STEM",
+    p.add_argument("--out", default=None, metavar="STEM|DIR",
                    help="output file stem inside RUN_DIR (default reeval -> reeval.json, "
                         "reeval.csv); the run's own files (config, metrics, model, checkpoints, "
-                        "and eval.json / eval.csv written by training) are never overwritten")
+                        "and eval.json / eval.csv written by training) are never overwritten. "
+                        "With --hf: the output folder (refused if it holds a run)")
     p.add_argument("--positions", metavar="SAMPLER",
                    help="evaluate with this position sampler instead of the run's own (samplers "
                         "hold no weights), e.g. interpolate for a RoPE run; what only the task "
-                        "knows (M) is filled in as in training; use another --out")
+                        "knows (M) is filled in as in training; use another --out. With --hf: a "
+                        "lengen sampler applied to the checkpoint (GPT-2: integer ones only)")
     p.add_argument("--positions-kwargs", type=json_object, metavar="JSON",
                    help='keyword arguments of --positions as a JSON object, e.g. \'{"factor": 2}\'')
     _add_threads(p)

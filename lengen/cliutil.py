@@ -55,6 +55,21 @@ def json_object(text: str) -> dict:
     return value
 
 
+def yaml_mapping(text: str) -> dict:
+    """argparse ``type=`` for a mapping written as YAML flow or JSON, e.g.
+    ``'{rope_type: linear, factor: 2}'``."""
+    import yaml
+
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise argparse.ArgumentTypeError(f"expected a mapping such as '{{key: value}}', got "
+                                         f"{text!r} ({str(e).splitlines()[0]})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a mapping ({{key: value}}), got {text!r}")
+    return value
+
+
 def not_an_override(flag: str, value: str | None) -> None:
     """``--run-dir train.steps=3`` means the override was swallowed as the flag's value."""
     from lengen.errors import ConfigError

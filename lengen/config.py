@@ -351,6 +351,12 @@ def check_components(cfg: ExperimentConfig, *, vocab_explicit: bool = True):
         if vocab_explicit:
             raise vocab_error(m.vocab_size, task, cfg.task.name)
         m.vocab_size = task.vocab_size
+    if m.backbone == "hf":        # sizes from hf_config, a decoder task, positions it can take
+        from lengen.model.hf_backbone import check_hf_model
+
+        check_hf_model(m, task, sampler, task.max_input_length(splits))
+        check_fits(m, batch=0, length=0, training=False, device="cpu",
+                   fix="Lower the sizes in model.hf_config")
     if m.causal != task.causal:
         raise ConfigError(f"task '{cfg.task.name}' needs model.causal={str(task.causal).lower()} "
                           f"({'a causal decoder' if task.causal else 'a bidirectional encoder'}); "

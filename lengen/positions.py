@@ -58,6 +58,8 @@ from lengen.registry import ExtensionPoint
 class IdentitySampler(PositionSampler):
     """Positions ``0, 1, ..., T-1`` at training and evaluation (the usual convention)."""
 
+    integer_positions = True
+
     random_at_eval = False
 
     def sample(self, length, *, training, device=None, generator=None, batch_size=None,
@@ -140,6 +142,7 @@ class RandomizedSampler(PositionSampler):
     without the lengths (a forward pass in train mode with no batch) takes every row as T long.
     """
 
+    integer_positions = True            # a subset of the integers [0, L) (label: rounded)
     EVAL_MODES = ("randomized", "identity")
     TRAIN_DRAWS = ("batch", "row")
 

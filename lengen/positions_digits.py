@@ -116,6 +116,7 @@ class DigitRunSampler(PositionSampler):
     uses_batch = True
     #: positions are a function of the tokens; ``generate`` computes them step by step
     reads_tokens = True
+    integer_positions = True             # digit indices
     #: the resolve-time hook fills these keys from ``task.token_structure(splits)``
     TASK_KEYS = ("digit_ids", "hint_ids", "blank_ids", "max_digits")
     KWARG_RULES = {"max_digits": Int(min=1, optional=True), "offsets": Choice(*OFFSETS)}

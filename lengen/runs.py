@@ -1,20 +1,25 @@
 """Operations on existing run directories: evaluate a run's weights again (``lengen eval``) and
-re-evaluate a finished run with new evaluation settings without retraining (sweeps). Both hold the
+re-evaluate a finished run with new evaluation settings without retraining (sweeps); and
+evaluate a local Hugging Face checkpoint on lengen's tasks the same way (``lengen eval --hf``). Both hold the
 run directory's lock while they run. ``load_run`` (:mod:`lengen.rundir.load`) reads a run.
 Above evaluation and the analyses (it draws the accuracy-vs-length plot of what it evaluated)
 and beside training, which never imports it: plots are drawn by callers, not by the loop.
 """
 from __future__ import annotations
 
+import json
 import os
 from contextlib import nullcontext
 
 import torch
 
-from lengen.checks import check_device_available
-from lengen.config import ExperimentConfig
-from lengen.fileio import save_json_atomic
+from lengen.checks import Int, Str, check_device_available
+from lengen.config import SEED, EvalConfig, ExperimentConfig
+from lengen.data.tokenizers import has_hf_tokenizer
+from lengen.fileio import make_output_dir, save_json_atomic
 from lengen.errors import ConfigError
+from lengen.registry import check_kwargs, construct, fill_from_task
+from lengen.tasks import TASK_POINT
 from lengen.eval.evaluate import evaluate
 from lengen.threads import use_threads
 from lengen.rundir.load import as_experiment_config, load_run_at, prepare
@@ -47,9 +52,6 @@ def evaluate_run(run_dir: str, *, splits=None, sequences: int | None = None,
     training has not finished is evaluated at its newest checkpoint with a
     :class:`lengen.errors.LengenWarning` saying so (see :func:`lengen.train.loop.load_run`).
     ``threads``: torch threads (0: :func:`lengen.threads.choose_threads`'s choice for the model)."""
-    from lengen.checks import Int, Str
-    from lengen.config import SEED
-
     for key, value in (("sequences", sequences), ("batch_size", batch_size)):
         if value is not None:
             Int(min=1).check(value, key)
@@ -80,40 +82,151 @@ def evaluate_run(run_dir: str, *, splits=None, sequences: int | None = None,
             model.sampler, kwargs = build_sampler_checked(positions, positions_kwargs or {},
                                                           task=task, splits=splits)
             cfg.model.positions, cfg.model.positions_kwargs = positions, kwargs
+        rows = _evaluate_and_write(
+            model, cfg.model, task, splits, sequences=sequences or cfg.eval.sequences,
+            batch_size=batch_size or cfg.eval.batch_size,
+            seed=cfg.eval.seed if seed is None else seed, device=device,
+            meta={**run_meta(cfg, run_dir), "step": step, **(columns or {})}, progress=progress,
+            stem=os.path.join(run_dir, out), plot=plot)
+    return rows
+
+
+def _evaluate_and_write(model, mc, task, splits, *, sequences: int, batch_size: int, seed: int,
+                        device, meta: dict, progress: bool, stem: str, plot: bool) -> list[dict]:
+    """Evaluate ``model`` (model config ``mc``) on ``splits`` and write ``<stem>.json`` /
+    ``.csv`` (and ``<stem>.png`` with ``plot``); what cannot be encoded, fit in memory or finish
+    in reasonable time is refused before the first batch."""
+    try:
+        model.check_length(task.max_input_length(splits))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    from lengen.model.memory import check_fits, check_work
+
+    bs, length = min(batch_size, sequences), task.max_input_length(splits)
+    check_fits(mc, batch=bs, length=length, training=False, device=device, weights_held=True,
+               sizes=f"batch size {bs} (--batch-size), inputs of {length} tokens (the longest "
+                     f"of the splits)",
+               fix="Lower --batch-size, or evaluate the longest splits separately")
+    lengths = [task.max_input_length([s]) for s in splits]
+    # a task that scores at most max_eval_tokens per length (text) evaluates that many windows
+    # whatever the sequence count asks (which is then 'all')
+    cap = getattr(task, "max_eval_tokens", None)
+    counts = [min(sequences, -(-max(cap, L) // L)) if cap else sequences for L in lengths]
+    check_work(mc, sequences=counts, length=lengths, device=device,
+               what=f"evaluating {len(splits)} split(s) x {sequences} sequences (--sequences)",
+               fix="Lower --sequences or drop the longest --splits")
+    rows = evaluate(model, task, splits, n_sequences=sequences, batch_size=batch_size, seed=seed,
+                    device=device, meta=meta, progress=progress)
+    folder, name = os.path.split(stem)
+    write_rows(rows, folder, stem=name)
+    if plot and getattr(task, "evaluation", "accuracy") == "perplexity":
+        from lengen.analysis.perplexity_plot import plot_perplexity
+
+        if len(splits) >= 2:                # perplexity vs length (text)
+            plot_perplexity(rows, f"{stem}.png", train_length=task.train_input_length(),
+                            title=f"{task.name}: perplexity vs length")
+    elif plot:
+        from lengen.analysis.length_curves import plot_task_sweep
+
+        plot_task_sweep(rows, task, f"{stem}.png")
+    return rows
+
+
+#: the file stem ``lengen eval --hf`` writes in its --out folder (eval.json / .csv / .png, as a
+#: run's own evaluation)
+HF_EVAL_STEM = "eval"
+
+
+def evaluate_hf(path: str, task: str, out: str, *, task_kwargs: dict | None = None, splits=None,
+                sequences: int | None = None, batch_size: int | None = None,
+                seed: int | None = None, device="cpu", positions: str | None = None,
+                positions_kwargs: dict | None = None, rope_scaling: dict | None = None,
+                progress: bool = False, plot: bool = True, threads: int = 0) -> list[dict]:
+    """``lengen eval --hf PATH --task NAME --out DIR``: evaluate a local Hugging Face checkpoint
+    (:func:`lengen.hf.load.load_checkpoint`, offline) on lengen task ``task`` (``task_kwargs``)
+    exactly as a run is evaluated (accuracy per length for the decoder tasks, perplexity per
+    length for ``text``), writing ``DIR/eval.json`` / ``.csv`` (and ``.png``). Refused when DIR
+    holds a run (or is the checkpoint itself, whose config.json / model.safetensors are a run's
+    names).
+
+    ``rope_scaling``: transformers' own RoPE scaling applied to the loaded config; ``positions``
+    / ``positions_kwargs``: a lengen position sampler (filled in from the task as in training).
+    The task's ids must lie inside the checkpoint's vocabulary: lengen's decoder tasks have small
+    vocabularies of their own, so the natural checkpoint is one trained on the task (a
+    ``model.backbone=hf`` run exported with ``lengen export RUN OUT --to hf``, or a lengen run
+    exported with ``--to llama``). ``text``: the checkpoint's own tokenizer when PATH has one and
+    ``task_kwargs`` names none (``tokenizer: hf``), else ``task_kwargs.tokenizer`` is required."""
+    try:
+        from lengen.hf.load import load_checkpoint  # optional dependency (transformers)
+    except ImportError:
+        raise ConfigError('lengen eval --hf needs Hugging Face transformers: pip install '
+                          '"lengen[hf]"') from None
+
+    ec = EvalConfig()
+    for key, value in (("sequences", sequences), ("batch_size", batch_size)):
+        if value is not None:
+            Int(min=1).check(value, key)
+    Int(min=0).check(threads, "threads")
+    seed = ec.seed if seed is None else SEED.check(seed, "seed")
+    if positions_kwargs is not None and positions is None:
+        raise ConfigError("--positions-kwargs needs --positions (the sampler they are for)")
+    if positions is not None and rope_scaling is not None:
+        raise ConfigError("give --rope-scaling (transformers' RoPE scaling) or --positions (a "
+                          "lengen sampler), not both")
+    refuse_owned_output(os.path.join(out, HF_EVAL_STEM), "--out", shown=out, stem=True,
+                        example="hf-eval")
+    # the task, its kwargs checked as a config's task section is
+    name = TASK_POINT.canonical(task)
+    cls = TASK_POINT.get(name)
+    kwargs = dict(task_kwargs or {})
+    if name == "text" and "tokenizer" not in kwargs:
+        if not has_hf_tokenizer(path):
+            raise ConfigError(f"--task text: {path} has no tokenizer (tokenizer.json / "
+                              f"tokenizer_config.json); name one of lengen's whose ids the "
+                              f"checkpoint was trained on, e.g. --task-kwargs "
+                              f"'{{\"tokenizer\": \"bytes\"}}'")
+        kwargs.update(tokenizer="hf", tokenizer_kwargs={"path": path})
+    kwargs = check_kwargs(cls, kwargs, section="task.kwargs", kind="task", name=name)
+    task_obj = construct(cls, kwargs, what=f"task '{name}' (--task, --task-kwargs={kwargs})")
+    splits = [splits] if isinstance(splits, str) else list(splits or task_obj.splits())
+    for split in splits:
         try:
-            model.check_length(task.max_input_length(splits))
+            task_obj.check_split(split)
         except ValueError as e:
             raise ConfigError(str(e)) from None
-        from lengen.model.memory import check_fits, check_work
-
-        # refuse what cannot fit or would run for hours, before the first batch
-        n = sequences or cfg.eval.sequences
-        bs, length = min(batch_size or cfg.eval.batch_size, n), task.max_input_length(splits)
-        check_fits(cfg.model, batch=bs, length=length, training=False, device=device,
-                   weights_held=True,
-                   sizes=f"batch size {bs} (--batch-size), inputs of {length} tokens (the "
-                         f"longest of the splits)",
-                   fix="Lower --batch-size, or evaluate the longest splits separately")
-        lengths = [task.max_input_length([s]) for s in splits]
-        # a task that scores at most max_eval_tokens per length (text) evaluates that many
-        # windows whatever the sequence count asks (which is then 'all')
-        cap = getattr(task, "max_eval_tokens", None)
-        counts = [min(n, -(-max(cap, L) // L)) if cap else n for L in lengths]
-        check_work(cfg.model, sequences=counts, length=lengths,
-                   device=device,
-                   what=f"evaluating {len(splits)} split(s) x {n} sequences (--sequences)",
-                   fix="Lower --sequences or drop the longest --splits")
-        rows = evaluate(model, task, splits, n_sequences=sequences or cfg.eval.sequences,
-                        batch_size=batch_size or cfg.eval.batch_size,
-                        seed=cfg.eval.seed if seed is None else seed, device=device,
-                        meta={**run_meta(cfg, run_dir), "step": step, **(columns or {})},
-                        progress=progress)
-        write_rows(rows, run_dir, stem=out)
-        if plot:
-            from lengen.analysis.length_curves import plot_task_sweep
-
-            plot_task_sweep(rows, task, os.path.join(run_dir, f"{out}.png"))
-    return rows
+    if not task_obj.causal:
+        raise ConfigError(f"task '{name}' is an encoder task; a Hugging Face causal LM is "
+                          f"evaluated on decoder tasks (copy, reverse, sort, summation, addition, "
+                          f"flipflop, text)")
+    model = load_checkpoint(path, rope_scaling=rope_scaling, device=device)
+    mc = model.cfg
+    if task_obj.vocab_size > mc.vocab_size:
+        raise ConfigError(f"task '{name}' uses ids 0..{task_obj.vocab_size - 1}, but the "
+                          f"checkpoint in {path} has a vocabulary of {mc.vocab_size}: its ids "
+                          f"mean other tokens. lengen's decoder tasks have small vocabularies of "
+                          f"their own; evaluate a checkpoint trained on this task (a "
+                          f"model.backbone=hf run, lengen export RUN OUT --to hf), or for "
+                          f"--task text name the tokenizer the checkpoint was trained with")
+    if positions is not None:
+        sampler, pkw = build_sampler_checked(positions, positions_kwargs or {}, task=task_obj,
+                                             splits=splits)
+        if hasattr(model.posenc, "check_sampler"):       # a Hugging Face backbone's table
+            model.posenc.check_sampler(sampler, positions, key="--positions")
+        model.sampler = sampler
+        mc.positions, mc.positions_kwargs = positions, pkw
+    use_threads(threads, mc.d_model, device)
+    kind = mc.hf_config.get("model_type", "lengen") if mc.backbone == "hf" else "lengen"
+    meta = {"run": os.path.basename(os.path.normpath(path)), "task": name,
+            "pe": f"hf:{kind}" if mc.backbone == "hf" else mc.posenc,
+            "attention": f"hf:{kind}" if mc.backbone == "hf" else mc.attention,
+            "positions": mc.positions, "seed": None, "data_seed": None, "step": None,
+            "checkpoint": os.path.abspath(path),
+            "rope_scaling": None if rope_scaling is None else json.dumps(rope_scaling)}
+    make_output_dir(out)
+    return _evaluate_and_write(model, mc, task_obj, splits, sequences=sequences or ec.sequences,
+                               batch_size=batch_size or ec.batch_size, seed=seed, device=device,
+                               meta=meta, progress=progress,
+                               stem=os.path.join(out, HF_EVAL_STEM), plot=plot)
 
 
 def build_sampler_checked(name: str, kwargs: dict, *, task, splits):
@@ -122,7 +235,6 @@ def build_sampler_checked(name: str, kwargs: dict, *, task, splits):
     naming the key and fix), with what only the task knows filled in as training does
     (:func:`lengen.registry.fill_from_task`); the returned kwargs include it."""
     from lengen.positions import SAMPLER_POINT
-    from lengen.registry import check_kwargs, construct, fill_from_task
 
     cls = SAMPLER_POINT.get(name, "positions")
     kwargs = check_kwargs(cls, kwargs, section="positions_kwargs", kind="position sampler",
@@ -160,4 +272,4 @@ def reevaluate(cfg: ExperimentConfig, run_dir: str, *, quiet: bool = True) -> li
     return rows
 
 
-__all__ = ["evaluate_run", "reevaluate", "build_sampler_checked"]
+__all__ = ["evaluate_run", "evaluate_hf", "reevaluate", "build_sampler_checked"]

@@ -221,7 +221,7 @@ def test_bad_input_fails_before_training(cache, tmp_path):
         kjv_task(cache, eval_protocol="sliding", stride=40)
     with pytest.raises(ValueError, match="sliding only"):
         kjv_task(cache, stride=8)
-    with pytest.raises(UnknownNameError, match="Valid tokenizers: bpe, bytes, chars, gpt2"):
+    with pytest.raises(UnknownNameError, match="Valid tokenizers: bpe, bytes, chars, gpt2, hf"):
         kjv_task(cache, tokenizer="gpt-2")
     with pytest.raises(ValueError, match="no split 'dev'"):
         kjv_task(cache, eval_split="dev")

@@ -111,7 +111,7 @@ def test_chars_alphabet_from_train_split_and_unknown_character_error(tmp_path):
 
 
 def test_unknown_tokenizer_and_bad_kwargs_list_the_valid_ones():
-    with pytest.raises(UnknownNameError, match="bpe, bytes, chars, gpt2"):
+    with pytest.raises(UnknownNameError, match="bpe, bytes, chars, gpt2, hf"):
         build_tokenizer("gpt3")
     with pytest.raises(ValueError, match="files_dir"):
         build_tokenizer("gpt2", vocab_size=10)

@@ -34,6 +34,7 @@ import os
 import numpy as np
 import torch
 
+from lengen.errors import ConfigError
 from lengen.fileio import check_output_file, savefig_atomic
 
 POSITIONS = ("input", "output", "all")
@@ -107,6 +108,10 @@ def activation_pca(run_dir: str, lengths=(40, 150), *, n_sequences: int = 30, se
     if len(lengths) < 2:
         raise ValueError("give at least two lengths: the first is the fit (training) length")
     cfg, task, model = load_run(run_dir, device=device)
+    if cfg.model.backbone != "lengen":
+        raise ConfigError(f"{run_dir} has a Hugging Face backbone (model.backbone="
+                          f"{cfg.model.backbone}); the activation PCA hooks lengen's own blocks "
+                          f"(model.backbone=lengen)")
     model.check_length(task.max_input_length([f"len={n}" for n in lengths]))
     from lengen.model.memory import check_fits, check_work
 

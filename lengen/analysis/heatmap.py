@@ -52,6 +52,10 @@ def attention_map(run_dir: str, split: str = "sparse", *, layer: int = -1, head:
         Int().check(value, name)                      # an integer, before the run is read
     Bool().check(first_error, "first_error")
     cfg, task, model = load_run(run_dir, device=device)
+    if cfg.model.backbone != "lengen":
+        raise ConfigError(f"{run_dir} has a Hugging Face backbone (model.backbone="
+                          f"{cfg.model.backbone}); attention heatmaps read lengen's own attention "
+                          f"layers (model.backbone=lengen)")
     try:
         task.check_split(split)
     except ValueError as e:

@@ -21,6 +21,9 @@ e.g. ``" \\n"`` before the next line; GPT-2-style pipelines that tokenize per ro
   of) the corpus's train split with HF ``tokenizers`` (``pip install 'lengen[text]'``); meant for
   small corpora and small models, where GPT-2's 50k-row embedding dominates. Trained once and saved
   in the cache directory, keyed by the corpus identity and the options.
+* ``hf``: the tokenizer of a Hugging Face checkpoint directory (``tokenizer_kwargs.path``),
+  through ``transformers.AutoTokenizer`` offline (``pip install 'lengen[hf]'``), for scoring a
+  pretrained model on its own ids (``lengen eval --hf DIR --task text``).
 """
 from __future__ import annotations
 
@@ -299,12 +302,62 @@ class LocalBPE(Tokenizer):
         return {"name": self.name, "json_sha256": self.json_sha}
 
 
+# ---------------------------------------------------------------- a Hugging Face checkpoint's own
+
+#: the files a transformers tokenizer directory may hold (what the token cache's key digests)
+HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                      "vocab.json", "merges.txt", "vocab.txt", "tokenizer.model",
+                      "added_tokens.json")
+
+
+def has_hf_tokenizer(path: str) -> bool:
+    """Whether directory ``path`` holds a transformers tokenizer."""
+    return any(os.path.isfile(os.path.join(path, f))
+               for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"))
+
+
+class Pretrained(Tokenizer):
+    """The tokenizer saved with a Hugging Face checkpoint (``tokenizer_kwargs.path``: the
+    directory ``AutoTokenizer.from_pretrained`` reads, offline), so a pretrained model is scored
+    on the ids it was trained on (``lengen eval --hf DIR --task text`` picks it when DIR has
+    one). Lines are encoded without special tokens, as every lengen tokenizer does."""
+
+    name = "hf"
+
+    def __init__(self, path: str | None = None):
+        if not path or not os.path.isdir(path) or not has_hf_tokenizer(path):
+            raise ValueError(f"tokenizer 'hf' needs task.kwargs.tokenizer_kwargs.path=DIR, a "
+                             f"directory holding a transformers tokenizer (tokenizer.json or "
+                             f"tokenizer_config.json), got {path!r}")
+        try:
+            from transformers import AutoTokenizer  # optional dependency (lengen[hf])
+        except ImportError:
+            raise ImportError('tokenizer \'hf\' needs Hugging Face transformers: pip install '
+                              '"lengen[hf]"') from None
+        self.path = os.path.abspath(path)
+        self.tok = AutoTokenizer.from_pretrained(self.path, local_files_only=True)
+        self.vocab_size = len(self.tok)
+        self.eot_id = self.tok.eos_token_id
+
+    def encode_lines(self, lines, where=None):
+        return self.tok(list(lines), add_special_tokens=False)["input_ids"]
+
+    def decode(self, ids):
+        return self.tok.decode([int(i) for i in ids])
+
+    def identity(self):
+        files = {f: file_digest(os.path.join(self.path, f)) for f in HF_TOKENIZER_FILES
+                 if os.path.isfile(os.path.join(self.path, f))}
+        return {"name": self.name, "files_sha256": files}
+
+
 # Literal registry: the task kwarg is the key.
 TOKENIZERS: dict[str, type[Tokenizer]] = {
     "gpt2": GPT2,
     "bytes": Bytes,
     "chars": Chars,
     "bpe": LocalBPE,
+    "hf": Pretrained,
 }
 
 
@@ -331,5 +384,6 @@ def check_kwargs(cls, kwargs: dict, what: str, key: str) -> None:
                          f"valid: {', '.join(params) or 'none'}")
 
 
-__all__ = ["TOKENIZERS", "Tokenizer", "GPT2", "Bytes", "Chars", "LocalBPE", "build_tokenizer",
+__all__ = ["TOKENIZERS", "Tokenizer", "GPT2", "Bytes", "Chars", "LocalBPE", "Pretrained",
+           "has_hf_tokenizer", "build_tokenizer",
            "gpt2_encoding", "gpt2_files", "GPT2_FILES", "EOT"]

@@ -47,13 +47,18 @@ def _at_least_fp32(x: torch.Tensor) -> torch.Tensor:
 @contextlib.contextmanager
 def hidden_states(model):
     """Within the block, ``model(tokens)`` returns the final (normed) hidden states ``[B, T, D]``
-    instead of logits; yields the output head, to be applied by the caller."""
-    head = model.head
-    model.head = nn.Identity()
+    instead of logits; yields the output head, to be applied by the caller. A model whose head
+    is not its ``head`` attribute (a Hugging Face backbone) swaps it with ``replace_head``."""
+    swap = getattr(model, "replace_head", None)
+    if swap is None:
+        def swap(new):
+            old, model.head = model.head, new
+            return old
+    head = swap(nn.Identity())
     try:
         yield head
     finally:
-        model.head = head
+        swap(head)
 
 
 @torch.inference_mode()

@@ -24,6 +24,8 @@
   ``post_attention_layernorm``; ``norm_f`` -> ``model.norm``; ``head`` -> ``lm_head``.
   HF's dynamic NTK keeps the largest length a module has seen between calls (a decoding-time
   cache policy); a single forward pass equals lengen's.
+* a run with a Hugging Face backbone (``model.backbone=hf``): its transformers model as it is,
+  with either format (``llama`` only for a Llama), when its positions at evaluation are 0, 1, ...
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ import os
 import torch
 
 from lengen.errors import ExportError
-from lengen.model import Transformer
+from lengen.model import HFBackbone, Transformer
 
 EXPORT_FORMATS = ("hf", "llama")
 RMS_EPS = 1e-6                     # lengen.model.transformer.RMSNorm's eps
@@ -48,7 +50,7 @@ def to_hf(model: Transformer, task: dict | None = None):
     return hf.eval()
 
 
-def _identity_at_eval(model: Transformer) -> bool:
+def _identity_at_eval(model: Transformer | HFBackbone) -> bool:
     s = model.sampler
     if getattr(s, "uses_batch", False) or getattr(s, "reads_tokens", False):
         return False
@@ -187,10 +189,30 @@ def export_run(run_dir: str, out: str, to: str = "hf") -> str:
                           f"to export into (nothing there is overwritten)")
     cfg, _task, model = load_run(run_dir)
     model = model.float()
-    hf = (to_hf(model, task={"name": cfg.task.name, "kwargs": cfg.task.kwargs}) if to == "hf"
-          else to_llama(model))
+    if isinstance(model, HFBackbone):
+        hf = hf_backbone_export(model, to)
+    else:
+        hf = (to_hf(model, task={"name": cfg.task.name, "kwargs": cfg.task.kwargs}) if to == "hf"
+              else to_llama(model))
     hf.save_pretrained(out, safe_serialization=True)
     return out
+
+
+def hf_backbone_export(model: HFBackbone, to: str):
+    """The transformers model of a ``model.backbone=hf`` run, written as it is (a stock
+    checkpoint for both formats; ``llama`` only when it is a Llama). The position sampler is
+    lengen's and is not written, so a sampler whose evaluation positions are not 0, 1, ... is
+    refused: the checkpoint would compute something else."""
+    mt = model.hf.config.model_type
+    if to == "llama" and mt != "llama":
+        raise ExportError(f"this run's backbone is a {mt} (model.hf_config.model_type={mt}), not "
+                          f"a Llama; export it with --to hf (a stock {mt} checkpoint)")
+    if not _identity_at_eval(model):
+        raise ExportError(f"model.positions={model.cfg.positions} with "
+                          f"{model.cfg.positions_kwargs}: a transformers checkpoint uses "
+                          f"positions 0, 1, ... and this sampler does not at evaluation; "
+                          f"evaluate the run with lengen eval instead")
+    return model.hf.eval()
 
 
 __all__ = ["EXPORT_FORMATS", "export_run", "llama_config", "llama_refusals", "llama_state_dict",

@@ -4,9 +4,17 @@
 config file, overrides or Python), so an impossible size fails before any module is built.
 Registry names (``posenc``, ``attention``, ``positions``) and their ``*_kwargs`` are checked
 against the registries by :func:`lengen.config.validate`.
+
+``backbone``: ``lengen`` (default, :class:`lengen.model.transformer.Transformer`, every field
+below) or ``hf``, a Hugging Face ``transformers`` causal LM built from ``hf_config``
+(:mod:`lengen.model.hf_backbone`): then the fields that describe lengen's own transformer
+(``LENGEN_ONLY``) must keep their defaults, ``d_model`` / ``n_layers`` / ``n_heads`` / ``d_ff``
+are filled in from ``hf_config`` when the config is validated, and ``vocab_size`` and
+``positions`` (the sampler) are lengen's as for any model.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass, field
 
 from lengen.checks import Bool, Choice, Float, Int, Mapping, Str, check_fields
@@ -18,6 +26,7 @@ NORM_POSITIONS = ("pre", "post", "sandwich", "pre_post")
 ATTN_IMPLS = ("auto", "naive", "lean")     # = lengen.attention.base.IMPLS (tested equal)
 INITS = ("normal", "haiku")
 EMBED_DROPOUTS = ("always", "with_pe")
+BACKBONES = ("lengen", "hf")        # lengen's Transformer | a Hugging Face causal LM
 
 
 @dataclass
@@ -54,6 +63,10 @@ class ModelConfig:
                                        # trunc-normal init_std, learned position tables std 1)
     embed_dropout: str = "always"      # always: dropout on the embeddings; with_pe: only when the
                                        # scheme adds to them (sin/cos, learned), as Ruoss et al.
+    backbone: str = "lengen"           # lengen | hf (a transformers model built from hf_config)
+    hf_config: dict = field(default_factory=dict)   # backbone=hf: model_type (llama, gpt2) and
+                                       # that architecture's config keys (hidden_size, n_embd ...);
+                                       # vocab_size comes from model.vocab_size
 
     def __post_init__(self):
         self.validate()
@@ -64,10 +77,41 @@ class ModelConfig:
         """Check every field against ``MODEL_RULES`` (coercing YAML strings such as ``1e3``),
         then the cross-field constraints."""
         check_fields(self, MODEL_RULES, "model")
+        self._check_backbone()
         if self.d_model % self.n_heads:
             raise ConfigError(f"model.d_model={self.d_model} must be divisible by model.n_heads="
                               f"{self.n_heads} (each head gets d_model / n_heads dimensions); "
                               f"change one of them")
+
+    def _check_backbone(self) -> None:
+        """``backbone=hf``: an ``hf_config`` naming a supported ``model_type`` and no lengen-only
+        key changed from its default (it would be silently ignored); ``backbone=lengen``: no
+        ``hf_config``. The keys of ``hf_config`` are checked against the architecture's config
+        class when the model is built (:mod:`lengen.model.hf_backbone`, needs transformers)."""
+        if self.backbone == "lengen":
+            if self.hf_config:
+                raise ConfigError("model.hf_config applies only with model.backbone=hf (a Hugging "
+                                  "Face model); set model.backbone=hf or leave model.hf_config out")
+            return
+        changed = [k for k in LENGEN_ONLY if getattr(self, k) != _DEFAULTS[k]]
+        if changed:
+            shown = ", ".join(f"model.{k}={getattr(self, k)!r}" for k in changed)
+            raise ConfigError(f"{shown} {'does' if len(changed) == 1 else 'do'} not apply with "
+                              f"model.backbone=hf: they describe lengen's own transformer, and the "
+                              f"Hugging Face model is defined by model.hf_config alone (e.g. "
+                              f"model.hf_config.rope_parameters, model.hf_config.attention_dropout)"
+                              f". Leave them out, or use model.backbone=lengen")
+        mt = self.hf_config.get("model_type")
+        if mt not in HF_MODEL_TYPES:
+            raise ConfigError(f"model.hf_config.model_type must be one of "
+                              f"{', '.join(HF_MODEL_TYPES)} with model.backbone=hf, got {mt!r} "
+                              f"(e.g. model.hf_config={{model_type: llama, hidden_size: 64, "
+                              f"num_hidden_layers: 2, num_attention_heads: 4, intermediate_size: "
+                              f"128}})")
+        if "vocab_size" in self.hf_config:
+            raise ConfigError("model.hf_config.vocab_size: the vocabulary is lengen's "
+                              "model.vocab_size (filled in from the task); leave it out of "
+                              "model.hf_config")
 
     # -- arguments the model passes to registry classes itself (never from *_kwargs) ------------
     def posenc_args(self) -> dict:
@@ -142,6 +186,19 @@ FRAMEWORK_ARG_SOURCES = {
 }
 
 
+#: model_type -> how the architecture takes positions: ``rope`` (rotary, any real position) or
+#: ``table`` (a learned table: integer positions below its size). Tested in
+#: tests/test_hf_backbone.py; a new line here needs a test there.
+HF_MODEL_TYPES = {"llama": "rope", "gpt2": "table"}
+#: fields of lengen's own transformer, which must keep their defaults with backbone=hf
+LENGEN_ONLY = ("mlp", "norm", "norm_position", "final_norm", "dropout", "tie_embeddings",
+               "embed_scale", "causal", "posenc", "posenc_kwargs", "attention",
+               "attention_kwargs", "attn_impl", "attn_block_size", "init_std", "init",
+               "embed_dropout")
+#: the sizes a Hugging Face backbone fills in from its config (lengen's memory estimates and
+#: thread choice read them)
+HF_SIZES = ("d_model", "n_layers", "n_heads", "d_ff")
+
 _NAME = "a registry name (see `lengen list`) or an import path package.module:Name"
 
 #: the valid values of every ModelConfig field
@@ -170,4 +227,8 @@ MODEL_RULES = {
     "attn_impl": Choice(*ATTN_IMPLS),
     "attn_block_size": Int(min=1),
     "init_std": Float(gt=0),
+    "backbone": Choice(*BACKBONES),
+    "hf_config": Mapping(),
 }
+_DEFAULTS = {f.name: (f.default_factory() if f.default_factory is not dataclasses.MISSING
+                      else f.default) for f in dataclasses.fields(ModelConfig)}

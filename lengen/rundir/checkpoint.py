@@ -89,7 +89,12 @@ def read_weights(path: str, model: torch.nn.Module) -> dict:
         raise CheckpointError(f"{path} is not a readable safetensors file (truncated or corrupt: "
                               f"{type(e).__name__}: {e})") from None
     want = model.state_dict()
-    tied = {"head.weight"} if getattr(getattr(model, "cfg", None), "tie_embeddings", False) else set()
+    # tied weights (one storage under two names) were saved once, as save_weights does
+    tied, seen = set(), set()
+    for k, v in want.items():
+        if v.data_ptr() in seen:
+            tied.add(k)
+        seen.add(v.data_ptr())
     missing = [k for k in want if k not in state and k not in tied]
     unexpected = [k for k in state if k not in want]
     shapes = [f"{k} {tuple(state[k].shape)} vs {tuple(want[k].shape)}" for k in state

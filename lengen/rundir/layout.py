@@ -191,9 +191,12 @@ def truncate_metrics(run_dir: str, step: int, log=None) -> int:
 
 def run_meta(cfg, run_dir: str) -> dict:
     """The columns every evaluation row of a run carries (run name, task, scheme, seeds)."""
+    m = cfg.model
+    # a Hugging Face backbone's scheme and attention are its architecture's (hf:llama, hf:gpt2)
+    pe = m.posenc if m.backbone == "lengen" else f"hf:{m.hf_config.get('model_type')}"
     return {"run": cfg.name or os.path.basename(os.path.normpath(run_dir)), "task": cfg.task.name,
-            "pe": cfg.model.posenc, "attention": cfg.model.attention,
-            "positions": cfg.model.positions, "seed": cfg.train.seed, "data_seed": cfg.train.data_seed}
+            "pe": pe, "attention": m.attention if m.backbone == "lengen" else pe,
+            "positions": m.positions, "seed": cfg.train.seed, "data_seed": cfg.train.data_seed}
 
 
 def write_rows(rows, run_dir, stem: str = "eval"):

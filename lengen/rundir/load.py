@@ -11,7 +11,7 @@ import torch
 from lengen.checks import check_device_available
 from lengen.config import ExperimentConfig, resolve, validate
 from lengen.errors import ArgumentError, ConfigError, LengenWarning, RunDirError
-from lengen.model import Transformer
+from lengen.model import build_model
 from lengen.rundir.checkpoint import checkpoint_step, latest_checkpoint, load_weights
 from lengen.rundir.layout import check_run_dir
 
@@ -32,7 +32,7 @@ def prepare(cfg: ExperimentConfig):
     cfg = as_experiment_config(cfg)
     task = validate(cfg, check_device=False)
     torch.manual_seed(cfg.train.seed)
-    model = Transformer(cfg.model)
+    model = build_model(cfg.model)
     return task, model
 
 

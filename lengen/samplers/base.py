@@ -24,6 +24,9 @@ class PositionSampler:
     #: sampler's per-row draws): the model hands the batch over in train mode only, and
     #: evaluation treats the sampler as one that does not read the batch
     uses_lengths_in_training: bool = False
+    #: True when every position returned is an integer (train and eval): only such samplers can
+    #: index a learned position table (a GPT-2 backbone, lengen.model.hf_backbone)
+    integer_positions: bool = False
 
     def sample(self, length: int, *, training: bool, device=None, generator=None,
                batch_size: int | None = None, lengths: torch.Tensor | None = None,

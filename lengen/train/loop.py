@@ -37,7 +37,8 @@ from lengen.config import ExperimentConfig
 from lengen.fileio import save_json_atomic
 from lengen.errors import ArgumentError, ConfigError, LengenError, RunDirError
 from lengen.eval.evaluate import evaluate
-from lengen.model import ModelConfig, Transformer
+from lengen.model import HFBackbone, ModelConfig, Transformer
+from lengen.model import build_model as build
 from lengen.threads import use_threads
 from lengen.train import distributed
 from lengen.rundir.checkpoint import (load_checkpoint, resume_checkpoint,
@@ -57,14 +58,15 @@ class TrainingDiverged(LengenError, RuntimeError):
     """The loss became NaN or infinite."""
 
 
-def build_model(mc: ModelConfig, task=None) -> Transformer:
+def build_model(mc: ModelConfig, task=None) -> Transformer | HFBackbone:
     """A model for ``task``: a vocabulary smaller than the task's is an error naming both (as in
-    :func:`lengen.config.validate`), never silently raised."""
+    :func:`lengen.config.validate`), never silently raised. ``model.backbone=hf``: a Hugging
+    Face model behind lengen's interface (:mod:`lengen.model.hf_backbone`)."""
     if task is not None and mc.vocab_size < task.vocab_size:
         from lengen.config import vocab_error
 
         raise vocab_error(mc.vocab_size, task)
-    return Transformer(mc)
+    return build(mc)
 
 
 def check_memory(cfg: ExperimentConfig, task) -> None:

@@ -15,7 +15,10 @@ from torch import nn
 
 def param_groups(model: nn.Module, weight_decay: float, decay_all: bool = False):
     decay, no_decay = [], []
-    linear_weights = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
+    # a model may say which its matrices are (a Hugging Face backbone: GPT-2's Conv1D too)
+    own = getattr(model, "linear_weights", None)
+    linear_weights = ({id(w) for w in own()} if own is not None else
+                      {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)})
     # positional schemes' parameters are tables and scalars like the embeddings, also when held
     # in an nn.Linear (Transformer-XL's W_r): never decayed unless decay_all
     schemes = model.unique_posencs() if hasattr(model, "unique_posencs") else []
