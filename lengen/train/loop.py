@@ -32,6 +32,7 @@ import sys
 from dataclasses import replace
 
 import torch
+from tqdm.auto import tqdm
 
 from lengen.config import ExperimentConfig
 from lengen.fileio import save_json_atomic
@@ -190,6 +191,95 @@ def _open_log(cfg, run_dir: str, config_dict: dict, step: int):
     return MetricsLog(run_dir, tc.tensorboard, wandb=wandb)
 
 
+class _Checkpoints:
+    """Saving the run at a step boundary (rank 0 writes; every rank contributes its RNG streams)
+    and the step of the last checkpoint written, which errors and interrupts name."""
+
+    def __init__(self, run_dir: str, model, st: TrainingState, d, config_dict: dict, keep: int):
+        self.run_dir, self.model, self.st, self.d = run_dir, model, st, d
+        self.config_dict, self.keep = config_dict, keep
+        self.last: int | None = None
+
+    def save(self, step: int) -> None:
+        ranks = distributed.gather(self.d, self.st.rank_rng()) if self.d.active else None
+        distributed.on_main(self.d, lambda: save_checkpoint(
+            self.run_dir, step, self.model, self.st.to_dict(ranks), self.config_dict,
+            self.keep) and None)
+        self.last = step
+
+
+def _main_log(cfg, run_dir: str, config_dict: dict, step: int, d):
+    """The main rank's metrics log; a NullLog on the other ranks (on_main would send the log
+    object to every rank)."""
+    opened = {}
+    distributed.on_main(d, lambda: opened.update(log=_open_log(cfg, run_dir, config_dict, step)))
+    return opened.get("log") or NullLog()
+
+
+def _progress_bar(cfg, run_dir: str, step: int, quiet: bool):
+    if not cfg.train.progress or quiet:
+        return None
+    return tqdm(total=cfg.train.steps, initial=step, dynamic_ncols=True,
+                desc=cfg.name or os.path.basename(run_dir))
+
+
+def _global_batch(task, model, st: TrainingState, batch_size: int, d, device):
+    """The step's batch and its positions: every rank draws the *global* batch (one data stream,
+    so a run is the same at every world size) and keeps its own rows. -> (batch, positions [T] or
+    [B, T], denom: the global batch's scored-token count when data-parallel, else None)."""
+    batch = task.train_batch(batch_size, st.data_gen).to(device)
+    B, T = batch.inputs.shape
+    positions = model.sample_positions(T, batch_size=B, device=device, generator=st.pos_gen,
+                                       batch=batch)
+    if not d.active:
+        return batch, positions, None
+    denom = batch.loss_mask.sum().clamp_min(1)                  # scored tokens, global batch
+    lo, hi = d.rows(B)
+    positions = positions[lo:hi] if positions.dim() == 2 else positions
+    return batch.rows(lo, hi), positions, denom
+
+
+def _check_finite(loss: torch.Tensor, step: int, last_saved: int | None, run_dir: str) -> None:
+    if torch.isfinite(loss):
+        return
+    kept = (f"The last good checkpoint (step {last_saved}) is kept in "
+            f"{os.path.join(run_dir, 'checkpoints')}" if last_saved is not None else
+            "No checkpoint was written yet (train.ckpt_every sets how often)")
+    raise TrainingDiverged(f"loss is {loss.item()} at step {step}; stopping. {kept}. Try a lower "
+                           f"train.lr or a stricter train.grad_clip, in a new --run-dir or with "
+                           f"--fresh")
+
+
+def _report(step: int, loss: torch.Tensor, gnorm, lr: float, tc, log, bar) -> None:
+    """The progress bar and the metrics log after a step."""
+    if bar:
+        bar.update(1)
+        if step % max(tc.log_every, 1) == 0:
+            bar.set_postfix(loss=f"{loss.item():.4f}")
+    if tc.log_every and step % tc.log_every == 0:
+        log.write(step, loss=loss.item(), lr=lr, grad_norm=float(gnorm))
+
+
+def _save_interrupted(ck: _Checkpoints, st: TrainingState, d, phase: str, snapshot, step: int,
+                      quiet: bool) -> None:
+    """A KeyboardInterrupt that bypassed the Ctrl-C handler (raised by code, or outside the main
+    thread): keep a checkpoint only if the state is a step boundary (or can be rolled back to
+    one); a half-applied update is never saved. Data-parallel ranks cannot agree on a checkpoint
+    from here (they may be in different collectives): nothing is saved."""
+    if d.active:
+        if not quiet:                      # quiet on every rank but 0
+            _log(f"lengen: interrupted in the middle of a data-parallel step; not saving (the "
+                 f"last checkpoint, step {ck.last}, is kept)")
+    elif phase == "compute":
+        st.rollback(snapshot)
+        ck.save(step)
+    elif phase == "boundary":
+        ck.save(step)
+    elif not quiet:
+        _log(f"lengen: interrupted during an optimizer update; not saving that state (the last "
+             f"checkpoint, step {ck.last}, is kept)")
+
+
 def _train_locked(cfg, run_dir, task, model, d, *, resume, fresh, stop_at, quiet):
     tc = cfg.train
     config_dict = cfg.to_dict()
@@ -197,16 +287,12 @@ def _train_locked(cfg, run_dir, task, model, d, *, resume, fresh, stop_at, quiet
 
     device = distributed.training_device(tc.device, d.world_size, d.local_rank)
     model.to(device)
-    st = TrainingState(model, task, tc, d, device)
-    opt, sched, scaler, data_gen, pos_gen = st.opt, st.sched, st.scaler, st.data_gen, st.pos_gen
+    st = TrainingState(model, task, tc, d, device)      # optimizer, schedule, RNG streams
+    ck = _Checkpoints(run_dir, model, st, d, config_dict, tc.keep_checkpoints)
+    ck.last = _resume(st, model, run_dir, d, resume=resume, fresh=fresh)
+    step = ck.last or 0
 
-    last_saved = _resume(st, model, run_dir, d, resume=resume, fresh=fresh)
-    step = last_saved or 0
-
-    opened = {}                 # the main rank's log (on_main would send a result to every rank)
-    distributed.on_main(d, lambda: opened.update(log=_open_log(cfg, run_dir, config_dict, step)))
-    log = opened.get("log") or NullLog()
-    meta = run_meta(cfg, run_dir)
+    log = _main_log(cfg, run_dir, config_dict, step, d)
     splits = cfg.eval.splits or task.splits()
     periodic = tc.eval_splits or splits          # periodic evaluation: chosen lengths, if given
     end = tc.steps if stop_at is None else min(stop_at, tc.steps)
@@ -214,20 +300,8 @@ def _train_locked(cfg, run_dir, task, model, d, *, resume, fresh, stop_at, quiet
     fwd = distributed.wrap(model, d, device)           # DDP broadcasts rank 0's weights
     if tc.compile:
         fwd = compile_model(fwd)
+    bar = _progress_bar(cfg, run_dir, step, quiet)
 
-    def save(at: int) -> None:
-        nonlocal last_saved
-        ranks = distributed.gather(d, st.rank_rng()) if d.active else None
-        distributed.on_main(d, lambda: save_checkpoint(run_dir, at, model, st.to_dict(ranks),
-                                                       config_dict, tc.keep_checkpoints) and None)
-        last_saved = at
-
-    bar = None
-    if tc.progress and not quiet:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=tc.steps, initial=step, desc=cfg.name or os.path.basename(run_dir),
-                   dynamic_ncols=True)
     model.train()
     # the batches are the task's and the positions the sampler's, both checked when the config
     # was validated: skip forward's per-call check of ids and positions (one device sync, about
@@ -239,68 +313,31 @@ def _train_locked(cfg, run_dir, task, model, d, *, resume, fresh, stop_at, quiet
         while step < end and not (stopping if d.active else stop.requested):
             # RNG states at the step boundary: an exception raised while drawing or computing
             # (before the update) rolls back to them, so the saved state is exactly this boundary
-            # (one process only: a data-parallel interrupt saves nothing, see below)
+            # (one process only: a data-parallel interrupt saves nothing, see _save_interrupted)
             if not d.active:
                 snapshot = st.boundary()
             phase = "compute"
-            # the global batch and its positions, on every rank; a rank keeps its rows
-            batch = task.train_batch(tc.batch_size, data_gen).to(device)
-            B, T = batch.inputs.shape
-            positions = model.sample_positions(T, batch_size=B, device=device, generator=pos_gen,
-                                               batch=batch)
-            denom = None
-            if d.active:
-                denom = batch.loss_mask.sum().clamp_min(1)          # scored tokens, global batch
-                lo, hi = d.rows(B)
-                batch = batch.rows(lo, hi)
-                positions = positions[lo:hi] if positions.dim() == 2 else positions
+            batch, positions, denom = _global_batch(task, model, st, tc.batch_size, d, device)
             loss = forward_loss(fwd, batch, positions, tc, device, out_slice, denom, loss=loss_fn)
             if denom is not None:
                 loss = loss * d.world_size       # DDP averages gradients over the ranks
             shown, stopping = distributed.agree(d, loss, stop.requested)   # global loss
-            if not torch.isfinite(shown):
-                kept = (f"The last good checkpoint (step {last_saved}) is kept in "
-                        f"{os.path.join(run_dir, 'checkpoints')}" if last_saved is not None else
-                        "No checkpoint was written yet (train.ckpt_every sets how often)")
-                raise TrainingDiverged(
-                    f"loss is {shown.item()} at step {step}; stopping. {kept}. Try a lower "
-                    f"train.lr or a stricter train.grad_clip, in a new --run-dir or with --fresh")
-            gnorm = backward_and_clip(loss, model, opt, scaler, tc)
+            _check_finite(shown, step, ck.last, run_dir)
+            gnorm = backward_and_clip(loss, model, st.opt, st.scaler, tc)
             phase = "update"
-            apply_update(opt, scaler, sched)
+            apply_update(st.opt, st.scaler, st.sched)
             step += 1
             phase = "boundary"
-            if bar:
-                bar.update(1)
-                if step % max(tc.log_every, 1) == 0:
-                    bar.set_postfix(loss=f"{shown.item():.4f}")
-            if tc.log_every and step % tc.log_every == 0:
-                log.write(step, loss=shown.item(), lr=sched.get_last_lr()[0],
-                          grad_norm=float(gnorm))
+            _report(step, shown, gnorm, st.sched.get_last_lr()[0], tc, log, bar)
             if tc.eval_every and step % tc.eval_every == 0 and step < tc.steps and d.is_main:
                 rows = evaluate(model, task, periodic, n_sequences=tc.eval_sequences,
                                 batch_size=cfg.eval.batch_size, seed=cfg.eval.seed, device=device)
                 log.write(step, **{f"eval/{r['split']}/{r['metric']}": r["value"] for r in rows})
             if tc.ckpt_every and step % tc.ckpt_every == 0 and step < end:
-                save(step)
+                ck.save(step)
         looped = True
     except KeyboardInterrupt:
-        # a KeyboardInterrupt that bypassed the handler (raised by code, or outside the main
-        # thread): keep a checkpoint only if the state is a step boundary (or can be rolled
-        # back to one); a half-applied update is never saved. Data-parallel ranks cannot agree
-        # on a checkpoint from here (they may be in different collectives): nothing is saved.
-        if d.active:
-            if not quiet:                  # quiet on every rank but 0
-                _log(f"lengen: interrupted in the middle of a data-parallel step; not saving (the "
-                     f"last checkpoint, step {last_saved}, is kept)")
-        elif phase == "compute":
-            st.rollback(snapshot)
-            save(step)
-        elif phase == "boundary":
-            save(step)
-        elif not quiet:
-            _log(f"lengen: interrupted during an optimizer update; not saving that state (the "
-                 f"last checkpoint, step {last_saved}, is kept)")
+        _save_interrupted(ck, st, d, phase, snapshot, step, quiet)
         raise
     finally:
         model.check_inputs = True
@@ -312,22 +349,29 @@ def _train_locked(cfg, run_dir, task, model, d, *, resume, fresh, stop_at, quiet
     # the log stays open for the final evaluation's rows (a W&B table)
     failed = True
     try:
-        save(step)
+        ck.save(step)
         if stopping or (not d.active and stop.requested):
             raise KeyboardInterrupt
         if step < tc.steps or not d.is_main:
             failed = False
             return model, task, None
-        save_weights(model, os.path.join(run_dir, "model.safetensors"))
-        rows = evaluate(model, task, splits, n_sequences=cfg.eval.sequences,
-                        batch_size=cfg.eval.batch_size, seed=cfg.eval.seed, device=device,
-                        meta=dict(meta, step=step), progress=not quiet and tc.progress)
-        write_rows(rows, run_dir)
+        rows = _final_eval(cfg, run_dir, model, task, splits, step, device, quiet)
         log.rows(step, rows)
         failed = False
     finally:
         log.close(failed=failed)
     return model, task, rows
+
+
+def _final_eval(cfg, run_dir: str, model, task, splits, step: int, device, quiet: bool) -> list:
+    """The finished run's weights (model.safetensors) and evaluation rows (eval.json / .csv)."""
+    save_weights(model, os.path.join(run_dir, "model.safetensors"))
+    rows = evaluate(model, task, splits, n_sequences=cfg.eval.sequences,
+                    batch_size=cfg.eval.batch_size, seed=cfg.eval.seed, device=device,
+                    meta=dict(run_meta(cfg, run_dir), step=step),
+                    progress=not quiet and cfg.train.progress)
+    write_rows(rows, run_dir)
+    return rows
 
 
 __all__ = ["train", "load_run", "load_run_at", "build_model", "prepare", "as_experiment_config",
