@@ -8,11 +8,17 @@ Loaded from YAML or JSON, then patched with dotted overrides (``train.steps=500`
   ``lengen.model.config.MODEL_RULES``): ranges, choices, types;
 * registry names (``model.posenc``, ``model.attention``, ``model.positions``, ``task.name``);
 * every ``*_kwargs`` key against the chosen class's constructor (:mod:`lengen.checks`), then
-  builds the task, the position sampler, the positional scheme and the attention layers once, so a
-  constructor's complaint is reported with its config section; a sampler or scheme class with a
+  builds the task, the position sampler and the positional scheme, which the checks below need, so
+  a constructor's complaint is reported with its config section; a sampler or scheme class with a
   classmethod ``task_defaults(kwargs, task)`` first gets to fill in keyword arguments only the task
   knows (the training length M of position interpolation), which are then saved with the config;
 * the evaluation splits and that the longest input can be encoded.
+
+What validation built is kept with the config (:class:`Built`) and handed, once, to the run that
+follows (:func:`take_built`, used by ``lengen.rundir.load.prepare``), so ``lengen train`` builds
+the task, the sampler and the scheme once. Attention layers are built only by the model (one per
+layer, in the model's random stream): their constructors' complaints come when ``prepare`` builds
+it, which is still before any file is written.
 
 Every error is a :class:`lengen.errors.ConfigError` naming the key or file and the fix.
 """
@@ -85,6 +91,8 @@ class ExperimentConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     name: str = ""
+    # not a field: ``_built`` (a Built, set by validate, taken by take_built) never reaches
+    # to_dict(), comparisons or the run directory
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -293,7 +301,8 @@ def validate(cfg: ExperimentConfig, *, check_device: bool = True,
 
 
 def check_components(cfg: ExperimentConfig, *, vocab_explicit: bool = True):
-    """Registry names, their keyword arguments, and one construction of each component."""
+    """Registry names, their keyword arguments, and the task, position sampler and positional
+    scheme built once (kept in ``cfg._built`` for :func:`take_built`); returns the task."""
     import torch
 
     from lengen.registry import check_kwargs, construct, fill_from_task
@@ -319,7 +328,8 @@ def check_components(cfg: ExperimentConfig, *, vocab_explicit: bool = True):
 
     check_fits(m, batch=0, length=0, training=False, device="cpu",
                fix="Lower model.d_model / model.n_layers / model.d_ff")
-    # build each component once (as prepare() will), without touching the caller's RNG
+    # build the components the checks need once, without touching the caller's RNG; the run
+    # takes them (take_built) instead of building its own
     with torch.random.fork_rng(devices=[]):
         task = construct(parts["task.kwargs"][2], cfg.task.kwargs, what=what("task.kwargs"))
         splits = cfg.eval.splits or task.splits()
@@ -340,13 +350,13 @@ def check_components(cfg: ExperimentConfig, *, vocab_explicit: bool = True):
                                     what=what(section))
             checked[section] = filled
             setattr(m, section.split(".")[1], filled)
+        # seeded: a constructor that draws (a plugin's) makes the same sampler and scheme
+        # every time the config is validated (they are the run's)
+        torch.default_generator.manual_seed(cfg.train.seed)
         sampler = construct(parts["model.positions_kwargs"][2], m.positions_kwargs,
                             what=what("model.positions_kwargs"))
         posenc = construct(parts["model.posenc_kwargs"][2], m.posenc_kwargs,
                            what=what("model.posenc_kwargs"), **m.posenc_args())
-        for layer in sorted({0, m.n_layers - 1}):      # kinds may depend on the layer index
-            construct(parts["model.attention_kwargs"][2], m.attention_kwargs,
-                      what=what("model.attention_kwargs"), **m.attention_args(layer))
     if task.vocab_size > m.vocab_size:
         if vocab_explicit:
             raise vocab_error(m.vocab_size, task, cfg.task.name)
@@ -376,7 +386,31 @@ def check_components(cfg: ExperimentConfig, *, vocab_explicit: bool = True):
                 raise
             except ValueError as e:
                 raise ConfigError(f"{kind} '{name}': {e}") from None
+    cfg._built = Built(task, sampler, posenc, cfg.to_dict())
     return task
+
+
+@dataclass(eq=False)
+class Built:
+    """The components :func:`check_components` built to check a config: the task, the position
+    sampler and the positional scheme (layer 0's, for a per-layer scheme). ``config`` is the
+    config they were built for (``to_dict()``), so a config changed since gets new ones."""
+    task: object
+    sampler: object
+    posenc: object
+    config: dict
+    taken: bool = False
+
+
+def take_built(cfg: ExperimentConfig) -> Built | None:
+    """What :func:`validate` built for ``cfg``, handed out once: None when ``cfg`` was never
+    validated, was changed since, or its components were taken already (a model that trained
+    with them owns them: a second run of the same config object builds its own)."""
+    built = cfg.__dict__.pop("_built", None)
+    if built is None or built.taken or built.config != cfg.to_dict():
+        return None
+    built.taken = True          # also for a copy.copy of cfg, which shares the record
+    return built
 
 
 def config_diff(old: dict, new: dict, ignore=()) -> list[tuple[str, object, object]]:
@@ -404,7 +438,7 @@ def config_diff(old: dict, new: dict, ignore=()) -> list[tuple[str, object, obje
 
 
 __all__ = ["ExperimentConfig", "TaskConfig", "TrainConfig", "EvalConfig", "resolve", "validate",
-           "vocab_error", "DEFAULT_VOCAB",
+           "Built", "take_built", "vocab_error", "DEFAULT_VOCAB",
            "apply_overrides", "load_config_file", "parse_value", "config_diff",
            "TRAIN_RULES", "EVAL_RULES", "TASK_RULES", "EXPERIMENT_RULES", "RUNTIME_KEYS",
            "RESUME_IGNORED"]

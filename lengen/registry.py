@@ -8,9 +8,10 @@ later is validated with no code of its own. Simple annotations (``int``, ``float
 ``bool``, ``str``, ``dict``, ``tuple``) are checked and coerced; float values must be finite. An
 argument named ``seed`` or ``*_seed`` must be an integer >= 0. A
 class may declare ranges on top in a ``KWARG_RULES = {"name": Rule}`` class attribute (merged
-along the class chain), further checks in its constructor (constructors are called once at
-validation time, see :func:`construct`), and checks across config sections in a classmethod
-``check_config(cfg)``.
+along the class chain), further checks in its constructor (a task's, sampler's and scheme's
+constructor runs once, at validation time, and the run uses what it built; an attention kind's
+runs when the model is built, still before any file is written; see :func:`construct`), and
+checks across config sections in a classmethod ``check_config(cfg)``.
 """
 from __future__ import annotations
 

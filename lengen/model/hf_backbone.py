@@ -194,12 +194,13 @@ class HFCache(KVCache):
 class HFBackbone(nn.Module):
     """A transformers causal LM with lengen's model interface (see the module docstring).
     ``hf_model``: an already built (e.g. loaded) transformers model to wrap instead of building
-    one from ``cfg.hf_config``."""
+    one from ``cfg.hf_config``; ``sampler``: a position sampler already built for ``cfg``."""
 
     #: check token ids and positions in forward (see Transformer.check_inputs)
     check_inputs: bool = True
 
-    def __init__(self, cfg: ModelConfig | dict, hf_model: nn.Module | None = None):
+    def __init__(self, cfg: ModelConfig | dict, hf_model: nn.Module | None = None, *,
+                 sampler=None):
         super().__init__()
         cfg = as_model_config(cfg)
         if cfg.backbone != "hf":
@@ -213,9 +214,10 @@ class HFBackbone(nn.Module):
                 hf_model = tf.AutoModelForCausalLM.from_config(hf_cfg)
         self.hf = hf_model
         self.posenc = HFPositions(cfg.hf_config["model_type"], self.hf.config)
-        sampler = built(f"position sampler '{cfg.positions}' (model.positions_kwargs="
-                        f"{cfg.positions_kwargs})", build_sampler, cfg.positions,
-                        **cfg.positions_kwargs)
+        if sampler is None:           # else the one validation built (lengen.config.take_built)
+            sampler = built(f"position sampler '{cfg.positions}' (model.positions, "
+                            f"model.positions_kwargs={cfg.positions_kwargs})", build_sampler,
+                            cfg.positions, cfg.positions_kwargs)
         self.posenc.check_sampler(sampler, cfg.positions)
         self._sampler = sampler
 

@@ -13,6 +13,7 @@ bidirectional attention; tasks append output placeholder tokens and read logits 
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -23,8 +24,11 @@ from lengen.attention import build_attention
 from lengen.errors import ArgumentError, ConfigError
 from lengen.model.cache import KVCache
 from lengen.model.config import ModelConfig
-from lengen.positions import build_sampler
-from lengen.posenc import build_posenc
+from lengen.positions import SAMPLER_POINT, build_sampler
+from lengen.posenc import POSENC_POINT, build_posenc
+from lengen.posenc.base import PositionalScheme
+from lengen.registry import construct
+from lengen.samplers.base import PositionSampler
 
 
 def check_positions(positions: torch.Tensor, B: int, T: int) -> torch.Tensor:
@@ -118,9 +122,9 @@ class Block(nn.Module):
     def __init__(self, cfg: ModelConfig, layer_idx: int):
         super().__init__()
         self.norm_position = cfg.norm_position
-        self.attn = built(f"attention kind '{cfg.attention}' (model.attention_kwargs="
-                          f"{cfg.attention_kwargs})", build_attention, cfg.attention,
-                          **cfg.attention_args(layer_idx), **cfg.attention_kwargs)
+        self.attn = built(f"attention kind '{cfg.attention}' (model.attention, "
+                          f"model.attention_kwargs={cfg.attention_kwargs})", build_attention,
+                          cfg.attention, cfg.attention_kwargs, **cfg.attention_args(layer_idx))
         self.mlp = MLP(cfg)
         self.norm1, self.norm2 = make_norm(cfg), make_norm(cfg)
         if cfg.norm_position in ("sandwich", "pre_post"):
@@ -157,16 +161,24 @@ def as_model_config(cfg) -> ModelConfig:
     return cfg
 
 
-def built(what: str, build, *args, **kwargs):
-    """``build(*args, **kwargs)``, a constructor's ValueError / TypeError (a value the keyword
-    checks cannot see, e.g. a sampler that needs ids only a task knows) becoming a ConfigError
-    that names ``what``."""
-    try:
-        return build(*args, **kwargs)
-    except ConfigError:
-        raise
-    except (ValueError, TypeError) as e:
-        raise ConfigError(f"cannot build {what}: {e}") from e
+def built(what: str, build, name: str, kwargs: dict, **framework):
+    """``build(name, **framework, **kwargs)``, a constructor's complaint (a value the keyword
+    checks cannot see, e.g. diff attention's odd n_heads; a missing package; a size that cannot
+    be allocated) becoming a ConfigError that names ``what``, as in validation
+    (:func:`lengen.registry.construct`). Attention layers are checked only here: validation does
+    not build them."""
+    return construct(functools.partial(build, name), kwargs, what=what, **framework)
+
+
+def check_given(cfg: ModelConfig, posenc, sampler) -> None:
+    """A scheme or sampler handed to the model must be of the class ``cfg`` names (an instance
+    built from ``cfg``; its keyword arguments cannot be compared), never silently another one."""
+    for given, point, name, arg in ((posenc, POSENC_POINT, cfg.posenc, "posenc"),
+                                    (sampler, SAMPLER_POINT, cfg.positions, "sampler")):
+        if given is not None and type(given) is not point.get(name):
+            raise ArgumentError(f"{arg} must be the {point.kind} '{name}' of {point.key}, "
+                                f"built from the config, got a {type(given).__name__}; leave "
+                                f"{arg} out to build it from the config")
 
 
 class Transformer(nn.Module):
@@ -174,23 +186,34 @@ class Transformer(nn.Module):
     #: off for batches the task made itself (see lengen.train.loop)
     check_inputs: bool = True
 
-    def __init__(self, cfg: ModelConfig | dict):
+    def __init__(self, cfg: ModelConfig | dict, *, posenc: PositionalScheme | None = None,
+                 sampler: PositionSampler | None = None):
+        """``posenc`` (layer 0's scheme) and ``sampler``: already built from ``cfg``, as
+        :func:`lengen.config.validate` builds them to check lengths (``prepare`` hands them on);
+        built here when not given. The weights of a seed are the same either way."""
         super().__init__()
         cfg = as_model_config(cfg)
         self.cfg = cfg
+        check_given(cfg, posenc, sampler)
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        def scheme():
-            return built(f"positional scheme '{cfg.posenc}' (model.posenc_kwargs="
-                         f"{cfg.posenc_kwargs})", build_posenc, cfg.posenc, **cfg.posenc_args(),
-                         **cfg.posenc_kwargs)
 
-        self.posenc = scheme()             # layer 0's scheme; its embed hook serves the model
-        # a per-layer scheme: blocks 1.. get instances of their own (None: all share self.posenc)
-        self.layer_posencs = (nn.ModuleList(scheme() for _ in range(cfg.n_layers - 1))
-                              if self.posenc.per_layer else None)
-        self.sampler = built(f"position sampler '{cfg.positions}' (model.positions_kwargs="
-                             f"{cfg.positions_kwargs})", build_sampler, cfg.positions,
-                             **cfg.positions_kwargs)
+        def scheme():
+            return built(f"positional scheme '{cfg.posenc}' (model.posenc, model.posenc_kwargs="
+                         f"{cfg.posenc_kwargs})", build_posenc, cfg.posenc, cfg.posenc_kwargs,
+                         **cfg.posenc_args())
+
+        # schemes and the sampler are built on a forked RNG, so a seed's weights do not depend on
+        # whether they were built here or handed in: what their constructors draw is never kept
+        # (the generic init and reset_parameters below set every parameter)
+        with torch.random.fork_rng(devices=[]):
+            # layer 0's scheme; its embed hook serves the model
+            self.posenc = posenc if posenc is not None else scheme()
+            # a per-layer scheme: blocks 1.. get instances of their own (None: all share posenc)
+            self.layer_posencs = (nn.ModuleList(scheme() for _ in range(cfg.n_layers - 1))
+                                  if self.posenc.per_layer else None)
+            self.sampler = sampler if sampler is not None else built(
+                f"position sampler '{cfg.positions}' (model.positions, model.positions_kwargs="
+                f"{cfg.positions_kwargs})", build_sampler, cfg.positions, cfg.positions_kwargs)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
         self.norm_f = make_norm(cfg) if cfg.final_norm else nn.Identity()

@@ -9,7 +9,7 @@ import os
 import torch
 
 from lengen.checks import check_device_available
-from lengen.config import ExperimentConfig, resolve, validate
+from lengen.config import ExperimentConfig, resolve, take_built, validate
 from lengen.errors import ArgumentError, ConfigError, LengenWarning, RunDirError
 from lengen.model import build_model
 from lengen.rundir.checkpoint import checkpoint_step, latest_checkpoint, load_weights
@@ -28,12 +28,17 @@ def as_experiment_config(cfg) -> ExperimentConfig:
 
 
 def prepare(cfg: ExperimentConfig):
-    """Validate ``cfg`` (everything but the device) and build task and model (seeded)."""
+    """Task and model (seeded) of a validated ``cfg``. The task, sampler and scheme are those
+    validation built (``lengen.resolve`` or a dict config just now), so nothing is built twice;
+    a config not validated, or changed since, is validated here (everything but the device)."""
     cfg = as_experiment_config(cfg)
-    task = validate(cfg, check_device=False)
+    built = take_built(cfg)
+    if built is None:
+        validate(cfg, check_device=False)
+        built = take_built(cfg)
     torch.manual_seed(cfg.train.seed)
-    model = build_model(cfg.model)
-    return task, model
+    model = build_model(cfg.model, posenc=built.posenc, sampler=built.sampler)
+    return built.task, model
 
 
 def load_run(run_dir: str, device="cpu"):

@@ -1,0 +1,114 @@
+"""Validate once, build once (issue 29 item 2): one ``lengen.train`` builds the task, the position
+sampler and each positional-scheme instance once (validation builds them to check the config and
+the run takes them), and one attention layer per block; a seed's weights do not depend on which of
+the two built a component."""
+from __future__ import annotations
+
+import collections
+import functools
+import os
+
+import pytest
+import torch
+
+import lengen
+from lengen.attention import ATTENTIONS
+from lengen.config import take_built
+from lengen.errors import ArgumentError, ConfigError
+from lengen.posenc import POSENCS
+from lengen.positions import SAMPLERS
+from lengen.rundir.load import prepare
+from lengen.tasks import TASKS
+
+
+@pytest.fixture
+def built(monkeypatch):
+    """Counts ``{class name: constructions}`` of the registered classes (a subclass's
+    ``super().__init__`` is not counted again)."""
+    counts = collections.Counter()
+    for registry in (POSENCS, ATTENTIONS, SAMPLERS, TASKS):
+        for cls in registry.values():
+            def init(self, *args, _init=cls.__init__, _cls=cls, **kwargs):
+                if type(self) is _cls:
+                    counts[_cls.__name__] += 1
+                _init(self, *args, **kwargs)
+
+            monkeypatch.setattr(cls, "__init__", functools.wraps(cls.__init__)(init))
+    return counts
+
+
+def tiny(n_layers=3, **model):
+    return {"task": {"name": "copy", "kwargs": {"max_train_length": 4}},
+            "model": {"d_model": 16, "n_layers": n_layers, "n_heads": 2, **model},
+            "train": {"steps": 1, "batch_size": 2, "warmup_steps": 0, "progress": False},
+            "eval": {"splits": ["len=3"], "sequences": 2}}
+
+
+@pytest.mark.parametrize("resolved", [True, False], ids=["resolve-then-train", "train-a-dict"])
+def test_one_run_builds_each_component_once(built, tmp_path, resolved):
+    cfg = tiny(posenc="alibi", positions="randomized", positions_kwargs={"max_length": 32})
+    _, _, rows = lengen.train(lengen.resolve(cfg) if resolved else cfg, str(tmp_path / "run"),
+                              quiet=True)
+    assert rows                                                   # trained and evaluated
+    assert built == {"Copy": 1, "ALiBi": 1, "RandomizedSampler": 1, "SoftmaxAttention": 3}
+
+
+def test_a_per_layer_scheme_is_built_once_per_layer(built, tmp_path):
+    cfg = tiny(n_layers=3, posenc="fire", posenc_kwargs={"per_layer": True})
+    model, _, _ = lengen.train(cfg, str(tmp_path / "run"), quiet=True)
+    assert built["FIRE"] == 3 and len(model.unique_posencs()) == 3
+    assert built["Copy"] == 1 and built["IdentitySampler"] == 1
+
+
+def test_the_run_takes_what_validation_built(tmp_path):
+    cfg = lengen.resolve(tiny(posenc="learned"))
+    made = cfg._built
+    task, model = prepare(cfg)
+    assert task is made.task and model.posenc is made.posenc and model.sampler is made.sampler
+    # handed out once: a second run of the same config object builds its own (a model that
+    # trained owns its scheme's parameters)
+    task2, model2 = prepare(cfg)
+    assert task2 is not task and model2.posenc is not model.posenc
+
+
+def test_a_config_changed_after_validation_is_validated_again():
+    cfg = lengen.resolve(tiny(posenc="learned"))
+    cfg.model.posenc_kwargs = {"max_positions": 64}
+    assert take_built(cfg) is None                               # stale: dropped
+    _, model = prepare(cfg)
+    assert model.posenc.max_positions == 64
+    cfg.model.posenc_kwargs = {"max_positions": 4}               # too short for len=3 (8 tokens)
+    with pytest.raises(ConfigError, match="learned positional table has 4 rows"):
+        prepare(cfg)
+
+
+@pytest.mark.parametrize("posenc,kwargs", [(name, {}) for name in POSENCS] +
+                         [("fire", {"per_layer": True}), ("kerple_log", {"per_layer": True})])
+def test_a_seeds_weights_do_not_depend_on_who_built_the_scheme(posenc, kwargs):
+    cfg = lengen.resolve(tiny(posenc=posenc, posenc_kwargs=kwargs, dropout=0.1))
+    _, handed = prepare(cfg)                              # scheme and sampler from validation
+    after_handed = torch.rand(4)                          # the stream dropout continues from
+    torch.manual_seed(cfg.train.seed)
+    own = lengen.Transformer(cfg.model)                   # everything built by the model
+    assert torch.equal(torch.rand(4), after_handed)
+    a, b = handed.state_dict(), own.state_dict()
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+def test_an_attention_constructor_complaint_still_stops_the_run_before_any_file(tmp_path):
+    run = tmp_path / "run"
+    with pytest.raises(ConfigError, match=r"cannot build attention kind 'cope' \(model.attention"
+                                          r", model.attention_kwargs=\{'npos': 0\}\).*npos"):
+        lengen.train(tiny(attention="cope", attention_kwargs={"npos": 0}), str(run), quiet=True)
+    assert not os.path.exists(run)
+
+
+def test_a_handed_in_component_must_be_of_the_configured_class():
+    mc = lengen.ModelConfig(d_model=16, n_heads=2, n_layers=1, posenc="rope")
+    with pytest.raises(ArgumentError, match="posenc must be the positional scheme 'rope'"):
+        lengen.Transformer(mc, posenc=POSENCS["alibi"](d_model=16, n_heads=2, head_dim=8,
+                                                       causal=True))
+    with pytest.raises(ArgumentError, match="sampler must be the position sampler 'identity'"):
+        lengen.Transformer(mc, sampler=SAMPLERS["randomized"](max_length=8))
