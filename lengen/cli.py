@@ -234,6 +234,9 @@ def cmd_bench(args) -> int:
     variants = [parse_variant(v) for v in args.variant]
     if args.variants:
         variants += load_variants(args.variants)
+    baselines = None if args.baselines == "none" else args.baselines
+    if args.baselines_only and not variants and args.baselines == "default":
+        baselines = None              # this scorecard *is* the baselines: none to read beside it
     if args.baselines_only:
         variants += list(BASELINES.items())
     if not variants:
@@ -244,8 +247,7 @@ def cmd_bench(args) -> int:
                        threads=args.threads)
         return 0
     rows = run_bench(variants, args.scale, args.out, workers=args.workers, cells=args.cells,
-                     threads=args.threads,
-                     baselines=None if args.baselines == "none" else args.baselines)
+                     threads=args.threads, baselines=baselines)
     return 0 if all(r["status"] != "failed" for r in rows) else 1
 
 
