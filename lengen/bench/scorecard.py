@@ -70,8 +70,8 @@ def read_scorecard(path: str) -> list[dict]:
     def conv(k, v):
         if k in ("seen", "ood", "paper_ood"):
             return float(v) if v not in ("", "None") else None
-        if k == "fitted":
-            return v == "True"
+        if k == "fitted":                      # empty for n/a and failed cells
+            return {"True": True, "False": False}.get(v)
         if k == "bench_version":
             return int(v)
         return v
