@@ -72,5 +72,5 @@ def test_log_failures_says_how_many_and_where_only_when_some_failed():
     log_failures([], "runs/x", said.append)
     assert said == []
     log_failures([{"name": "a"}, {"name": "b"}], "runs/x", said.append)
-    assert said == ["2 run(s) failed; see runs/x/failures.json. Rerun the same command to retry "
-                    "them (finished runs are reused)."]
+    assert said == [("2 run(s) failed; see runs/x/failures.json. Rerun the same command to "
+                     "retry them (finished runs are reused).")]

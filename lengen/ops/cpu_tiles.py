@@ -163,27 +163,46 @@ class Tile(NamedTuple):
 
 class TileGroup:
     """The (batch, head) pairs ``b0..b1-1`` x ``h0..h1-1`` of one tile group; iterating gives its
-    :class:`Tile` s in order. :meth:`flat` views a [B, H, ...] tensor as the group's
-    [G, ...] slice (cached per tensor: tiles ask for the same slices again)."""
+    :class:`Tile` s in order. A group runs on one thread; :meth:`flat` and :meth:`scratch` cache
+    what its tiles ask for again (a tile's Python costs as much as a few of its small ops)."""
 
     def __init__(self, plan: TiledAttention, gi: int):
         (self.b0, self.b1, self.h0, self.h1), self.blocks = plan.tiles[gi]
         self.G = (self.b1 - self.b0) * (self.h1 - self.h0)
-        self.off, self.Tk, self.reverse = plan.offsets[gi], plan.Tk, plan.reverse
+        self.off, self.plan = plan.offsets[gi], plan
         self._flats: dict[int, torch.Tensor] = {}
+        self._scratch: dict = {}
 
     def flat(self, x: torch.Tensor) -> torch.Tensor:
+        """A contiguous [B, H, ...] tensor's [G, ...] slice of this group (a view)."""
         # keyed by id: every tensor asked for outlives the group, so an id is never reused
         f = self._flats.get(id(x))
         if f is None:
             f = self._flats[id(x)] = flat(x, self.b0, self.b1, self.h0, self.h1)
         return f
 
+    def scratch(self, name: str, t: Tile, dtype) -> torch.Tensor:
+        """A scratch tile of ``t``'s shape (per thread; valid until the next tile's call)."""
+        buf = self._scratch.get((name, dtype))
+        if buf is None:
+            plan = self.plan
+            buf = self._scratch[name, dtype] = scratch(name, (plan.nmax,), dtype, plan.device)
+        return buf[:t.n].view(t.shape)
+
+    def buffers(self, t: Tile) -> dict:
+        """Tile ``t``'s per-tile buffers in forward (name -> [G, tq, ke]): kept for backward,
+        or scratch."""
+        kept = self.plan.kept
+        if kept is not None:
+            return _views(kept, t)
+        return {nm: self.scratch(f"{self.plan.name}.{nm}", t, dt)
+                for nm, dt in self.plan.kinds.items()}
+
     def __iter__(self):
-        off = self.off
+        off, Tk, reverse = self.off, self.plan.Tk, self.plan.reverse
         for s, e, ke in self.blocks:
             n = self.G * (e - s) * ke
-            k0 = self.Tk - ke if self.reverse else 0
+            k0 = Tk - ke if reverse else 0
             yield Tile(s, e, ke, k0, k0 + ke, (self.G, e - s, ke), n, off)
             off += n
 
@@ -212,7 +231,7 @@ class TiledAttention:
         self.nmax = max_tile_numel(self.tiles)
         self.B, self.H, self.T = B, H, T
         self.Tk = T if Tk is None else Tk
-        self.reverse, self.device, self.name = reverse, device, name
+        self.reverse, self.device, self.name = reverse, torch.device(device), name
         self.kinds = dict(buffers)
         self.kept = ({nm: pool_take(self.offsets[-1], dt, device) for nm, dt in buffers.items()}
                      if keep else None)
@@ -221,16 +240,6 @@ class TiledAttention:
         """``fn(group)`` for every :class:`TileGroup`, shared among the worker threads
         (:func:`lengen.ops.cpu_workspace.run_groups`): groups write disjoint rows."""
         run_groups(lambda gi: fn(TileGroup(self, gi)), len(self.tiles))
-
-    def scratch(self, name: str, t: Tile, dtype) -> torch.Tensor:
-        """A per-thread scratch tile of ``t``'s shape (valid until the next call with ``name``)."""
-        return scratch(name, (self.nmax,), dtype, self.device)[:t.n].view(t.shape)
-
-    def buffers(self, t: Tile) -> dict:
-        """Tile ``t``'s per-tile buffers in forward (name -> [G, tq, ke])."""
-        if self.kept is not None:
-            return _views(self.kept, t)
-        return {nm: self.scratch(f"{self.name}.{nm}", t, dt) for nm, dt in self.kinds.items()}
 
     def forward(self, v: torch.Tensor, tile_fn, ev: torch.Tensor, l: torch.Tensor) -> None:
         """The forward loop. ``tile_fn(group)`` returns the op's function of one tile,
@@ -243,7 +252,7 @@ class TiledAttention:
             tile = tile_fn(g)
             vg, evg, lg = g.flat(v), g.flat(ev), g.flat(l)
             for t in g:
-                bufs = self.buffers(t)
+                bufs = g.buffers(t)
                 tile(t, bufs)
                 E = bufs["E"]
                 torch.sum(E, -1, keepdim=True, out=lg[:, t.s:t.e])
@@ -283,7 +292,7 @@ class TiledAttention:
                 s, e, k0, k1 = t.s, t.e, t.k0, t.k1
                 bufs = _views(kept, t)
                 E = bufs["E"]
-                dL = self.scratch(f"{self.name}.dL", t, E.dtype)
+                dL = g.scratch(f"{self.name}.dL", t, E.dtype)
                 torch.bmm(dog[:, s:e], vgt[:, :, k0:k1], out=dL).mul_(E)     # dlogits
                 terms.grad(dL, g, t)
                 dS = dL if dscore is None else dscore(t, dL, bufs)

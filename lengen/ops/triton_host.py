@@ -91,8 +91,8 @@ def launch(q: torch.Tensor, block_size, kernel) -> Launch:
     B, H, T, hd = q.shape
     blk, block_d, num_warps = launch_config(hd, block_size, q.device, q.dtype)
     prec = dot_precision(q.dtype, interpreted(kernel))
-    return Launch((triton.cdiv(T, blk), B * H),
-                  dict(HD=hd, BLOCK=blk, BLOCK_D=block_d, PREC=prec, num_warps=num_warps))
+    return Launch((triton.cdiv(T, blk), B * H), {"HD": hd, "BLOCK": blk, "BLOCK_D": block_d,
+                                                 "PREC": prec, "num_warps": num_warps})
 
 
 def run(kernel, cfg: Launch, *args) -> None:

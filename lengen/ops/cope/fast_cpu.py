@@ -90,7 +90,7 @@ class _CoPEFastCPU(torch.autograd.Function):
             def tile(t, bufs):
                 s, e = t.s, t.e
                 tq = e - s
-                S = ta.scratch("cope.S", t, dt)
+                S = g.scratch("cope.S", t, dt)
                 E, Gp = bufs["E"], bufs["Gp"]
                 keep, addm = _rev_masks(tq, dt, dev)
                 torch.baddbmm(S, qg[:, s:e], krt[:, :, t.k0:t.k1], beta=0, alpha=scale, out=S)
@@ -99,8 +99,8 @@ class _CoPEFastCPU(torch.autograd.Function):
                     # one pass per row: positions, interpolated logits (base 2), g (1 - g)
                     cope_rows.forward(lib, S, Gp, bufs["P"], zg[:, s:e], bg[:, s:e], npos - 1)
                 else:
-                    P = ta.scratch("cope.Pos", t, dt)
-                    X = ta.scratch("cope.X", t, dt)
+                    P = g.scratch("cope.Pos", t, dt)
+                    X = g.scratch("cope.X", t, dt)
                     W, Y, Ix = bufs["W"], bufs["Y"], bufs["I"]
                     Gp[:, :, :tq].mul_(keep)                               # future gates: 0
                     torch.cumsum(Gp, -1, out=P).clamp_(max=top)           # positions
@@ -149,8 +149,8 @@ class _CoPEFastCPU(torch.autograd.Function):
                     cope_rows.backward(lib, dL, bufs["Gp"], bufs["P"], bg[:, s:e], dag[:, s:e])
                     return dL
                 W, Y, Ix = bufs["W"], bufs["Y"], bufs["I"]
-                T1 = ta.scratch("cope.T1", t, dt)
-                C = ta.scratch("cope.C", t, dt)
+                T1 = g.scratch("cope.T1", t, dt)
+                C = g.scratch("cope.C", t, dt)
                 dag[:, s:e].scatter_add_(-1, Ix, dL)
                 g.flat(dbw)[:, s:e].scatter_add_(-1, Ix, torch.mul(dL, W, out=T1))
                 torch.mul(dL, Y, out=T1)                                   # d position

@@ -49,7 +49,7 @@ class _SoftmaxFastCPU(torch.autograd.Function):
 
             def tile(t, bufs):
                 s, e, ke = t.s, t.e, t.ke
-                S = ta.scratch("softmax.S", t, dt)
+                S = g.scratch("softmax.S", t, dt)
                 # logits in base-2 units (cpu_tiles.LOG2E): the weights come from exp2
                 torch.baddbmm(S, qg[:, s:e], kgt[:, :, :ke], beta=0, alpha=scale * LOG2E, out=S)
                 terms.add(S, g, t)

@@ -66,7 +66,7 @@ class _TRAFastCPU(torch.autograd.Function):
 
             def tile(t, bufs):
                 s, e, ke = t.s, t.e, t.ke
-                S, K, C = (ta.scratch(nm, t, dt) for nm in ("tra.S", "tra.K", "tra.C"))
+                S, K, C = (g.scratch(nm, t, dt) for nm in ("tra.S", "tra.K", "tra.C"))
                 # logits in base-2 units (cpu_tiles.LOG2E; the threshold S > 0 is unchanged)
                 torch.baddbmm(S, qg[:, s:e], kgt[:, :, :ke], beta=0, alpha=scale * LOG2E, out=S)
                 S[:, :, s:].tril_()                              # future keys -> 0, i.e. not > 0
@@ -81,7 +81,7 @@ class _TRAFastCPU(torch.autograd.Function):
                     m = S.amax(-1, keepdim=True)
                 else:
                     terms.add(S, g, t)
-                    M = torch.sub(K, 1, out=ta.scratch("tra.M", t, dt))
+                    M = torch.sub(K, 1, out=g.scratch("tra.M", t, dt))
                     m = torch.add(S, M, alpha=BIG, out=M).amax(-1, keepdim=True)  # over survivors
                 # the clamp also stops overflow off the survivors; then the mask: non-surviving
                 # keys get exactly 0
