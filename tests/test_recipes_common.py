@@ -3,7 +3,8 @@ import json
 import os
 from types import SimpleNamespace
 
-from lengen.recipes.common import add_eval_only_rows, trained_columns
+from lengen.recipes.common import (add_eval_only_rows, log_failures, train_section,
+                                   trained_columns)
 
 
 def test_trained_columns_swaps_an_evaluation_only_column_for_its_base_once():
@@ -53,3 +54,23 @@ def test_add_eval_only_rows_skips_failed_base_runs_and_leaves_the_sweep_files(tm
                                         lambda *a: 1 / 0, log=lambda *_: None)
     assert rows == res.rows and failures == []
     assert not os.listdir(tmp_path)                           # nothing changed: nothing rewritten
+
+
+def test_train_section_takes_the_scales_keys_and_seeds_the_data_order_alike():
+    scale = {"steps": 30, "batch_size": 8, "ckpt_every": 10, "lr": 1e-3, "betas": (0.9, 0.99)}
+    got = train_section(scale, 3, "cpu", log_every=5, base={"optimizer": "adamw", "lr": 0.1},
+                        copy=("lr", "betas"), schedule="cosine")
+    assert got == {"optimizer": "adamw", "lr": 1e-3, "steps": 30, "batch_size": 8,
+                   "betas": [0.9, 0.99], "schedule": "cosine", "seed": 3, "data_seed": 3,
+                   "ckpt_every": 10, "log_every": 5, "device": "cpu"}
+    assert isinstance(got["betas"], list)         # as a stored config.json reads it back
+    assert train_section(scale, 3, "cpu", log_every=5, data_seed=7)["data_seed"] == 7
+
+
+def test_log_failures_says_how_many_and_where_only_when_some_failed():
+    said = []
+    log_failures([], "runs/x", said.append)
+    assert said == []
+    log_failures([{"name": "a"}, {"name": "b"}], "runs/x", said.append)
+    assert said == [("2 run(s) failed; see runs/x/failures.json. Rerun the same command to "
+                     "retry them (finished runs are reused).")]

@@ -1,38 +1,37 @@
-"""Shared machinery of the CPU training paths (``ops/*/fast_cpu.py``): cache-sized tiles and
-buffer reuse.
+"""The shared loop of the CPU training paths (``ops/{softmax,tra,cope}/fast_cpu.py``): cache-sized
+tiles, and one forward and one backward pass over them that every tiled op runs with its own
+score function.
 
 Why tiles: an attention step on a CPU is bound by memory traffic over [B, H, T, T] tensors, not
 by arithmetic. Splitting the work into tiles of ``G`` heads x ``qb`` query rows x the ``e`` keys
 those rows can see (about 1 MB each) keeps every elementwise pass in L2, and causal tiles skip the
-keys right of their last row (56% of the square at ``qb = T/8``).
+keys right of their last row (56% of the square at ``qb = T/8``). Tiles are planned by
+:func:`plan_tiles`; scratch tiles, the pool of buffers kept for backward and the worker threads
+that run tile groups are in :mod:`lengen.ops.cpu_workspace`.
 
-Why buffer reuse: allocating fresh memory costs page faults on every first touch, which on small
-or virtualised machines costs as much as several passes over the data. Scratch tiles therefore
-live in a per-thread workspace, and the one big tensor a fast path keeps for its backward
-(softmax numerators) is taken from and given back to a small pool, so steady-state training
-allocates nothing large.
+What the ops share (:class:`TiledAttention`): every tiled op is a softmax over keys of some logits,
+so a tile's forward ends in the same unnormalised weights ``E = 2^(L - rowmax)`` (logits ``L`` in
+base-2 units, see :data:`LOG2E`), their row sums ``l`` and ``E v``; the output ``E v / l`` is
+divided once for all tiles. ``E`` is kept (pooled) for backward, which recomputes nothing:
+``[dO, -delta] / l @ [v, 1]^T`` is ``(dP - delta) / l`` in one matmul (:func:`with_ones`), times
+``E`` the logit gradient ``dL``; then ``dq = dS k``, ``dk = dS^T q``, ``dv = E^T dO / l``, where
+``dS``, the gradient of the scaled score ``q.k``, is ``dL`` unless the op's score transform says
+otherwise. What stays in an op: how a tile's scores become logits (masks, counts, positions), any
+extra per-tile buffers, and the score transform's backward. The additive bias terms every op takes
+(a dense bias, a per-key column, a relative-position table) are added and differentiated per tile
+by :class:`lengen.ops.tile_bias.TileTerms`.
 
-Why worker threads: the tiles are many small ops. Parallelising each op over cores (ATen's
-default) puts a fork/join barrier in every op, and on a busy machine every barrier waits for a
-descheduled core, which made steps many times slower on a shared 2-core box (benchmarks/README.md,
-"Reading the numbers"). With more than one
-torch thread, :func:`run_groups` hands whole tile groups to that many worker threads instead, each
-running its ops single-threaded (ATen releases the GIL inside kernels, so they run in parallel and
-the Python between ops overlaps with the other workers' kernels); groups touch disjoint outputs.
-
-Biases: a positional bias may be shared by the batch (``[H, T, Tk]``: read through a ``Bb = 1``
-view, its gradient summed over the batch in per-thread accumulators) or per sequence
-(``[B, H, T, Tk]``, from ``[B, T]`` positions: each group adds into its own batch rows);
-:func:`reduce_to` returns the gradient in the shape the bias came in.
+Keys may be stored in reverse order (CoPE: its running position sums become forward cumsums);
+then a tile's ``ke`` keys are the last ``ke`` columns of the key tensors (:class:`Tile`).
 """
 from __future__ import annotations
 
-import os
-import threading
-from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 import torch
+
+from lengen.ops.cpu_workspace import (group_target, pool_give, pool_take, run_groups,
+                                      scratch)
 
 #: elements per tile (fp32: 1 MB), sized for a 1-2 MB per-core L2 cache
 DEFAULT_BUDGET = 1 << 18
@@ -108,136 +107,9 @@ def tile_numel(tiles) -> int:
                for (b0, b1, h0, h1), blocks in tiles for s, e, ke in blocks)
 
 
-class _Local(threading.local):
-    def __init__(self):
-        self.scratch: dict = {}
-        self.pool: OrderedDict = OrderedDict()     # (size class, dtype, device) -> [tensors]
-        self.pool_bytes = 0
-
-
-_local = _Local()
-#: most bytes the pool keeps for later reuse (per thread); beyond it the oldest are dropped
-POOL_LIMIT_BYTES = 2 << 30
-
-
-def scratch(name: str, shape, dtype, device) -> torch.Tensor:
-    """A reusable uninitialised tensor of ``shape`` (a view of a per-thread buffer that only grows).
-
-    Valid until the next ``scratch`` call with the same name; never hand one to autograd.
-    """
-    n = 1
-    for d in shape:
-        n *= d
-    key = (name, dtype, torch.device(device))
-    buf = _local.scratch.get(key)
-    if buf is None or buf.numel() < n:
-        buf = torch.empty(max(n, 1), dtype=dtype, device=device)
-        _local.scratch[key] = buf
-    return buf[:n].view(shape)
-
-
-def _size_class(n: int) -> int:
-    """Round up to 1/8 steps of the next lower power of two (at most 12.5% waste)."""
-    if n <= 4096:
-        return 4096
-    step = 1 << max(0, n.bit_length() - 4)
-    return -(-n // step) * step
-
-
-def pool_take(numel: int, dtype, device) -> torch.Tensor:
-    """A flat uninitialised tensor of ``numel`` elements, reused from the pool when possible."""
-    c = _size_class(numel)
-    key = (c, dtype, torch.device(device))
-    free = _local.pool.get(key)
-    if free:
-        t = free.pop()
-        _local.pool_bytes -= t.numel() * t.element_size()
-        if not free:
-            del _local.pool[key]
-        return t[:numel]
-    return torch.empty(c, dtype=dtype, device=device)[:numel]
-
-
-def pool_give(t: torch.Tensor) -> None:
-    """Return a tensor from :func:`pool_take` (no other reference to it may be used afterwards)."""
-    base = t._base if t._base is not None else t
-    key = (base.numel(), base.dtype, base.device)
-    _local.pool.setdefault(key, []).append(base)
-    _local.pool.move_to_end(key)
-    _local.pool_bytes += base.numel() * base.element_size()
-    while _local.pool_bytes > POOL_LIMIT_BYTES and _local.pool:
-        k, lst = next(iter(_local.pool.items()))
-        old = lst.pop(0)
-        _local.pool_bytes -= old.numel() * old.element_size()
-        if not lst:
-            del _local.pool[k]
-
-
-def empty_cache() -> None:
-    """Release this thread's workspace and pooled buffers."""
-    _local.scratch.clear()
-    _local.pool.clear()
-    _local.pool_bytes = 0
-
-
 def flat(x: torch.Tensor, b0, b1, h0, h1) -> torch.Tensor:
     """x[b0:b1, h0:h1] of a contiguous [B, H, ...] tensor as [(b1-b0)*(h1-h0), ...] (a view)."""
     return x[b0:b1, h0:h1].flatten(0, 1)
-
-
-def as_4d(bias: torch.Tensor, H: int, T: int, Tk: int | None = None) -> torch.Tensor:
-    """A bias broadcastable to [B, H, T, Tk] as a [Bb, H, T, Tk] view (Bb = 1 or B), no copy."""
-    while bias.dim() < 4:
-        bias = bias.unsqueeze(0)
-    return bias.expand(bias.shape[0], H, T, T if Tk is None else Tk)
-
-
-def reduce_to(grad4: torch.Tensor, shape) -> torch.Tensor:
-    """Sum a [Bb, H, T, T] gradient down to the broadcast shape the bias came in."""
-    lead = grad4.dim() - len(shape)
-    g = grad4.sum(dim=tuple(range(lead))) if lead else grad4
-    dims = tuple(i for i, n in enumerate(shape) if n == 1 and g.shape[i] != 1)
-    return (g.sum(dim=dims, keepdim=True) if dims else g).reshape(shape)
-
-
-def add_bias_tile(S, bias4, b0, b1, h0, h1, s, e, ke, alpha=1.0):
-    """S[G, tq, ke] += alpha * bias4[b0:b1 (or 0), h0:h1, s:e, :ke]."""
-    bb = bias4[b0:b1] if bias4.shape[0] > 1 else bias4
-    S.view(-1, h1 - h0, e - s, ke).add_(bb[:, h0:h1, s:e, :ke], alpha=alpha)
-
-
-def accumulate_bias_grad(dbias, dL, b0, b1, h0, h1, s, e, ke):
-    dL4 = dL.view(b1 - b0, h1 - h0, e - s, ke)
-    if dbias.shape[0] == 1:
-        dbias[0, h0:h1, s:e, :ke] += dL4.sum(0) if dL4.shape[0] > 1 else dL4[0]
-    else:
-        dbias[b0:b1, h0:h1, s:e, :ke] += dL4
-
-
-class BiasGrad:
-    """Bias-gradient accumulator [Bb, H, T, Tk] for :func:`run_groups` workers: a bias shared over
-    the batch (Bb = 1) gets contributions from groups of different batch indices, so each thread
-    accumulates into its own tensor and :meth:`total` sums them."""
-
-    def __init__(self, shape, dtype, device):
-        self.shape, self.dtype, self.device = shape, dtype, device
-        self.parts: dict[int, torch.Tensor] = {}
-
-    def add(self, dL, b0, b1, h0, h1, s, e, ke):
-        part = self.parts.get(threading.get_ident())
-        if part is None:
-            part = torch.zeros(self.shape, dtype=self.dtype, device=self.device)
-            self.parts[threading.get_ident()] = part
-        accumulate_bias_grad(part, dL, b0, b1, h0, h1, s, e, ke)
-
-    def total(self) -> torch.Tensor:
-        parts = list(self.parts.values())
-        if not parts:
-            return torch.zeros(self.shape, dtype=self.dtype, device=self.device)
-        out = parts[0]
-        for p in parts[1:]:
-            out += p
-        return out
 
 
 _masks: dict = {}
@@ -267,50 +139,168 @@ def with_ones(x: torch.Tensor) -> torch.Tensor:
     return out
 
 
-_executor: ThreadPoolExecutor | None = None
-_executor_pid = 0
+def numerators(S: torch.Tensor, m: torch.Tensor, E: torch.Tensor, floor: float) -> torch.Tensor:
+    """``E = 2^(S - m)`` for base-2 logits ``S`` and row maxima ``m``, the shifted logits clamped
+    to ``[floor, 0]`` first (:func:`exp2_floor`: no denormals; above 0 only off the keys a row
+    attends, which the op zeroes afterwards). Returns ``E``."""
+    return torch.sub(S, m, out=E).clamp_(floor, 0.0).exp2_()
 
 
-def run_groups(fn, n_groups: int) -> None:
-    """Call ``fn(i)`` for ``i in range(n_groups)``, shared among ``torch.get_num_threads()``
-    worker threads (each set to one intra-op thread, autograd off), or in this thread when torch
-    runs single-threaded. ``fn`` calls must write disjoint outputs; the first exception re-raises.
+class Tile(NamedTuple):
+    """One tile of a :class:`TileGroup`: query rows ``s..e-1`` against ``ke`` keys, which are
+    columns ``k0..k1-1`` of the key tensors (the first ``ke``, or with keys stored in reverse
+    order the last ``ke``); ``shape`` = (G, e - s, ke), ``n`` its elements, ``off`` its start in
+    the buffers kept for backward."""
+    s: int
+    e: int
+    ke: int
+    k0: int
+    k1: int
+    shape: tuple
+    n: int
+    off: int
+
+
+class TileGroup:
+    """The (batch, head) pairs ``b0..b1-1`` x ``h0..h1-1`` of one tile group; iterating gives its
+    :class:`Tile` s in order. A group runs on one thread; :meth:`flat` and :meth:`scratch` cache
+    what its tiles ask for again (a tile's Python costs as much as a few of its small ops)."""
+
+    def __init__(self, plan: TiledAttention, gi: int):
+        (self.b0, self.b1, self.h0, self.h1), self.blocks = plan.tiles[gi]
+        self.G = (self.b1 - self.b0) * (self.h1 - self.h0)
+        self.off, self.plan = plan.offsets[gi], plan
+        self._flats: dict[int, torch.Tensor] = {}
+        self._scratch: dict = {}
+
+    def flat(self, x: torch.Tensor) -> torch.Tensor:
+        """A contiguous [B, H, ...] tensor's [G, ...] slice of this group (a view)."""
+        # keyed by id: every tensor asked for outlives the group, so an id is never reused
+        f = self._flats.get(id(x))
+        if f is None:
+            f = self._flats[id(x)] = flat(x, self.b0, self.b1, self.h0, self.h1)
+        return f
+
+    def scratch(self, name: str, t: Tile, dtype) -> torch.Tensor:
+        """A scratch tile of ``t``'s shape (per thread; valid until the next tile's call)."""
+        buf = self._scratch.get((name, dtype))
+        if buf is None:
+            plan = self.plan
+            buf = self._scratch[name, dtype] = scratch(name, (plan.nmax,), dtype, plan.device)
+        return buf[:t.n].view(t.shape)
+
+    def buffers(self, t: Tile) -> dict:
+        """Tile ``t``'s per-tile buffers in forward (name -> [G, tq, ke]): kept for backward,
+        or scratch."""
+        kept = self.plan.kept
+        if kept is not None:
+            return _views(kept, t)
+        return {nm: self.scratch(f"{self.plan.name}.{nm}", t, dt)
+                for nm, dt in self.plan.kinds.items()}
+
+    def __iter__(self):
+        off, Tk, reverse = self.off, self.plan.Tk, self.plan.reverse
+        for s, e, ke in self.blocks:
+            n = self.G * (e - s) * ke
+            k0 = Tk - ke if reverse else 0
+            yield Tile(s, e, ke, k0, k0 + ke, (self.G, e - s, ke), n, off)
+            off += n
+
+
+def _views(kept: dict, t: Tile) -> dict:
+    return {nm: buf[t.off:t.off + t.n].view(t.shape) for nm, buf in kept.items()}
+
+
+class TiledAttention:
+    """One call of a tiled op: its tiles (:func:`plan_tiles`), the per-tile buffers its forward
+    keeps for backward, and the forward and backward loops every tiled op shares (module
+    docstring).
+
+    ``buffers``: name -> dtype of the per-tile buffers the op's tiles fill; ``"E"`` (the
+    unnormalised weights) is required. With ``keep`` (backward will run) they are slices of flat
+    pooled tensors, kept until :meth:`backward`; otherwise per-thread scratch. ``reverse``: keys
+    are stored in reverse order (causal tiles only). ``name`` names the op in errors.
     """
-    global _executor, _executor_pid
-    n = min(torch.get_num_threads(), n_groups)
-    if n <= 1:
-        for i in range(n_groups):
-            fn(i)
-        return
-    # a forked child inherits the executor object but not its threads: make a new one there
-    if _executor is None or _executor._max_workers < n or _executor_pid != os.getpid():
-        _executor = ThreadPoolExecutor(max_workers=n, thread_name_prefix="lengen-tiles")
-        _executor_pid = os.getpid()
-    nthreads = torch.get_num_threads()
-    lock, nxt = threading.Lock(), [0]
 
-    def worker():
-        # per-thread OpenMP/MKL setting; it also sets the process default for threads started
-        # later, so the caller's value is put back before returning
-        torch.set_num_threads(1)
-        try:
-            with torch.no_grad():
-                while True:
-                    with lock:
-                        i, nxt[0] = nxt[0], nxt[0] + 1
-                    if i >= n_groups:
-                        return
-                    fn(i)
-        finally:
-            torch.set_num_threads(nthreads)
+    def __init__(self, B: int, H: int, T: int, *, Tk: int | None = None, causal: bool = True,
+                 reverse: bool = False, budget: int | None = None, qblock: int | None = None,
+                 buffers: dict, keep: bool, device, name: str):
+        self.tiles = plan_tiles(B, H, T, causal=causal, budget=budget, qblock=qblock, Tk=Tk,
+                                min_groups=group_target())
+        self.offsets = group_offsets(self.tiles)
+        self.nmax = max_tile_numel(self.tiles)
+        self.B, self.H, self.T = B, H, T
+        self.Tk = T if Tk is None else Tk
+        self.reverse, self.device, self.name = reverse, torch.device(device), name
+        self.kinds = dict(buffers)
+        self.kept = ({nm: pool_take(self.offsets[-1], dt, device) for nm, dt in buffers.items()}
+                     if keep else None)
 
-    futures = [_executor.submit(worker) for _ in range(n)]
-    for f in futures:
-        f.result()
+    def run(self, fn) -> None:
+        """``fn(group)`` for every :class:`TileGroup`, shared among the worker threads
+        (:func:`lengen.ops.cpu_workspace.run_groups`): groups write disjoint rows."""
+        run_groups(lambda gi: fn(TileGroup(self, gi)), len(self.tiles))
 
+    def forward(self, v: torch.Tensor, tile_fn, ev: torch.Tensor, l: torch.Tensor) -> None:
+        """The forward loop. ``tile_fn(group)`` returns the op's function of one tile,
+        ``f(t, buffers)``, which leaves in ``buffers["E"]`` the tile's unnormalised weights
+        (exactly 0 on the keys a query does not attend). Writes ``E v`` into ``ev``
+        [B, H, T, dv] and the row sums into ``l`` [B, H, T, 1] (the op's tensors: their memory
+        layout sets the rounding of the matmul, so each op keeps the one it was tested with)."""
 
-def group_target() -> int:
-    """``plan_tiles(min_groups=)`` for :func:`run_groups`: 4 groups per worker thread (some
-    balance when a worker gets descheduled), 1 when single-threaded."""
-    n = torch.get_num_threads()
-    return 4 * n if n > 1 else 1
+        def group(g):
+            tile = tile_fn(g)
+            vg, evg, lg = g.flat(v), g.flat(ev), g.flat(l)
+            for t in g:
+                bufs = g.buffers(t)
+                tile(t, bufs)
+                E = bufs["E"]
+                torch.sum(E, -1, keepdim=True, out=lg[:, t.s:t.e])
+                torch.bmm(E, vg[:, t.k0:t.k1], out=evg[:, t.s:t.e])
+
+        self.run(group)
+
+    def backward(self, q, k, v, out, l, dout, scale: float, terms, *, delta=None,
+                 score_grad=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The backward loop: -> (dq, dk, dv) of the scaled scores ``scale q.k`` and of ``v``
+        (k, v in the stored key order). ``out``: the forward's output, ``l`` its row sums,
+        ``delta`` (default ``rowsum(dout * out)``) [B, H, T, 1]. ``terms``
+        (:class:`lengen.ops.tile_bias.TileTerms`) accumulates its gradients from every tile's
+        logit gradient ``dL``. ``score_grad(group)``, for an op whose scores pass through a
+        transform, returns ``f(t, dL, buffers) -> dS`` (it may overwrite ``dL``); without it
+        ``dS = dL``. Gives the kept buffers back to the pool."""
+        if self.kept is None:
+            raise RuntimeError(f"{self.name} fast_cpu path: backward called twice (retain_graph "
+                               f"/ double backward); use attention impl='naive' for that")
+        kept, self.kept = self.kept, None
+        dv_ = out.shape[-1]
+        dout = dout.contiguous()
+        if delta is None:
+            delta = (dout * out).sum(-1, keepdim=True)                    # dO . O
+        v1 = with_ones(v)
+        # [dO / l, -delta / l] @ [v, 1]^T = (dO V^T - delta) / l in one matmul
+        do1 = torch.cat([dout, delta.neg()], -1).div_(l)
+        dq = torch.empty_like(q)                                 # every row written once below
+        dk = torch.zeros_like(k)
+        dv = torch.zeros(*k.shape[:-1], dv_, dtype=v.dtype, device=v.device)
+
+        def group(g):
+            qg, kg, vg, dog, dqg, dkg, dvg = (g.flat(x) for x in (q, k, v1, do1, dq, dk, dv))
+            vgt, dog_v = vg.transpose(1, 2), dog[..., :dv_]
+            dscore = None if score_grad is None else score_grad(g)
+            for t in g:
+                s, e, k0, k1 = t.s, t.e, t.k0, t.k1
+                bufs = _views(kept, t)
+                E = bufs["E"]
+                dL = g.scratch(f"{self.name}.dL", t, E.dtype)
+                torch.bmm(dog[:, s:e], vgt[:, :, k0:k1], out=dL).mul_(E)     # dlogits
+                terms.grad(dL, g, t)
+                dS = dL if dscore is None else dscore(t, dL, bufs)
+                torch.baddbmm(dqg[:, s:e], dS, kg[:, k0:k1], beta=0, alpha=scale, out=dqg[:, s:e])
+                dkg[:, k0:k1].baddbmm_(dS.transpose(1, 2), qg[:, s:e], alpha=scale)
+                dvg[:, k0:k1].baddbmm_(E.transpose(1, 2), dog_v[:, s:e])
+
+        self.run(group)
+        for buf in kept.values():
+            pool_give(buf)
+        return dq, dk, dv

@@ -1,4 +1,13 @@
-"""Relative-position biases that the tiled CPU training ops evaluate tile by tile.
+"""The additive logit terms of the tiled CPU training ops (:class:`TileTerms`): a dense bias, a
+per-key column and relative-position biases evaluated tile by tile.
+
+Every tiled op (:mod:`lengen.ops.cpu_tiles`) takes, beside its own scores, a dense bias from its
+``bias_fn`` (shared by the batch, ``[H, T, Tk]``: read through a ``Bb = 1`` view, its gradient
+summed over the batch in per-thread accumulators; or per sequence, ``[B, H, T, Tk]`` from
+``[B, T]`` positions: each group adds into its own batch rows; the gradient comes back in the shape
+the bias came in), a per-key column ``col`` ``[B, H, Tk]`` (FoT's decay; its gradient is a column
+sum of the logit gradient) and the relative-position term below. :class:`TileTerms` adds them to
+each tile and accumulates their gradients, the same for every op.
 
 A bias hook returns the full ``[B, H, T, T]`` logit bias. For Transformer-XL's terms that tensor
 depends on q and k, so every layer had to build it, read it once per tile and accumulate a
@@ -31,7 +40,8 @@ from dataclasses import dataclass
 
 import torch
 
-from lengen.ops.cpu_tiles import flat, scratch
+from lengen.ops.cpu_tiles import LOG2E, flat
+from lengen.ops.cpu_workspace import scratch
 
 
 @dataclass
@@ -159,3 +169,137 @@ class ToeplitzTiles:
             dP += p
         dP = dP.flip(1) if self.reverse else dP
         return self.dqv.to(self.in_dtypes[0]), dP.to(self.in_dtypes[1])
+
+
+def bias_inputs(bias_fn, T: int, Tk: int, col: torch.Tensor | None = None):
+    """The bias inputs of a tiled op's autograd Function: -> (bias, col, qv, P). A hook with a
+    tiled form (:func:`tiled_bias`) gives ``qv`` and ``P``, its per-key ``content`` added to
+    ``col``; otherwise the dense ``bias_fn(0, T)`` is called once (the full [.., T, Tk] bias
+    exists in training anyway; its gradient flows back through whatever made it)."""
+    rb = tiled_bias(bias_fn, T, Tk)
+    if rb is not None:
+        if rb.content is not None:
+            col = rb.content if col is None else col + rb.content
+        return None, col, rb.qv, rb.P
+    bias = None if bias_fn is None else bias_fn(0, T)[..., :Tk]
+    return bias, col, None, None
+
+
+def as_4d(bias: torch.Tensor, H: int, T: int, Tk: int | None = None) -> torch.Tensor:
+    """A bias broadcastable to [B, H, T, Tk] as a [Bb, H, T, Tk] view (Bb = 1 or B), no copy."""
+    while bias.dim() < 4:
+        bias = bias.unsqueeze(0)
+    return bias.expand(bias.shape[0], H, T, T if Tk is None else Tk)
+
+
+def reduce_to(grad4: torch.Tensor, shape) -> torch.Tensor:
+    """Sum a [Bb, H, T, T] gradient down to the broadcast shape the bias came in."""
+    lead = grad4.dim() - len(shape)
+    g = grad4.sum(dim=tuple(range(lead))) if lead else grad4
+    dims = tuple(i for i, n in enumerate(shape) if n == 1 and g.shape[i] != 1)
+    return (g.sum(dim=dims, keepdim=True) if dims else g).reshape(shape)
+
+
+class BiasGrad:
+    """Bias-gradient accumulator [Bb, H, T, Tk] (in the op's key order) for tile groups on worker
+    threads: a bias shared over the batch (Bb = 1) gets contributions from groups of different
+    batch indices, so each thread accumulates into its own tensor and :meth:`total` sums them."""
+
+    def __init__(self, shape, dtype, device):
+        self.shape, self.dtype, self.device = shape, dtype, device
+        self.parts: dict[int, torch.Tensor] = {}
+
+    def add(self, dL, g, t):
+        """Add tile ``t`` of group ``g``'s logit gradient dL [G, tq, ke]."""
+        part = self.parts.get(threading.get_ident())
+        if part is None:
+            part = torch.zeros(self.shape, dtype=self.dtype, device=self.device)
+            self.parts[threading.get_ident()] = part
+        dL4 = dL.view(g.b1 - g.b0, g.h1 - g.h0, t.e - t.s, t.ke)
+        if part.shape[0] == 1:
+            part[0, g.h0:g.h1, t.s:t.e, t.k0:t.k1] += dL4.sum(0) if dL4.shape[0] > 1 else dL4[0]
+        else:
+            part[g.b0:g.b1, g.h0:g.h1, t.s:t.e, t.k0:t.k1] += dL4
+
+    def total(self) -> torch.Tensor:
+        parts = list(self.parts.values())
+        if not parts:
+            return torch.zeros(self.shape, dtype=self.dtype, device=self.device)
+        out = parts[0]
+        for p in parts[1:]:
+            out += p
+        return out
+
+
+class TileTerms:
+    """The additive logit terms of one tiled op call (module docstring), in the op's compute
+    dtype: ``bias`` (broadcastable to [B, H, T, Tk]), ``col`` ([B, H, Tk]) and the relative term
+    ``qv``, ``P`` (:class:`ToeplitzTiles`); any may be None.
+
+    ``reverse``: the op stores keys in reverse order (the terms are read, and their gradients
+    returned, in the caller's order). ``center_col``: each tile adds ``col`` minus its value at
+    the tile's first query row, a row constant that drops out of the softmax and keeps the added
+    values small near the diagonal, where the weights are (FoT's column, a running sum of log
+    forget gates, grows with T)."""
+
+    def __init__(self, bias, col, qv, P, *, H: int, T: int, Tk: int, dtype, need_grad: bool,
+                 reverse: bool = False, center_col: bool = False):
+        self.bias_shape = None if bias is None else bias.shape
+        self.bias4 = None if bias is None else as_4d(bias.to(dtype), H, T, Tk)
+        if self.bias4 is not None and reverse:
+            self.bias4 = self.bias4.flip(-1)           # column Tk-1-c of the flipped map: key c
+        self.col_dtype = None if col is None else col.dtype
+        if col is not None:
+            col = col.to(dtype)
+            col = (col.flip(-1) if reverse else col).contiguous()         # [B, H, Tk]
+        self.col = col
+        self.rel = (None if qv is None else
+                    ToeplitzTiles(qv, P, reverse=reverse, need_grad=need_grad, dtype=dtype))
+        self.empty = bias is None and col is None and qv is None
+        self.reverse, self.center_col = reverse, center_col
+        self.dbias = self.dcol = None
+        self.need_rel = False
+
+    def add(self, S, g, t) -> None:
+        """S [G, tq, ke] += log2(e) (col + relative term + bias) over tile ``t`` of group ``g``
+        (:class:`lengen.ops.cpu_tiles.TileGroup`); logits are in base-2 units (``LOG2E``)."""
+        if self.col is not None:
+            cg = g.flat(self.col).unsqueeze(1)                            # [G, 1, Tk]
+            c = cg[:, :, t.k0:t.k1]
+            S.add_(c - cg[:, :, t.s:t.s + 1] if self.center_col else c, alpha=LOG2E)
+        if self.rel is not None:
+            self.rel.add(S, g.b0, g.b1, g.h0, g.h1, t.s, t.e, t.ke, alpha=LOG2E)
+        if self.bias4 is not None:
+            bb = self.bias4[g.b0:g.b1] if self.bias4.shape[0] > 1 else self.bias4
+            S.view(-1, g.h1 - g.h0, t.e - t.s, t.ke).add_(
+                bb[:, g.h0:g.h1, t.s:t.e, t.k0:t.k1], alpha=LOG2E)
+
+    def want_grads(self, *, bias: bool, col: bool, rel: bool) -> None:
+        """Before backward: which gradients to accumulate (the op's ``ctx.needs_input_grad``).
+        The row-constant shift of ``center_col`` gets ``sum_j dL_ij = 0`` per row: no term."""
+        b4 = self.bias4
+        self.dbias = BiasGrad(b4.shape, b4.dtype, b4.device) if bias and b4 is not None else None
+        self.dcol = torch.zeros_like(self.col) if col and self.col is not None else None
+        self.need_rel = rel and self.rel is not None
+
+    def grad(self, dL, g, t) -> None:
+        """Accumulate the gradients from tile ``t``'s logit gradient dL [G, tq, ke]."""
+        if self.dbias is not None:
+            self.dbias.add(dL, g, t)
+        if self.dcol is not None:
+            g.flat(self.dcol)[:, t.k0:t.k1] += dL.sum(1)
+        if self.need_rel:
+            self.rel.grad(dL, g.b0, g.b1, g.h0, g.h1, t.s, t.e, t.ke)
+
+    def grads(self):
+        """-> (dbias, dcol, dqv, dP) after every tile's :meth:`grad`, None where not asked for,
+        in the caller's key order and the shapes (col, qv, P: also dtypes) they came in."""
+        dbias = dcol = dqv = dP = None
+        if self.dbias is not None:
+            d = self.dbias.total()
+            dbias = reduce_to(d.flip(-1) if self.reverse else d, self.bias_shape)
+        if self.dcol is not None:
+            dcol = (self.dcol.flip(-1) if self.reverse else self.dcol).to(self.col_dtype)
+        if self.need_rel:
+            dqv, dP = self.rel.grads()
+        return dbias, dcol, dqv, dP

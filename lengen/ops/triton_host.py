@@ -1,7 +1,14 @@
-"""Host-side helpers and the dot-product helper shared by the Triton TRA and FoT kernels
-(``lengen/ops/tra/triton.py``, ``lengen/ops/fot/triton.py``): input checks, launch configuration,
-dot precision. Importing this module imports triton; ``lengen.ops`` never does so by itself."""
+"""Host-side code and the dot-product helper shared by the Triton TRA and FoT kernels
+(``lengen/ops/tra/triton.py``, ``lengen/ops/fot/triton.py``): the public entry's checks
+(:func:`entry_checks`), the launch configuration (block size, grid, warps, dot precision:
+:func:`launch_config`, :func:`launch`), and what every forward and backward does around its
+kernels (:func:`forward_tensors`, :func:`backward_tensors`). Both ops launch one program per
+(query or key block of BLOCK rows, batch x head) over contiguous [B, H, T, hd] tensors; what
+stays in an op file is its kernels, what they save and the gradient of its gate.
+Importing this module imports triton; ``lengen.ops`` never does so by itself."""
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 import triton
@@ -23,7 +30,6 @@ def mm(a, b, PREC: tl.constexpr):
         return tl.dot(a, b, input_precision="ieee")
     else:
         return tl.dot(a, b)
-
 
 
 def interpreted(kernel) -> bool:
@@ -70,3 +76,52 @@ def dot_precision(dtype, interpreted: bool) -> str:
     if dtype == torch.float32:
         return "ieee"   # full fp32 products, as the fp32 reference computes them (TF32 would not)
     return "upcast" if interpreted and dtype == torch.bfloat16 else "native"
+
+
+class Launch(NamedTuple):
+    """How an op's kernels are launched for one call: the grid (blocks of BLOCK rows x B*H) and
+    the meta-parameters every kernel takes."""
+    grid: tuple
+    meta: dict
+
+
+def launch(q: torch.Tensor, block_size, kernel) -> Launch:
+    """The launch of ``kernel``'s op for q [B, H, T, hd] (``block_size``: see
+    :func:`launch_config`)."""
+    B, H, T, hd = q.shape
+    blk, block_d, num_warps = launch_config(hd, block_size, q.device, q.dtype)
+    prec = dot_precision(q.dtype, interpreted(kernel))
+    return Launch((triton.cdiv(T, blk), B * H), {"HD": hd, "BLOCK": blk, "BLOCK_D": block_d,
+                                                 "PREC": prec, "num_warps": num_warps})
+
+
+def run(kernel, cfg: Launch, *args) -> None:
+    """``kernel`` over ``cfg``'s grid (nothing for T = 0: an empty grid)."""
+    if cfg.grid[0] > 0:
+        kernel[cfg.grid](*args, **cfg.meta)
+
+
+def forward_tensors(q, k, v):
+    """-> contiguous q, k, v, the output o (q's shape and dtype) and the per-row base-2
+    log-sum-exp [B, H, T] in fp32, which the forward saves for the backward."""
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    lse = torch.empty(q.shape[:3], device=q.device, dtype=torch.float32)
+    return q, k, v, torch.empty_like(q), lse
+
+
+def backward_tensors(do, q, o):
+    """-> the upstream gradient, contiguous in q's dtype, and ``delta = rowsum(dO * O)``
+    [B, H, T] in fp32 (from the rounded output, as in FlashAttention-2)."""
+    do = do.contiguous().to(q.dtype)
+    return do, (do.float() * o.float()).sum(-1)
+
+
+def entry_checks(name: str, q, k, v, gate, gate_name: str, kernel, bias_fn, scale) -> float:
+    """The checks of a public ``<name>_attention_triton`` call (no ``bias_fn``; inputs as
+    :func:`check_inputs` wants them); returns the scale (default hd^-0.5)."""
+    if bias_fn is not None:
+        raise NotImplementedError(f"{name}_attention_triton does not support bias_fn (positional "
+                                  f"biases); use {name}_attention_chunked or "
+                                  f"{name}_attention_naive")
+    check_inputs(q, k, v, gate, gate_name, kernel)
+    return q.shape[-1] ** -0.5 if scale is None else float(scale)

@@ -1,5 +1,6 @@
 """What every sweep recipe shares: command-line arguments (``lengen reproduce <recipe> --help``),
-the choice of a training device, the check of selected names."""
+the choice of a training device, the check of selected names, the ``train`` section of a run
+config, the report of failed runs."""
 from __future__ import annotations
 
 import os
@@ -28,6 +29,17 @@ def add_sweep_arguments(p, name: str, *, scale_help: str, seeds_help: str) -> No
     p.add_argument("--estimate", action="store_true",
                    help="time a few training steps (and an evaluation batch) per run on this "
                         "machine and print the estimated total wall time instead of running")
+
+
+def add_corpus_arguments(q) -> None:
+    """--corpus and --data-dir of the language-modelling recipes."""
+    q.add_argument("--corpus", default=None, metavar="NAME",
+                   help="corpus instead of the scale's (kjv for smoke/cpu, wikitext-103 for "
+                        "paper), e.g. wikitext-103 with --data-dir")
+    q.add_argument("--data-dir", default=None, metavar="DIR",
+                   help="folder with the WikiText files (the hub's Parquet layout or "
+                        "wiki.{train,valid,test}.raw); without it WikiText is loaded with "
+                        "`datasets` (needs the internet)")
 
 
 def default_device(scale: str) -> str:
@@ -59,6 +71,28 @@ def write_md(path: str, title: str, caption: str, grid, note: str = "", *,
     align = "l" * label_columns + "r" * (len(grid[0]) - label_columns)
     text = f"**{title}**\n\n{caption}\n\n{markdown_table(grid, align=align)}\n"
     write_text_atomic(text + (f"\n{note}\n" if note else ""), path)
+
+
+def train_section(s: dict, seed: int, device: str, *, log_every: int, base: dict | None = None,
+                  copy=(), data_seed: int | None = None, **keys) -> dict:
+    """The ``train`` section of a run config at scale ``s``: ``base`` (a paper's fixed training
+    settings), the scale's ``steps`` and ``batch_size``, the scale's values of the keys named in
+    ``copy`` (tuples as lists, as a stored config.json reads them back), ``keys``, then ``seed``
+    (initialisation; also the data order unless ``data_seed`` is given), the scale's
+    ``ckpt_every``, ``log_every`` and ``device``."""
+    out = dict(base or {}, steps=s["steps"], batch_size=s["batch_size"])
+    out.update((k, list(s[k]) if isinstance(s[k], tuple) else s[k]) for k in copy)
+    out.update(keys)
+    out.update(seed=seed, data_seed=seed if data_seed is None else data_seed,
+               ckpt_every=s["ckpt_every"], log_every=log_every, device=device)
+    return out
+
+
+def log_failures(failures: list, out: str, log=print) -> None:
+    """Say how many runs failed and how to retry them (nothing when none did)."""
+    if failures:
+        log(f"{len(failures)} run(s) failed; see {os.path.join(out, 'failures.json')}. Rerun "
+            f"the same command to retry them (finished runs are reused).")
 
 
 def trained_columns(columns, eval_only: dict) -> list[str]:
@@ -137,6 +171,6 @@ def exit_code(result: dict) -> int:
     return 1 if result.get("failures", result["sweep"].failures) else 0
 
 
-__all__ = ["add_sweep_arguments", "add_eval_only_rows", "default_device", "eval_with_positions",
-           "trained_columns", "exit_code", "select",
-           "write_md"]
+__all__ = ["add_corpus_arguments", "add_sweep_arguments", "add_eval_only_rows", "default_device",
+           "eval_with_positions", "log_failures", "trained_columns", "train_section", "exit_code",
+           "select", "write_md"]

@@ -12,9 +12,17 @@ REL has two readings (``RELS``): T5's bucketed bias (``t5``, the default) or Tra
 sinusoid relative encoding with learned projections (``xl``); see
 :mod:`lengen.recipes.tra_flipflop.recipe` for why ``t5`` is the default.
 
-This module sits below both recipes so that neither imports the other.
+Both also name runs alike (:func:`run_name`), train alike (:func:`train_section`: the scale's
+AdamW and cosine-schedule keys) and take the same ``--models`` / ``--rel`` arguments
+(:func:`add_model_arguments`). This module sits below both recipes so that neither imports the
+other.
 """
 from __future__ import annotations
+
+from lengen.recipes import common
+
+#: the training keys a TRA recipe's scale sets (the paper's scheduling regime, sized per scale)
+TRAIN_KEYS = ("lr", "warmup_steps", "min_lr_frac", "weight_decay", "betas", "decay_all")
 
 # Table 1 / Table 2 columns, in the paper's order: (attention, posenc, position sampler)
 MODELS = {
@@ -63,4 +71,24 @@ def check_available(models, rel: str = "t5") -> None:
                          + " ".join(have))
 
 
-__all__ = ["MODELS", "RELS", "model_parts", "check_available"]
+def run_name(model: str, seed: int, rel: str = "t5") -> str:
+    return f"{model}{'-xl' if model == 'REL' and rel == 'xl' else ''}-s{seed}"
+
+
+def train_section(s: dict, seed: int, device: str) -> dict:
+    """The ``train`` section of a run at scale ``s``: the scale's :data:`TRAIN_KEYS`, cosine
+    decay, ``seed`` for the initialisation and the data order."""
+    return common.train_section(s, seed, device, log_every=10, copy=TRAIN_KEYS,
+                                schedule="cosine")
+
+
+def add_model_arguments(q, table: str) -> None:
+    """--models (columns of ``table``, e.g. "Table 1") and --rel."""
+    q.add_argument("--models", nargs="+", default=None, metavar="NAME",
+                   help=f"subset of {table} columns (default all: {' '.join(MODELS)})")
+    q.add_argument("--rel", choices=tuple(RELS), default="t5",
+                   help="REL column: t5 bucketed bias (default) or Transformer-XL relative")
+
+
+__all__ = ["MODELS", "RELS", "TRAIN_KEYS", "add_model_arguments", "check_available",
+           "model_parts", "run_name", "train_section"]

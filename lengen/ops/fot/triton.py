@@ -22,10 +22,10 @@ import torch
 import triton
 import triton.language as tl
 
-from lengen.ops.triton_host import check_inputs, dot_precision, interpreted, launch_config, mm
+from lengen.ops.triton_host import (backward_tensors, entry_checks, forward_tensors, launch, mm,
+                                    run)
 
 __all__ = ["fot_attention_triton"]
-
 
 
 # --------------------------------------------------------------------------------------------
@@ -187,39 +187,24 @@ def _fot_bwd_dq_kernel(Q, K, V, C, DO, LSE, DELTA, DQ, DCQ, T, scale,
 class _FoTFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, log_f, scale, block_size):
-        B, H, T, hd = q.shape
-        blk, block_d, num_warps = launch_config(hd, block_size, q.device, q.dtype)
-        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+        cfg = launch(q, block_size, _fot_fwd_kernel)
+        q, k, v, o, lse = forward_tensors(q, k, v)
         c = log_f.float().cumsum(-1).contiguous()                  # [B, H, T] fp32
-        o = torch.empty_like(q)
-        lse = torch.empty(B, H, T, device=q.device, dtype=torch.float32)
-        prec = dot_precision(q.dtype, interpreted(_fot_fwd_kernel))
-        if T > 0:
-            _fot_fwd_kernel[(triton.cdiv(T, blk), B * H)](
-                q, k, v, c, o, lse, T, scale,
-                HD=hd, BLOCK=blk, BLOCK_D=block_d, PREC=prec, num_warps=num_warps)
+        run(_fot_fwd_kernel, cfg, q, k, v, c, o, lse, q.shape[2], scale)
         ctx.save_for_backward(q, k, v, c, o, lse)
-        ctx.scale, ctx.cfg, ctx.log_f_dtype = scale, (blk, block_d, num_warps, prec), log_f.dtype
+        ctx.scale, ctx.cfg, ctx.log_f_dtype = scale, cfg, log_f.dtype
         return o
 
     @staticmethod
     def backward(ctx, do):
         q, k, v, c, o, lse = ctx.saved_tensors
-        blk, block_d, num_warps, prec = ctx.cfg
-        B, H, T, hd = q.shape
-        do = do.contiguous().to(q.dtype)
-        delta = (do.float() * o.float()).sum(-1)                     # [B, H, T] = rowsum(dO * O)
+        T = q.shape[2]
+        do, delta = backward_tensors(do, q, o)
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        dcq = torch.empty(B, H, T, device=q.device, dtype=torch.float32)
-        dck = torch.empty_like(dcq)
-        if T > 0:
-            grid = (triton.cdiv(T, blk), B * H)
-            _fot_bwd_dkv_kernel[grid](q, k, v, c, do, lse, delta, dk, dv, dck, T, ctx.scale,
-                                      HD=hd, BLOCK=blk, BLOCK_D=block_d, PREC=prec,
-                                      num_warps=num_warps)
-            _fot_bwd_dq_kernel[grid](q, k, v, c, do, lse, delta, dq, dcq, T, ctx.scale,
-                                     HD=hd, BLOCK=blk, BLOCK_D=block_d, PREC=prec,
-                                     num_warps=num_warps)
+        dcq = torch.empty_like(lse)
+        dck = torch.empty_like(lse)
+        run(_fot_bwd_dkv_kernel, ctx.cfg, q, k, v, c, do, lse, delta, dk, dv, dck, T, ctx.scale)
+        run(_fot_bwd_dq_kernel, ctx.cfg, q, k, v, c, do, lse, delta, dq, dcq, T, ctx.scale)
         dc = dcq - dck                                  # c_i enters as +c_i (rows), -c_j (cols)
         dlog_f = dc.flip(-1).cumsum(-1).flip(-1)        # c_t = sum_{s<=t} log_f_s
         return dq, dk, dv, dlog_f.to(ctx.log_f_dtype), None, None
@@ -233,9 +218,5 @@ def fot_attention_triton(q, k, v, log_f, *, bias_fn=None, scale=None, block_size
     tile edge, power of two >= 16) defaults to 64 on GPU (32 for fp32) and 32 on CPU.
     Differentiable in q, k, v and log_f; deterministic (no atomics).
     """
-    if bias_fn is not None:
-        raise NotImplementedError("fot_attention_triton does not support bias_fn (positional "
-                                  "biases); use fot_attention_chunked or fot_attention_naive")
-    check_inputs(q, k, v, log_f, "log_f", _fot_fwd_kernel)
-    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    scale = entry_checks("fot", q, k, v, log_f, "log_f", _fot_fwd_kernel, bias_fn, scale)
     return _FoTFunction.apply(q, k, v, log_f, scale, block_size)

@@ -15,20 +15,18 @@ sum of the logit gradient.
 Causal tiles get ``-1e30`` on future keys before the row max and exactly-zero weights there after
 ``exp`` (both touch only the tile's diagonal square). Logits are held in base-2 units and ``exp``
 is taken as ``exp2`` (:data:`lengen.ops.cpu_tiles.LOG2E`: same weights, cheaper; measured in
-benchmarks/RESULTS.md, "CPU primitives"). The tile keeps ``E = exp(L - rowmax)`` and
-its row sums ``l``. Backward recomputes nothing: ``[dO, -dO . O] / l @ [v, 1]^T`` is
-``(dP - delta) / l``, times ``E`` the logit gradient ``dL``.
+benchmarks/RESULTS.md, "CPU primitives"). The rest is the shared tile loop
+(:class:`lengen.ops.cpu_tiles.TiledAttention`): it keeps ``E = exp(L - rowmax)`` and its row sums
+``l``, and backward recomputes nothing (the scores are the logits: ``dS = dL``).
 """
 from __future__ import annotations
 
 import torch
 
-from lengen.ops.cpu_tiles import (LOG2E, BiasGrad, add_bias_tile, as_4d, exp2_floor, flat,
-                                  future_mask, group_offsets, group_target, max_tile_numel,
-                                  plan_tiles, pool_give, pool_take, reduce_to, run_groups, scratch,
-                                  with_ones)
+from lengen.ops.cpu_tiles import (LOG2E, TiledAttention, exp2_floor, future_mask,
+                                  numerators)
 from lengen.ops.softmax.naive import softmax_attention_naive
-from lengen.ops.tile_bias import ToeplitzTiles, tiled_bias
+from lengen.ops.tile_bias import TileTerms, bias_inputs
 
 
 class _SoftmaxFastCPU(torch.autograd.Function):
@@ -38,127 +36,49 @@ class _SoftmaxFastCPU(torch.autograd.Function):
         Tk = k.shape[-2]
         dt, dev, dv_ = q.dtype, q.device, v.shape[-1]
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-        bias4 = None if bias is None else as_4d(bias.to(dt), H, T, Tk)
-        col_c = None if col is None else col.to(dt).contiguous()          # [B, H, Tk]
-        tiles = plan_tiles(B, H, T, causal=causal, budget=budget, qblock=qblock, Tk=Tk,
-                           min_groups=group_target())
-        offsets = group_offsets(tiles)
         need_grad = any(ctx.needs_input_grad[:5]) or any(ctx.needs_input_grad[9:])
-        # relative-position term evaluated per tile (lengen.ops.tile_bias)
-        rel = None if rqv is None else ToeplitzTiles(rqv, rP, need_grad=need_grad, dtype=dt)
-        E_all = pool_take(offsets[-1], dt, dev) if need_grad else None
+        # col minus its value at the tile's first row: FoT's column grows with T (TileTerms)
+        terms = TileTerms(bias, col, rqv, rP, H=H, T=T, Tk=Tk, dtype=dt, need_grad=need_grad,
+                          center_col=True)
+        ta = TiledAttention(B, H, T, Tk=Tk, causal=causal, budget=budget, qblock=qblock,
+                            buffers={"E": dt}, keep=need_grad, device=dev, name="softmax")
+        floor = exp2_floor(dt)
+
+        def tile_fn(g):
+            qg, kgt = g.flat(q), g.flat(k).transpose(1, 2)
+
+            def tile(t, bufs):
+                s, e, ke = t.s, t.e, t.ke
+                S = g.scratch("softmax.S", t, dt)
+                # logits in base-2 units (cpu_tiles.LOG2E): the weights come from exp2
+                torch.baddbmm(S, qg[:, s:e], kgt[:, :, :ke], beta=0, alpha=scale * LOG2E, out=S)
+                terms.add(S, g, t)
+                if causal:                                        # -1e30 on future keys
+                    S[:, :, s:].add_(future_mask(e - s, e - s, dt, dev))
+                E = numerators(S, S.amax(-1, keepdim=True), bufs["E"], floor)
+                if causal:
+                    E[:, :, s:].tril_()                           # future keys: exactly 0
+            return tile
+
         # [E v, rowsum E]; the sum is separate because a matmul with v's width + 1 columns runs
         # ~1.7x slower than with 16
         ol = torch.empty(B, H, T, dv_ + 1, dtype=dt, device=dev)
-        nmax = max_tile_numel(tiles)
-        floor = exp2_floor(dt)
-
-        def group(gi):
-            (b0, b1, h0, h1), blocks = tiles[gi]
-            S_ = scratch("sm.S", (nmax,), dt, dev)
-            qg, kg, vg, olg = (flat(x, b0, b1, h0, h1) for x in (q, k, v, ol))
-            kgt = kg.transpose(1, 2)
-            cg = None if col_c is None else flat(col_c, b0, b1, h0, h1).unsqueeze(1)  # [G, 1, Tk]
-            off = offsets[gi]
-            for s, e, ke in blocks:
-                shp = (qg.shape[0], e - s, ke)
-                n = shp[0] * shp[1] * ke
-                S = S_[:n].view(shp)
-                # logits in base-2 units (cpu_tiles.LOG2E): the weights come from exp2
-                torch.baddbmm(S, qg[:, s:e], kgt[:, :, :ke], beta=0, alpha=scale * LOG2E, out=S)
-                if cg is not None:
-                    # minus col[s]: a row constant (drops out of the softmax) that keeps the added
-                    # values small near the diagonal, where the weights are
-                    S.add_(cg[:, :, :ke] - cg[:, :, s:s + 1], alpha=LOG2E)
-                if rel is not None:
-                    rel.add(S, b0, b1, h0, h1, s, e, ke, alpha=LOG2E)
-                if bias4 is not None:
-                    add_bias_tile(S, bias4, b0, b1, h0, h1, s, e, ke, alpha=LOG2E)
-                if causal:                                        # -1e30 on future keys
-                    S[:, :, s:].add_(future_mask(e - s, e - s, dt, dev))
-                m = S.amax(-1, keepdim=True)
-                if need_grad:
-                    E = E_all[off:off + n].view(shp)
-                    off += n
-                else:
-                    E = scratch("sm.E", shp, dt, dev)
-                torch.sub(S, m, out=E).clamp_(floor, 0.0).exp2_()  # floor: cpu_tiles.exp_floor
-                if causal:
-                    E[:, :, s:].tril_()                           # future keys: exactly 0
-                torch.sum(E, -1, keepdim=True, out=olg[:, s:e, dv_:])   # row sums, >= 1
-                torch.bmm(E, vg[:, :ke], out=olg[:, s:e, :dv_])
-
-        run_groups(group, len(tiles))
-        l_all = ol[..., dv_:]
+        l_all = ol[..., dv_:]                                     # row sums, >= 1
+        ta.forward(v, tile_fn, ol[..., :dv_], l_all)
         out = ol[..., :dv_] / l_all
         if need_grad:
             ctx.save_for_backward(q, k, v, out, l_all)
-            ctx.E_all, ctx.tiles, ctx.offsets, ctx.scale = E_all, tiles, offsets, scale
-            ctx.rel = rel
-            ctx.bias_shape = None if bias is None else bias.shape
-            ctx.bias_batch = None if bias4 is None else bias4.shape[0]
-            ctx.col_dtype = None if col is None else col.dtype
+            ctx.ta, ctx.terms, ctx.scale = ta, terms, scale
         return out
 
     @staticmethod
     def backward(ctx, dout):
-        if ctx.E_all is None:
-            raise RuntimeError("softmax fast_cpu path: backward called twice (retain_graph / "
-                               "double backward); use attention impl='naive' for that")
         q, k, v, out, l_all = ctx.saved_tensors
-        E_all, ctx.E_all = ctx.E_all, None
-        tiles, offsets = ctx.tiles, ctx.offsets
-        B, H, T, _ = q.shape
-        Tk, dv_ = k.shape[-2], out.shape[-1]
-        dt, dev, scale = q.dtype, q.device, ctx.scale
-        dout = dout.contiguous()
-        v1 = with_ones(v)
-        # [dO / l, -(dO . O) / l] @ [v, 1]^T = (dO V^T - dO . O) / l in one matmul
-        do1 = torch.cat([dout, (dout * out).sum(-1, keepdim=True).neg_()], -1).div_(l_all)
-        dq = torch.empty_like(q)                                 # every row written once below
-        dk = torch.zeros_like(k)
-        dv = torch.zeros(B, H, Tk, dv_, dtype=dt, device=dev)
-        need_bias = ctx.bias_shape is not None and ctx.needs_input_grad[3]
-        need_col = ctx.col_dtype is not None and ctx.needs_input_grad[4]
-        dbias = BiasGrad((ctx.bias_batch, H, T, Tk), dt, dev) if need_bias else None
-        dcol = torch.zeros(B, H, Tk, dtype=dt, device=dev) if need_col else None
-        rel, ctx.rel = ctx.rel, None
-        need_rel = rel is not None and any(ctx.needs_input_grad[9:])
-
-        def group(gi):
-            (b0, b1, h0, h1), blocks = tiles[gi]
-            qg, kg, vg, dog, dqg, dkg, dvg = (flat(x, b0, b1, h0, h1)
-                                              for x in (q, k, v1, do1, dq, dk, dv))
-            vgt, dog_v = vg.transpose(1, 2), dog[..., :dv_]
-            dcg = None if dcol is None else flat(dcol, b0, b1, h0, h1)
-            off = offsets[gi]
-            for s, e, ke in blocks:
-                shp = (qg.shape[0], e - s, ke)
-                n = shp[0] * shp[1] * ke
-                E = E_all[off:off + n].view(shp)
-                off += n
-                dL = scratch("sm.dP", shp, dt, dev)
-                torch.bmm(dog[:, s:e], vgt[:, :, :ke], out=dL).mul_(E)     # dlogits
-                torch.baddbmm(dqg[:, s:e], dL, kg[:, :ke], beta=0, alpha=scale, out=dqg[:, s:e])
-                dkg[:, :ke].baddbmm_(dL.transpose(1, 2), qg[:, s:e], alpha=scale)
-                dvg[:, :ke].baddbmm_(E.transpose(1, 2), dog_v[:, s:e])
-                if need_bias:
-                    dbias.add(dL, b0, b1, h0, h1, s, e, ke)
-                if dcg is not None:
-                    # the row-constant shift by col[s] gets sum_j dL_ij = 0 per row: no term
-                    dcg[:, :ke] += dL.sum(1)
-                if need_rel:
-                    rel.grad(dL, b0, b1, h0, h1, s, e, ke)
-
-        run_groups(group, len(tiles))
-        pool_give(E_all)
-        if need_bias:
-            dbias = reduce_to(dbias.total(), ctx.bias_shape)
-        if need_col:
-            dcol = dcol.to(ctx.col_dtype)
-        dqv = dP = None
-        if need_rel:
-            dqv, dP = rel.grads()
+        terms = ctx.terms
+        needs = ctx.needs_input_grad
+        terms.want_grads(bias=needs[3], col=needs[4], rel=any(needs[9:]))
+        dq, dk, dv = ctx.ta.backward(q, k, v, out, l_all, dout, ctx.scale, terms)
+        dbias, dcol, dqv, dP = terms.grads()
         return dq, dk, dv, dbias, dcol, None, None, None, None, dqv, dP
 
 
@@ -179,12 +99,6 @@ def softmax_attention_fast_cpu(q, k, v, *, causal=True, bias_fn=None, scale=None
     if causal and T != Tk:
         raise ValueError("causal fast_cpu softmax attention needs as many keys as queries")
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    bias = rqv = rP = None
-    rb = tiled_bias(bias_fn, T, Tk)
-    if rb is not None:                   # relative term per tile, its per-key part into col
-        rqv, rP = rb.qv, rb.P
-        if rb.content is not None:
-            col_bias = rb.content if col_bias is None else col_bias + rb.content
-    elif bias_fn is not None:
-        bias = bias_fn(0, T)[..., :Tk]
-    return _SoftmaxFastCPU.apply(q, k, v, bias, col_bias, scale, causal, budget, qblock, rqv, rP)
+    # a tiled relative term's per-key part goes into col
+    bias, col, rqv, rP = bias_inputs(bias_fn, T, Tk, col_bias)
+    return _SoftmaxFastCPU.apply(q, k, v, bias, col, scale, causal, budget, qblock, rqv, rP)

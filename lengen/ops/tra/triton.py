@@ -34,10 +34,10 @@ import torch
 import triton
 import triton.language as tl
 
-from lengen.ops.triton_host import check_inputs, dot_precision, interpreted, launch_config, mm
+from lengen.ops.triton_host import (backward_tensors, entry_checks, forward_tensors, launch, mm,
+                                    run)
 
 __all__ = ["tra_attention_triton"]
-
 
 
 # --------------------------------------------------------------------------------------------
@@ -179,36 +179,24 @@ def _tra_bwd_kernel(Q, K, V, LG, DO, LSE, DELTA, DQ, DK, DV, DLG, T, scale,
 class _TRAFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, log_gate, scale, block_size):
-        B, H, T, hd = q.shape
-        blk, block_d, num_warps = launch_config(hd, block_size, q.device, q.dtype)
-        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+        cfg = launch(q, block_size, _tra_fwd_kernel)
+        q, k, v, o, lse = forward_tensors(q, k, v)
         log_gate = log_gate.contiguous()
-        o = torch.empty_like(q)
-        lse = torch.empty(B, H, T, device=q.device, dtype=torch.float32)
-        prec = dot_precision(q.dtype, interpreted(_tra_fwd_kernel))
-        if T > 0:
-            _tra_fwd_kernel[(triton.cdiv(T, blk), B * H)](
-                q, k, v, log_gate, o, lse, T, scale,
-                HD=hd, BLOCK=blk, BLOCK_D=block_d, PREC=prec, num_warps=num_warps)
+        run(_tra_fwd_kernel, cfg, q, k, v, log_gate, o, lse, q.shape[2], scale)
         ctx.save_for_backward(q, k, v, log_gate, o, lse)
-        ctx.scale, ctx.cfg = scale, (blk, block_d, num_warps, prec)
+        ctx.scale, ctx.cfg = scale, cfg
         return o
 
     @staticmethod
     def backward(ctx, do):
         q, k, v, log_gate, o, lse = ctx.saved_tensors
-        blk, block_d, num_warps, prec = ctx.cfg
-        B, H, T, hd = q.shape
-        do = do.contiguous().to(q.dtype)
-        delta = (do.float() * o.float()).sum(-1)                     # [B, H, T] = rowsum(dO * O)
+        do, delta = backward_tensors(do, q, o)
         dq = torch.empty_like(q)
         dk = torch.zeros(q.shape, device=q.device, dtype=torch.float32)   # atomics accumulate
         dv = torch.zeros(q.shape, device=q.device, dtype=torch.float32)
-        dlg = torch.empty(B, H, T, device=q.device, dtype=torch.float32)
-        if T > 0:
-            _tra_bwd_kernel[(triton.cdiv(T, blk), B * H)](
-                q, k, v, log_gate, do, lse, delta, dq, dk, dv, dlg, T, ctx.scale,
-                HD=hd, BLOCK=blk, BLOCK_D=block_d, PREC=prec, num_warps=num_warps)
+        dlg = torch.empty_like(lse)
+        run(_tra_bwd_kernel, ctx.cfg, q, k, v, log_gate, do, lse, delta, dq, dk, dv, dlg,
+            q.shape[2], ctx.scale)
         return dq, dk.to(k.dtype), dv.to(v.dtype), dlg.to(log_gate.dtype), None, None
 
 
@@ -219,9 +207,5 @@ def tra_attention_triton(q, k, v, log_gate, *, bias_fn=None, scale=None, block_s
     and key tile edge, power of two >= 16) defaults to 64 on GPU (32 for fp32) and 32 on CPU.
     Differentiable in q, k, v and log_gate; dk/dv use fp32 atomics (not bitwise deterministic).
     """
-    if bias_fn is not None:
-        raise NotImplementedError("tra_attention_triton does not support bias_fn (positional "
-                                  "biases); use tra_attention_chunked or tra_attention_naive")
-    check_inputs(q, k, v, log_gate, "log_gate", _tra_fwd_kernel)
-    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    scale = entry_checks("tra", q, k, v, log_gate, "log_gate", _tra_fwd_kernel, bias_fn, scale)
     return _TRAFunction.apply(q, k, v, log_gate, scale, block_size)

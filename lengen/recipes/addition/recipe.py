@@ -69,6 +69,7 @@ import json
 import os
 import time
 
+from lengen.recipes.common import log_failures
 from lengen.recipes.addition.specs import (ERROR_SETTINGS, EVAL_SEED, FIGURES, PE_LABELS, PES,
                                            SCALES, SETTINGS, build_specs, caption,
                                            default_device, eval_lengths, run_config, run_name,
@@ -199,9 +200,7 @@ def run_addition_recipe(scale: str = "cpu", out: str | None = None, *, workers: 
     other = [f for f in res.failures if not is_divergence(f["error"])]
     if diverged:
         log(f"{len(diverged)} run(s) diverged (recorded in the report): {', '.join(diverged)}")
-    if other:
-        log(f"{len(other)} run(s) failed; see {os.path.join(out, 'failures.json')}. Rerun the "
-            f"same command to retry them (finished runs are reused).")
+    log_failures(other, out, log)
     return {"rows": res.rows, "paths": paths, "sweep": res, "diverged": diverged,
             "failed": [f["name"] for f in other]}
 

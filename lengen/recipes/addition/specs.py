@@ -15,7 +15,7 @@ trains; the protocol is described in :mod:`.recipe`).
 """
 from __future__ import annotations
 
-from lengen.recipes.common import default_device, select
+from lengen.recipes.common import default_device, select, train_section
 from lengen.model.presets import ZHOU2024_BLOCK, ZHOU2024_SIZES, ZHOU2024_TRAIN
 
 PES = ("fire", "kerple_log", "rope", "nope")
@@ -147,11 +147,10 @@ def run_config(setting: str, scale: str = "cpu", seed: int = 0, data_seed: int =
         mc["positions_kwargs"] = {"max_k": M}
         mc["posenc_kwargs"] = {"max_positions": 2 * M + 2}
     splits = length_splits(eval_lengths(scale))
-    train = dict(ZHOU2024_TRAIN, steps=s["steps"], batch_size=s["batch_size"], lr=s["lr"],
-                 warmup_steps=s["warmup_steps"], seed=seed, data_seed=data_seed,
-                 eval_every=s["eval_every"], eval_splits=length_splits(s["track"]),
-                 eval_sequences=s["track_sequences"], ckpt_every=s["ckpt_every"],
-                 log_every=max(1, min(50, s["steps"] // 20)), device=device)
+    train = train_section(s, seed, device, log_every=max(1, min(50, s["steps"] // 20)),
+                          base=ZHOU2024_TRAIN, copy=("lr", "warmup_steps", "eval_every"),
+                          data_seed=data_seed, eval_splits=length_splits(s["track"]),
+                          eval_sequences=s["track_sequences"])
     return {"name": name or run_name(setting, seed, data_seed, N),
             "model": mc, "task": {"name": "addition", "kwargs": task_kwargs}, "train": train,
             "eval": {"splits": splits, "sequences": s["eval_sequences"],

@@ -60,7 +60,7 @@ import os
 import time
 
 from lengen.recipes.common import (add_eval_only_rows, default_device, eval_with_positions,
-                                   select, trained_columns)
+                                   log_failures, select, train_section, trained_columns)
 from lengen.recipes.estimate import report_total, time_training_steps, timed, use_worker_threads
 from lengen.recipes.index_warping.published import PAPER_TABLE_A, UNCERTAIN_ROWS
 from lengen.recipes.index_warping.report import write_report
@@ -124,11 +124,9 @@ def run_config(task: str, model: str, scale: str = "cpu", seed: int = 0, *,
         mc["positions_kwargs"] = {"max_length": L}
     elif positions in ("interpolate", "warp"):
         mc["positions_kwargs"] = dict(extra, length_unit=length_unit)
-    train = {"steps": s["steps"], "batch_size": s["batch_size"], "lr": s["lr"],
-             "warmup_steps": s["warmup_steps"], "min_lr_frac": s["min_lr_frac"],
-             "weight_decay": s["weight_decay"], "betas": [0.9, 0.999], "schedule": "cosine",
-             "seed": seed, "data_seed": seed, "ckpt_every": s["ckpt_every"], "log_every": 50,
-             "device": device}
+    train = train_section(s, seed, device, log_every=50,
+                          copy=("lr", "warmup_steps", "min_lr_frac", "weight_decay"),
+                          betas=[0.9, 0.999], schedule="cosine")
     return {"name": name or run_name(task, model, seed), "model": mc,
             "task": {"name": task, "kwargs": task_kwargs}, "train": train,
             "eval": {"splits": length_splits(lengths), "sequences": eval_sequences(task, scale),
@@ -219,9 +217,7 @@ def run_index_warping(scale: str = "cpu", out: str | None = None, *, workers: in
     records, paths = write_report(rows, out, scale=scale,
                                   tasks=select(tasks, TASK_M, s["tasks"], "task"),
                                   models=models, caption=cap, log=log)
-    if failures:
-        log(f"{len(failures)} run(s) failed; see {os.path.join(out, 'failures.json')}. "
-            f"Rerun the same command to retry them (finished runs are reused).")
+    log_failures(failures, out, log)
     return {"rows": rows, "records": records, "paths": paths, "sweep": res,
             "failures": failures}
 

@@ -9,7 +9,7 @@ The cpu and smoke scales use the offline KJV corpus, a stand-in for WikiText-103
 so). Finished runs are reused."""
 from __future__ import annotations
 
-from lengen.recipes.common import add_sweep_arguments, exit_code
+from lengen.recipes.common import add_corpus_arguments, add_sweep_arguments, exit_code
 
 
 def add_arguments(q) -> None:
@@ -23,13 +23,7 @@ def add_arguments(q) -> None:
                    help="subset (default all): RoPE RoPE+PI RandPE-8072 RandPE-4096 RandPE-1024 "
                         "ALiBi Ours head_only tail_only alpha-2 alpha-4 alpha-8 (RoPE+PI "
                         "evaluates the RoPE run; Ours is head_tail with alpha 1/6)")
-    q.add_argument("--corpus", default=None, metavar="NAME",
-                   help="corpus instead of the scale's (kjv for smoke/cpu, wikitext-103 for "
-                        "paper), e.g. wikitext-103 with --data-dir")
-    q.add_argument("--data-dir", default=None, metavar="DIR",
-                   help="folder with the WikiText files (the hub's Parquet layout or "
-                        "wiki.{train,valid,test}.raw); without it WikiText is loaded with "
-                        "`datasets` (needs the internet)")
+    add_corpus_arguments(q)
 
 
 def run(args) -> int:

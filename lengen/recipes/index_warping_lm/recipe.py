@@ -66,8 +66,8 @@ from __future__ import annotations
 import os
 import time
 
-from lengen.recipes.common import (add_eval_only_rows, default_device, eval_with_positions, select,
-                                   trained_columns)
+from lengen.recipes.common import (add_eval_only_rows, default_device, eval_with_positions,
+                                   log_failures, select, train_section, trained_columns)
 from lengen.recipes.index_warping_lm.published import PAPER_TABLE3, PAPER_TABLEB
 from lengen.recipes.index_warping_lm.report import write_report
 from lengen.recipes.index_warping_lm.specs import (ALL_MODELS, BETA, EVAL_ONLY, EVAL_ONLY_BASE,
@@ -130,8 +130,7 @@ def model_config(model: str, scale: str = "cpu", seed: int = 0, *, corpus: str |
         mc["positions_kwargs"] = {"max_length": randomized_L(model, T), "eval_mode": "randomized"}
     elif sampler == "warp":
         mc["positions_kwargs"] = warp_kwargs(T, **settings)
-    train = dict(s["train"], steps=s["steps"], batch_size=s["batch_size"], seed=seed,
-                 data_seed=seed, ckpt_every=s["ckpt_every"], log_every=10, device=device)
+    train = train_section(s, seed, device, log_every=10, base=s["train"])
     return {"name": name or run_name(model, seed), "model": mc,
             "task": {"name": "text", "kwargs": text_task_kwargs(
                 s, corpus=corpus, data_dir=data_dir, eval_lengths_=model_lengths(model, scale))},
@@ -212,9 +211,7 @@ def run_index_warping_lm(scale: str = "cpu", out: str | None = None, *, workers:
                          seeds=sorted({s.tags["seed"] for s in specs}),
                          data_caption=task_caption(specs[0].config["task"]["kwargs"]),
                          wall_seconds=wall, log=log)
-    if failures:
-        log(f"{len(failures)} run(s) failed; see {os.path.join(out, 'failures.json')}. Rerun "
-            f"the same command to retry them (finished runs are reused).")
+    log_failures(failures, out, log)
     return {"rows": rows, "paths": paths, "sweep": res, "failures": failures}
 
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import os
 import time
 
-from lengen.recipes.common import default_device
+from lengen.recipes.common import default_device, log_failures, train_section
 from lengen.recipes.estimate import report_total, time_training_steps, timed, use_worker_threads
 from lengen.model.presets import RUOSS2023_ENCODER, RUOSS2023_TRAIN
 from lengen.recipes.randomized_pe.published import (PAPER_TABLE1, PAPER_TABLE3, PAPER_TABLE4,
@@ -83,8 +83,7 @@ def run_config(task: str, scheme: str, scale: str = "cpu", seed: int = 0, lr: fl
         if positions == "randomized" and not eval_randomized:
             rows = max(L, t.max_input_length(splits))
         mc["posenc_kwargs"] = {"max_positions": rows}
-    train = dict(RUOSS2023_TRAIN, steps=s["steps"], batch_size=s["batch_size"], lr=lr, seed=seed,
-                 data_seed=seed, ckpt_every=s["ckpt_every"], log_every=50, device=device)
+    train = train_section(s, seed, device, log_every=50, base=RUOSS2023_TRAIN, lr=lr)
     return {"name": name or run_name(task, scheme, seed, lr),
             "model": mc, "task": {"name": task, "kwargs": task_kwargs}, "train": train,
             "eval": {"splits": splits, "sequences": s["eval_sequences"],
@@ -226,9 +225,7 @@ def run_randomized_pe(scale: str = "cpu", out: str | None = None, *, workers: in
                                  caption=cap, ablation_L=ablation_L is not None,
                                  ablation_unsorted=ablation_unsorted,
                                  wall_seconds=time.time() - t0, log=log)
-    if res.failures:
-        log(f"{len(res.failures)} run(s) failed; see {os.path.join(out, 'failures.json')}. "
-            f"Rerun the same command to retry them (finished runs are reused).")
+    log_failures(res.failures, out, log)
     return {"rows": res.rows, "scores": scores, "paths": paths, "sweep": res}
 
 

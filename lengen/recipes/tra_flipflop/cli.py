@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from lengen.cliutil import int_at_least
 from lengen.recipes.common import add_sweep_arguments, exit_code
+from lengen.recipes.tra_models import add_model_arguments
 
 
 def add_arguments(q) -> None:
@@ -16,11 +17,7 @@ def add_arguments(q) -> None:
                                    "the paper's model and 25k steps (GPU)",
                         seeds_help="seeds (init and data order; default: the scale's, e.g. "
                                    "0 1 2 for cpu)")
-    q.add_argument("--models", nargs="+", default=None, metavar="NAME",
-                   help="subset of Table 1 columns (default all: NoPE APE REL RoPE Label FoT "
-                        "Diff CoPE TRA)")
-    q.add_argument("--rel", choices=("t5", "xl"), default="t5",
-                   help="REL column: t5 bucketed bias (default) or Transformer-XL relative")
+    add_model_arguments(q, "Table 1")
     q.add_argument("--heatmaps", action="store_true",
                    help="also train the Appendix A pair (2-layer 1-head TRA and FoT) and plot "
                         "their final-layer attention on an OOD-sparse sequence")

@@ -46,13 +46,14 @@ from __future__ import annotations
 import os
 import time
 
-from lengen.recipes.common import default_device, select
+from lengen.recipes.common import default_device, log_failures, select
 from lengen.recipes.estimate import report_total, time_training_steps, timed, use_worker_threads
 from lengen.recipes.tra_flipflop.published import PAPER_TABLE1
 from lengen.recipes.tra_flipflop.report import write_heatmaps, write_report
 from lengen.recipes.tra_flipflop.specs import (HEATMAP_PAIR, IID_SOLVED, LABEL_RANGE, SCALES,
                                                SPLITS)
-from lengen.recipes.tra_models import MODELS, RELS, check_available, model_parts
+from lengen.recipes.tra_models import (MODELS, RELS, check_available, model_parts, run_name,
+                                       train_section)
 
 
 def model_config(model: str, scale: str = "cpu", seed: int = 0, *, rel: str = "t5",
@@ -79,19 +80,10 @@ def model_config(model: str, scale: str = "cpu", seed: int = 0, *, rel: str = "t
         "name": name or f"{model}-s{seed}",
         "model": mc,
         "task": {"name": "flipflop", "kwargs": {"n_pairs": s["n_pairs"]}},
-        "train": {"steps": s["steps"], "batch_size": s["batch_size"], "lr": s["lr"],
-                  "warmup_steps": s["warmup_steps"], "min_lr_frac": s["min_lr_frac"],
-                  "weight_decay": s["weight_decay"], "betas": list(s["betas"]),
-                  "decay_all": s["decay_all"], "schedule": "cosine", "seed": seed,
-                  "data_seed": seed, "ckpt_every": s["ckpt_every"], "log_every": 10,
-                  "device": device},
+        "train": train_section(s, seed, device),
         "eval": {"sequences": s["eval_sequences"], "batch_size": s["eval_batch_size"],
                  "splits": list(SPLITS)},
     }
-
-
-def run_name(model: str, seed: int, rel: str = "t5") -> str:
-    return f"{model}{'-xl' if model == 'REL' and rel == 'xl' else ''}-s{seed}"
 
 
 def heatmap_run_name(model: str, seed: int) -> str:
@@ -149,9 +141,7 @@ def run_tra_flipflop(scale: str = "cpu", out: str | None = None, *, workers: int
                                                  if s.tags["group"] == "table"}), log=log)
     if heatmaps:
         paths.update(write_heatmaps(out, specs, res, log=log))
-    if res.failures:
-        log(f"{len(res.failures)} run(s) failed; see {os.path.join(out, 'failures.json')}. "
-            f"Rerun the same command to retry them (finished runs are reused).")
+    log_failures(res.failures, out, log)
     return {"rows": res.rows, "summary": summary, "paths": paths, "sweep": res}
 
 

@@ -6,7 +6,8 @@ fig4.md/.csv/.png beside the published numbers. The cpu and smoke scales use the
 corpus, a stand-in for WikiText-103 (captions say so). Finished runs are reused."""
 from __future__ import annotations
 
-from lengen.recipes.common import add_sweep_arguments, exit_code
+from lengen.recipes.common import add_corpus_arguments, add_sweep_arguments, exit_code
+from lengen.recipes.tra_models import add_model_arguments
 
 
 def add_arguments(q) -> None:
@@ -17,18 +18,8 @@ def add_arguments(q) -> None:
                                    "GPT-2 BPE, 8 layers x 512, 100k steps, 4 seeds (GPU)",
                         seeds_help="seeds (init and data order; default: the scale's, 0 for "
                                    "cpu, 0 1 2 3 for paper)")
-    q.add_argument("--models", nargs="+", default=None, metavar="NAME",
-                   help="subset of Table 2 columns (default all: NoPE APE REL RoPE Label FoT "
-                        "Diff CoPE TRA)")
-    q.add_argument("--rel", choices=("t5", "xl"), default="t5",
-                   help="REL column: t5 bucketed bias (default) or Transformer-XL relative")
-    q.add_argument("--corpus", default=None, metavar="NAME",
-                   help="corpus instead of the scale's (kjv for smoke/cpu, wikitext-103 for "
-                        "paper), e.g. wikitext-103 with --data-dir")
-    q.add_argument("--data-dir", default=None, metavar="DIR",
-                   help="folder with the WikiText files (the hub's Parquet layout or "
-                        "wiki.{train,valid,test}.raw); without it WikiText is loaded with "
-                        "`datasets` (needs the internet)")
+    add_model_arguments(q, "Table 2")
+    add_corpus_arguments(q)
 
 
 def run(args) -> int:

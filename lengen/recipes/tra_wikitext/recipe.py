@@ -54,9 +54,10 @@ from __future__ import annotations
 import os
 import time
 
-from lengen.recipes.common import default_device, select
+from lengen.recipes.common import default_device, log_failures, select
 from lengen.recipes.lm import EVAL_ALL, estimate_runs, eval_lengths, task_caption, text_task_kwargs
-from lengen.recipes.tra_models import MODELS, RELS, check_available, model_parts
+from lengen.recipes.tra_models import (MODELS, RELS, check_available, model_parts, run_name,
+                                       train_section)
 from lengen.recipes.tra_wikitext.published import PAPER_FIG4, PAPER_TABLE2
 from lengen.recipes.tra_wikitext.report import write_report
 from lengen.recipes.tra_wikitext.specs import SCALES
@@ -85,18 +86,9 @@ def model_config(model: str, scale: str = "cpu", seed: int = 0, *, rel: str = "t
         "model": mc,
         "task": {"name": "text",
                  "kwargs": text_task_kwargs(s, corpus=corpus, data_dir=data_dir)},
-        "train": {"steps": s["steps"], "batch_size": s["batch_size"], "lr": s["lr"],
-                  "warmup_steps": s["warmup_steps"], "min_lr_frac": s["min_lr_frac"],
-                  "weight_decay": s["weight_decay"], "betas": list(s["betas"]),
-                  "decay_all": s["decay_all"], "schedule": "cosine", "seed": seed,
-                  "data_seed": seed, "ckpt_every": s["ckpt_every"], "log_every": 10,
-                  "device": device},
+        "train": train_section(s, seed, device),
         "eval": {"sequences": EVAL_ALL, "batch_size": s["eval_batch_size"], "seed": 1234},
     }
-
-
-def run_name(model: str, seed: int, rel: str = "t5") -> str:
-    return f"{model}{'-xl' if model == 'REL' and rel == 'xl' else ''}-s{seed}"
 
 
 def build_specs(scale: str = "cpu", *, seeds=None, models=None, rel: str = "t5",
@@ -137,9 +129,7 @@ def run_tra_wikitext(scale: str = "cpu", out: str | None = None, *, workers: int
         res.rows, out, scale=scale, models=models, rel=rel, wall_seconds=wall,
         seeds=sorted({s.tags["seed"] for s in specs}),
         data_caption=task_caption(specs[0].config["task"]["kwargs"]), log=log)
-    if res.failures:
-        log(f"{len(res.failures)} run(s) failed; see {os.path.join(out, 'failures.json')}. "
-            f"Rerun the same command to retry them (finished runs are reused).")
+    log_failures(res.failures, out, log)
     return {"rows": res.rows, "records": records, "paths": paths, "sweep": res}
 
 
