@@ -192,9 +192,9 @@ def cmd_plot_attention(args) -> int:
 def cmd_list(args) -> int:
     from lengen.attention import ATTENTION_POINT
     from lengen.errors import LengenError
-    from lengen.positions import SAMPLER_POINT
     from lengen.posenc import POSENC_POINT
     from lengen.registry import describe
+    from lengen.samplers import SAMPLER_POINT
     from lengen.tasks import TASK_POINT
 
     points = (("positional schemes", POSENC_POINT), ("attention kinds", ATTENTION_POINT),

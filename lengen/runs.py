@@ -234,7 +234,7 @@ def build_sampler_checked(name: str, kwargs: dict, *, task, splits):
     checked as a config's ``model.positions`` / ``model.positions_kwargs`` are (ConfigError
     naming the key and fix), with what only the task knows filled in as training does
     (:func:`lengen.registry.fill_from_task`); the returned kwargs include it."""
-    from lengen.positions import SAMPLER_POINT
+    from lengen.samplers import SAMPLER_POINT
 
     cls = SAMPLER_POINT.get(name, "positions")
     kwargs = check_kwargs(cls, kwargs, section="positions_kwargs", kind="position sampler",

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import lengen
-from lengen import positions as P
+from lengen import samplers as P
 from lengen.cli import main
 from lengen.errors import ConfigError
 from lengen.recipes.index_warping_lm import recipe as iw

@@ -26,8 +26,8 @@ KINDS = {
 def points():
     """kind -> the ExtensionPoint that resolves its names."""
     from lengen.attention import ATTENTION_POINT
-    from lengen.positions import SAMPLER_POINT
     from lengen.posenc import POSENC_POINT
+    from lengen.samplers import SAMPLER_POINT
     from lengen.tasks import TASK_POINT
 
     return {"posenc": POSENC_POINT, "attention": ATTENTION_POINT, "positions": SAMPLER_POINT,

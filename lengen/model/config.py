@@ -53,7 +53,7 @@ class ModelConfig:
     posenc_kwargs: dict = field(default_factory=dict)
     attention: str = "softmax"         # key of lengen.attention.ATTENTIONS
     attention_kwargs: dict = field(default_factory=dict)
-    positions: str = "identity"        # key of lengen.positions.SAMPLERS
+    positions: str = "identity"        # key of lengen.samplers.SAMPLERS
     positions_kwargs: dict = field(default_factory=dict)
     attn_impl: str = "auto"            # auto | naive | lean (see lengen.attention.base)
     attn_block_size: int = 256         # query block of the lean path
@@ -151,9 +151,9 @@ class ModelConfig:
         store the coerced kwargs, and return ``{section: (kind, name, class, framework
         arguments)}`` for :func:`lengen.config.check_components`."""
         from lengen.attention import ATTENTION_POINT
-        from lengen.positions import SAMPLER_POINT
         from lengen.posenc import POSENC_POINT
         from lengen.registry import check_kwargs
+        from lengen.samplers import SAMPLER_POINT
 
         # a plugin is stored by its import path, so whatever rebuilds the run (resume, eval,
         # spawned sweep workers, Ray tasks) imports the same class without its entry point

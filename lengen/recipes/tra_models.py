@@ -44,8 +44,8 @@ def model_parts(model: str, rel: str = "t5") -> tuple[str, str, str]:
 def check_available(models, rel: str = "t5") -> None:
     """Raise ValueError naming every selected model whose parts are not registered."""
     from lengen.attention import ATTENTIONS
-    from lengen.positions import SAMPLERS
     from lengen.posenc import POSENCS
+    from lengen.samplers import SAMPLERS
 
     missing = []
     for m in models:

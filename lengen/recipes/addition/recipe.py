@@ -22,7 +22,7 @@ Protocol (every scale; ``SCALES`` changes sizes, steps and trial counts, never t
   toggled (Fig. 8: FIRE without, KerpleLog and RoPE with), and beyond the paper position coupling
   (learned table on the coupled ids; Cho et al. 2024) and Abacus (learned table on the digit
   index; McLeish et al. 2024), both in the reversed format without hints
-  (:mod:`lengen.positions_digits`). Trials = weight-initialisation seeds 0..T-1 on one data order
+  (:mod:`lengen.samplers.digits`). Trials = weight-initialisation seeds 0..T-1 on one data order
   (the paper's "10 FIRE trials using identical training data order but distinct weight
   initializations"); Fig. 11 is FIRE on an init x data-order grid; Fig. 13 is FIRE at several
   training lengths N;

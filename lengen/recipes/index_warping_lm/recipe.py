@@ -101,7 +101,7 @@ def samplers_needed(models) -> list[str]:
 
 def check_available(models) -> None:
     """Raise ValueError when a selected model needs a sampler that is not registered."""
-    from lengen.positions import SAMPLERS
+    from lengen.samplers import SAMPLERS
 
     select(models, ALL_MODELS, (), "model")
     missing = [n for n in samplers_needed(models) if n not in SAMPLERS]
@@ -111,7 +111,7 @@ def check_available(models) -> None:
         raise ValueError(
             f"the index-warping LM study {NEEDS_WARP} (lengen/samplers/, issue 12): position "
             f"sampler(s) {', '.join(repr(n) for n in missing)} are not registered in "
-            f"lengen.positions.SAMPLERS (registered: {', '.join(sorted(SAMPLERS))}), and "
+            f"lengen.samplers.SAMPLERS (registered: {', '.join(sorted(SAMPLERS))}), and "
             f"{', '.join(lacking)} use them. Install a lengen with them, or run the others: "
             f"--models {' '.join(others) or '(none)'}")
 
@@ -224,7 +224,7 @@ def estimate_time(scale: str = "cpu", *, steps: int = 10, models=None, seeds: in
     """Time ``steps`` training steps and one evaluation batch per length for every trained model
     (and the RoPE+PI evaluation) on this machine, and schedule the runs over ``workers`` as the
     sweep does (:func:`lengen.recipes.lm.estimate_runs`). Nothing is written."""
-    from lengen.positions import build_sampler
+    from lengen.samplers import build_sampler
 
     device = device or default_device(scale)
     models = list(models or ALL_MODELS)
