@@ -33,6 +33,8 @@ import warnings
 
 import numpy as np
 
+from lengen.fileio import file_digest, save_json_atomic
+
 FORMAT = 1
 CHUNK_CHARS = 1 << 20        # characters per encode call
 
@@ -56,8 +58,6 @@ def cache_paths(corpus, split, tokenizer, key: dict, cache_dir: str) -> tuple[st
 
 
 def _checksum(path: str) -> str:
-    from lengen.fileio import file_digest
-
     return file_digest(path, "blake2b", digest_size=16)
 
 
@@ -84,7 +84,7 @@ def load_cache(bin_path: str, meta_path: str, key: dict, verify: bool = True):
 @contextlib.contextmanager
 def _lock(path: str):
     try:
-        import fcntl
+        import fcntl  # POSIX only
     except ImportError:          # pragma: no cover - non-POSIX: no inter-process lock
         yield
         return
@@ -150,8 +150,6 @@ def write_tokens(corpus, split: str, tokenizer, bin_path: str, meta_path: str, k
     meta = {"tokens": n, "dtype": dtype.name, "checksum": h.hexdigest(), "key": key,
             "corpus": corpus.describe(), "split": split, "tokenizer": tokenizer.name,
             "created": time.strftime("%Y-%m-%d %H:%M:%S")}
-    from lengen.fileio import save_json_atomic
-
     save_json_atomic(meta, meta_path)
     return n
 

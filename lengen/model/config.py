@@ -17,8 +17,12 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import asdict, dataclass, field
 
-from lengen.checks import Bool, Choice, Float, Int, Mapping, Str, check_fields
+from lengen.attention import ATTENTION_POINT
+from lengen.checks import Bool, Choice, Float, Int, Mapping, Str, check_fields, did_you_mean
 from lengen.errors import ConfigError
+from lengen.posenc import POSENC_POINT
+from lengen.registry import check_kwargs
+from lengen.samplers import SAMPLER_POINT
 
 MLPS = ("swiglu", "geglu", "relu", "gelu")
 NORMS = ("rms", "layer")
@@ -132,8 +136,6 @@ class ModelConfig:
     def from_dict(cls, d: dict) -> "ModelConfig":
         """A ModelConfig from a plain dict of its fields; an unknown key is a ConfigError
         listing the valid ones (``ModelConfig(**d)`` would raise a bare TypeError)."""
-        from lengen.checks import did_you_mean
-
         if not isinstance(d, dict):
             raise ConfigError(f"a model config must be a ModelConfig or a dict of its keys, got "
                               f"{type(d).__name__}")
@@ -150,11 +152,6 @@ class ModelConfig:
         and the position sampler (the same checks as a config file's, :mod:`lengen.registry`),
         store the coerced kwargs, and return ``{section: (kind, name, class, framework
         arguments)}`` for :func:`lengen.config.check_components`."""
-        from lengen.attention import ATTENTION_POINT
-        from lengen.posenc import POSENC_POINT
-        from lengen.registry import check_kwargs
-        from lengen.samplers import SAMPLER_POINT
-
         # a plugin is stored by its import path, so whatever rebuilds the run (resume, eval,
         # spawned sweep workers, Ray tasks) imports the same class without its entry point
         self.posenc = POSENC_POINT.canonical(self.posenc)

@@ -24,6 +24,7 @@ from lengen.attention import build_attention
 from lengen.errors import ArgumentError, ConfigError
 from lengen.model.cache import KVCache
 from lengen.model.config import ModelConfig
+from lengen.model.generate import generate
 from lengen.posenc import POSENC_POINT, build_posenc
 from lengen.posenc.base import PositionalScheme
 from lengen.registry import construct
@@ -324,8 +325,6 @@ class Transformer(nn.Module):
                  use_cache: bool = True) -> list[torch.Tensor]:
         """Continue each prompt by up to ``max_new_tokens`` tokens (greedy at temperature 0);
         see :func:`lengen.model.generate.generate`."""
-        from lengen.model.generate import generate
-
         return generate(self, prompts, max_new_tokens, eos_id, positions=positions,
                         temperature=temperature, top_k=top_k, generator=generator,
                         use_cache=use_cache)

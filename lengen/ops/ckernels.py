@@ -78,7 +78,7 @@ def compiler() -> list[str] | None:
 
 
 def cache_dir() -> Path:
-    from lengen.data.token_cache import default_cache_dir
+    from lengen.data.token_cache import default_cache_dir  # start-up: not every command needs it
 
     return Path(default_cache_dir()) / "ckernels"
 

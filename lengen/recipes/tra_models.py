@@ -16,6 +16,11 @@ This module sits below both recipes so that neither imports the other.
 """
 from __future__ import annotations
 
+from lengen.attention import ATTENTIONS
+from lengen.posenc import POSENCS
+from lengen.registry import lookup
+from lengen.samplers import SAMPLERS
+
 # Table 1 / Table 2 columns, in the paper's order: (attention, posenc, position sampler)
 MODELS = {
     "NoPE": ("softmax", "nope", "identity"),
@@ -33,8 +38,6 @@ RELS = {"t5": "t5", "xl": "xl"}
 
 
 def model_parts(model: str, rel: str = "t5") -> tuple[str, str, str]:
-    from lengen.registry import lookup
-
     attention, posenc, positions = lookup(MODELS, model, "Table 1 model")
     if model == "REL":
         posenc = lookup(RELS, rel, "REL reading")
@@ -43,10 +46,6 @@ def model_parts(model: str, rel: str = "t5") -> tuple[str, str, str]:
 
 def check_available(models, rel: str = "t5") -> None:
     """Raise ValueError naming every selected model whose parts are not registered."""
-    from lengen.attention import ATTENTIONS
-    from lengen.posenc import POSENCS
-    from lengen.samplers import SAMPLERS
-
     missing = []
     for m in models:
         attention, posenc, positions = model_parts(m, rel)

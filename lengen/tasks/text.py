@@ -111,6 +111,7 @@ class Text(Task):
                  max_chars: int | None = None, cache_dir: str | None = None,
                  data_dir: str | None = None, data_files: dict | None = None,
                  tokenizer_kwargs: dict | None = None):
+        # start-up: lengen.data loads only for text runs
         from lengen.data import build_tokenizer, cached_tokens, load_corpus
 
         self.seq_len = _int("seq_len", seq_len)
@@ -161,7 +162,7 @@ class Text(Task):
             self._check_length(k)
 
     def _cache_dir(self):
-        from lengen.data import default_cache_dir
+        from lengen.data import default_cache_dir  # start-up: lengen.data loads only for text runs
 
         return self.cache_dir or default_cache_dir()
 
