@@ -1,5 +1,5 @@
-"""Files that are never seen half-written, and file digests: the one implementation every
-writer of results, configs, caches and checkpoints uses.
+"""Files that are never seen half-written, file digests, and where lengen keeps its caches: the
+one implementation every writer of results, configs, caches and checkpoints uses.
 
 Atomic writes go through ``<path>.tmp<pid>`` (flushed and fsynced), then ``os.replace``: a
 reader sees the old file or the new one, and a killed writer leaves at most a stray temporary
@@ -180,6 +180,15 @@ def check_output_file(path: str, flag: str = "--out") -> str:
     return path
 
 
+def default_cache_dir() -> str:
+    """Where lengen keeps what it can rebuild (token caches, compiled C kernels):
+    ``$LENGEN_CACHE_DIR``, else ``$XDG_CACHE_HOME/lengen``, else ``~/.cache/lengen``."""
+    if os.environ.get("LENGEN_CACHE_DIR"):
+        return os.environ["LENGEN_CACHE_DIR"]
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "lengen")
+
+
 def file_digest(path: str, algorithm: str = "sha256", **params) -> str:
     """Hex digest of a file read in 1 MiB blocks (``params``: e.g. ``digest_size`` for
     blake2b)."""
@@ -191,4 +200,6 @@ def file_digest(path: str, algorithm: str = "sha256", **params) -> str:
 
 
 __all__ = ["is_disk_full", "disk_full_message", "check_regular_file", "read_text_capped",
-           "CONFIG_MAX_BYTES", "make_output_dir", "check_output_file", "write_text_atomic", "save_json_atomic", "savefig_atomic", "rows_to_csv", "write_csv_atomic", "file_digest"]
+           "CONFIG_MAX_BYTES", "make_output_dir", "check_output_file", "write_text_atomic",
+           "save_json_atomic", "savefig_atomic", "rows_to_csv", "write_csv_atomic", "file_digest",
+           "default_cache_dir"]

@@ -33,17 +33,10 @@ import warnings
 
 import numpy as np
 
-from lengen.fileio import file_digest, save_json_atomic
+from lengen.fileio import default_cache_dir, file_digest, save_json_atomic
 
 FORMAT = 1
 CHUNK_CHARS = 1 << 20        # characters per encode call
-
-
-def default_cache_dir() -> str:
-    if os.environ.get("LENGEN_CACHE_DIR"):
-        return os.environ["LENGEN_CACHE_DIR"]
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "lengen")
 
 
 def cache_key(corpus, split: str, tokenizer, max_chars: int | None = None) -> dict:
@@ -183,5 +176,4 @@ def cached_tokens(corpus, split: str, tokenizer, cache_dir: str | None = None, *
     return ids
 
 
-__all__ = ["cached_tokens", "default_cache_dir", "cache_key", "cache_paths", "load_cache",
-           "write_tokens"]
+__all__ = ["cached_tokens", "cache_key", "cache_paths", "load_cache", "write_tokens"]

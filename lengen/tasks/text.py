@@ -39,6 +39,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from lengen.fileio import default_cache_dir
 from lengen.tasks.base import Batch, Task
 from lengen.tasks.chomsky.base import parse_split, split_name
 
@@ -162,8 +163,6 @@ class Text(Task):
             self._check_length(k)
 
     def _cache_dir(self):
-        from lengen.data import default_cache_dir  # start-up: lengen.data loads only for text runs
-
         return self.cache_dir or default_cache_dir()
 
     @staticmethod
