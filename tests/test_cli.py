@@ -104,7 +104,8 @@ def test_eval_with_interpolation_fills_the_training_length_from_the_task(tmp_pat
     M (the longest training input) comes from the run's task as in training (it used to be left
     out, so the sampler failed), rows equal the sampler built by hand, and bad kwargs fail early."""
     from lengen.runs import evaluate_run
-    from lengen.samplers.interpolate import InterpolateSampler, task_train_length
+    from lengen.samplers.interpolate import InterpolateSampler
+    from lengen.tasks.base import task_train_length
 
     run = str(tmp_path / "run")
     cfg = lengen.resolve({"model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "posenc": "rope"},

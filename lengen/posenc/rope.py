@@ -34,7 +34,7 @@ from lengen.posenc.base import PositionalScheme
 from lengen.posenc.rope_scaling import (SCALINGS, dynamic_base, inv_freq, llama3_inv_freq,
                                         longrope_attention_factor, longrope_inv_freq,
                                         yarn_attention_factor, yarn_inv_freq)
-from lengen.samplers.interpolate import task_train_length
+from lengen.tasks.base import task_train_length
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:

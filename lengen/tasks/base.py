@@ -155,3 +155,11 @@ class Task:
             raise ValueError(f"unknown split '{split}' for task {self.name}. "
                              f"Valid splits: {', '.join(self.splits())}.{hint}"
                              f"{did_you_mean(split, self.splits()) if not hint else ''}")
+
+
+def task_train_length(task) -> int | None:
+    """The longest training model input of ``task`` in tokens, or None when it does not say (also
+    for a task that does not subclass :class:`Task` and has no ``train_input_length``). Read by
+    position interpolation (M) and RoPE scaling (the original length) to fill in their defaults."""
+    fn = getattr(task, "train_input_length", None)
+    return None if fn is None else fn()
