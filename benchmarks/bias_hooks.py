@@ -22,8 +22,8 @@ import time
 
 import torch
 
-from lengen.positions import RandomizedSampler
 from lengen.posenc import ALiBi, FIRE, KerpleLog, T5Bias
+from lengen.samplers import RandomizedSampler
 
 try:                                     # run as a script from the repository root
     from _common import lengen_revision, machine_info, machine_line

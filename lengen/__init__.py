@@ -19,8 +19,8 @@ from lengen.attention import ATTENTIONS  # noqa: E402 - after the wait policy on
 from lengen.config import ExperimentConfig, resolve
 from lengen.eval import evaluate
 from lengen.model import ModelConfig, Transformer
-from lengen.positions import SAMPLERS
 from lengen.posenc import POSENCS
+from lengen.samplers import SAMPLERS
 from lengen.tasks import TASKS, build_task
 from lengen.train import load_run, train
 

@@ -15,6 +15,8 @@ import difflib
 import math
 import re
 
+import torch
+
 from lengen.errors import ConfigError
 
 
@@ -272,8 +274,6 @@ class Device(Rule):
         return "a torch device such as cpu, cuda, cuda:1 or mps"
 
     def _check(self, value, key, example):
-        import torch
-
         if not isinstance(value, str):
             self.fail(value, key, example)
         try:
@@ -287,8 +287,6 @@ class Device(Rule):
 
 def check_device_available(device, key: str = "train.device") -> None:
     """Raise a ConfigError now if ``device`` cannot be used on this machine."""
-    import torch
-
     Device().check(str(device), key)
     dev = torch.device(device)
     fix = f"use {key}=cpu, or run on a machine with that device"

@@ -22,18 +22,36 @@ Validation lives in the library, so ``lengen.resolve`` / ``lengen.train`` raise 
 from __future__ import annotations
 
 import argparse
+import csv
 import importlib
+import json
 import os
 import sys
 import shutil
 import textwrap
 import time
+import traceback
+
+import torch
+from tqdm import tqdm
 
 from lengen.cliutil import (int_at_least, is_user_error, json_object, lengen_warnings,
                             looks_like_override, message, not_an_override, silence_stdout,
                             yaml_mapping)
 from lengen.analysis import ANALYSES
+from lengen.attention import ATTENTION_POINT
+from lengen.config import load_config_file, resolve
+from lengen.errors import (ConfigError, ExportError, LengenError, is_out_of_memory,
+                           out_of_memory_message)
+from lengen.fileio import disk_full_message, is_disk_full
+from lengen.posenc import POSENC_POINT
 from lengen.recipes import RECIPES
+from lengen.registry import describe
+from lengen.rundir.layout import check_run_dir
+from lengen.samplers import SAMPLER_POINT
+from lengen.tasks import TASK_POINT
+from lengen.train import train
+from lengen.train.distributed import env_world_size
 
 def _add_common_train(p):
     p.add_argument("--config", metavar="FILE", help="YAML or JSON experiment config "
@@ -50,24 +68,15 @@ def _add_threads(p):
 
 
 def cmd_train(args) -> int:
-    from lengen.config import load_config_file, resolve
-    from lengen.train import train
-
     not_an_override("--config", args.config)
     not_an_override("--run-dir", args.run_dir)
     cfg = resolve(load_config_file(args.config) if args.config else {}, args.overrides)
     # an empty --run-dir is refused by train(), never replaced by the default
     run_dir = (args.run_dir if args.run_dir is not None
                else os.path.join("runs", cfg.name or time.strftime("run-%Y%m%d-%H%M%S")))
-    from lengen.rundir.layout import check_run_dir
-
     check_run_dir(run_dir, "--run-dir")
-    from lengen.train.distributed import env_world_size
-
     if env_world_size() > 1 and not args.run_dir and not cfg.name:
         # under torchrun every process must name the same directory (a time stamp may differ)
-        from lengen.errors import ConfigError
-
         raise ConfigError("data-parallel training (torchrun) needs --run-dir DIR (or a config "
                           "'name'): the default directory name holds the start time, which the "
                           "processes would not share")
@@ -88,7 +97,7 @@ def _rank() -> int:
 
 
 def cmd_eval(args) -> int:
-    from lengen.errors import ConfigError
+    # start-up: only this command needs it
     from lengen.runs import HF_EVAL_STEM, evaluate_hf, evaluate_run
 
     hf_only = [f for f, v in (("--task", args.task), ("--task-kwargs", args.task_kwargs),
@@ -131,7 +140,7 @@ def cmd_eval(args) -> int:
 
 
 def cmd_generate(args) -> int:
-    from lengen.eval.generation import run_generate
+    from lengen.eval.generation import run_generate  # start-up: only this command needs it
 
     print(run_generate(args.run_dir, split=args.split, prompt=args.prompt, n=args.n,
                        seed=args.seed, device=args.device, threads=args.threads))
@@ -139,14 +148,12 @@ def cmd_generate(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from lengen.errors import ExportError
-
     try:
-        import transformers  # noqa: F401
+        import transformers  # noqa: F401 - optional dependency
     except ImportError:
         raise ExportError('lengen export needs Hugging Face transformers: pip install '
                           '"lengen[hf]"') from None
-    from lengen.hf.export import export_run
+    from lengen.hf.export import export_run  # start-up: only this command needs it
 
     out = export_run(args.run_dir, args.out, to=args.to)
     load = ("import lengen.hf; AutoModelForCausalLM.from_pretrained" if args.to == "hf" else
@@ -156,7 +163,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from lengen.recipes.demo import run_demo
+    from lengen.recipes.demo import run_demo  # start-up: only this command needs it
 
     run_demo(out_dir=args.out, steps=args.steps, models=args.models, eval_sequences=args.sequences,
              threads=args.threads)
@@ -164,7 +171,7 @@ def cmd_demo(args) -> int:
 
 
 def cmd_plot_activations(args) -> int:
-    from lengen.analysis.activations import plot_activations
+    from lengen.analysis.activations import plot_activations  # start-up: only this command needs it
 
     out, results = plot_activations(args.run_dirs, tuple(args.lengths), n_sequences=args.n,
                                     seed=args.seed, positions=args.positions, out=args.out)
@@ -178,7 +185,7 @@ def cmd_plot_activations(args) -> int:
 
 
 def cmd_plot_attention(args) -> int:
-    from lengen.analysis.heatmap import plot_attention
+    from lengen.analysis.heatmap import plot_attention  # start-up: only this command needs it
 
     out = plot_attention(args.run_dir, split=args.split, layer=args.layer, head=args.head,
                          out=args.out, seed=args.seed, index=args.index,
@@ -190,13 +197,6 @@ def cmd_plot_attention(args) -> int:
 
 
 def cmd_list(args) -> int:
-    from lengen.attention import ATTENTION_POINT
-    from lengen.errors import LengenError
-    from lengen.positions import SAMPLER_POINT
-    from lengen.posenc import POSENC_POINT
-    from lengen.registry import describe
-    from lengen.tasks import TASK_POINT
-
     points = (("positional schemes", POSENC_POINT), ("attention kinds", ATTENTION_POINT),
               ("position samplers", SAMPLER_POINT), ("tasks", TASK_POINT))
     plugins = {point.group: point.plugins() for _, point in points}
@@ -228,8 +228,7 @@ def cmd_list(args) -> int:
 
 def cmd_bench(args) -> int:
     from lengen.bench.run import (BASELINES, estimate_bench, load_variants, parse_variant,
-                                  run_bench)
-    from lengen.errors import ConfigError
+                                  run_bench)  # start-up: only this command needs it
 
     variants = [parse_variant(v) for v in args.variant]
     if args.variants:
@@ -252,26 +251,19 @@ def cmd_bench(args) -> int:
 
 
 def cmd_check(args) -> int:
-    import torch
-    from tqdm import tqdm
-
-    from lengen.contracts import check
+    from lengen.contracts import check  # start-up: only this command needs it
 
     torch.set_num_threads(1)                     # tiny models: one thread is fastest
     rows = check(args.name, args.kind, progress=lambda steps: tqdm(
         steps, desc=f"check {args.name}", disable=not sys.stderr.isatty(), leave=False))
     if args.format == "json":
-        import json
-
         print(json.dumps(rows, indent=1))
     elif args.format == "csv":
-        import csv
-
         w = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
     else:
-        from lengen.analysis.tables import markdown_table
+        from lengen.analysis.tables import markdown_table  # start-up: only this command needs it
 
         print(markdown_table([["contract", "with", "status", "reason"]]
                              + [[r["contract"], r["with"] or "-", r["status"], r["reason"] or ""]
@@ -607,17 +599,10 @@ def main(argv=None) -> int:
         return 1
     except Exception as e:  # noqa: BLE001 - every error ends as one paragraph on stderr
         if debug:
-            import traceback
-
             traceback.print_exc()
-        from lengen.errors import is_out_of_memory, out_of_memory_message
-
         if is_out_of_memory(e):
             print(f"lengen: error: {out_of_memory_message(e)}", file=sys.stderr)
             return 2
-        from lengen.errors import LengenError
-        from lengen.fileio import disk_full_message, is_disk_full
-
         if is_disk_full(e) and not isinstance(e, LengenError):    # those already say so
             where = getattr(e, "filename", None)
             text = (disk_full_message(where) if where else

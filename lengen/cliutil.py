@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import re
 import sys
+import warnings
+
+import yaml
+
+from lengen.errors import ConfigError, LengenError, LengenWarning
 
 _OVERRIDE = re.compile(r"^[A-Za-z_][\w-]*(\.[\w-]+)*=")
 
@@ -44,8 +50,6 @@ def positive_float(text: str) -> float:
 
 def json_object(text: str) -> dict:
     """argparse ``type=`` for a JSON object such as ``'{"factor": 2}'``."""
-    import json
-
     try:
         value = json.loads(text)
     except ValueError as e:
@@ -58,8 +62,6 @@ def json_object(text: str) -> dict:
 def yaml_mapping(text: str) -> dict:
     """argparse ``type=`` for a mapping written as YAML flow or JSON, e.g.
     ``'{rope_type: linear, factor: 2}'``."""
-    import yaml
-
     try:
         value = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -72,8 +74,6 @@ def yaml_mapping(text: str) -> dict:
 
 def not_an_override(flag: str, value: str | None) -> None:
     """``--run-dir train.steps=3`` means the override was swallowed as the flag's value."""
-    from lengen.errors import ConfigError
-
     if value is not None and looks_like_override(value):
         raise ConfigError(f"{flag} got '{value}', which looks like a key=value override; give "
                           f"{flag} its value first (e.g. {flag} runs/x {value})")
@@ -89,10 +89,6 @@ def message(e: BaseException) -> str:
 def is_user_error(e: BaseException) -> bool:
     """Errors whose message tells the user what to fix (exit status 2, no traceback); anything
     else is reported as unexpected (exit status 1, with a pointer to --debug)."""
-    import yaml
-
-    from lengen.errors import LengenError
-
     return isinstance(e, (LengenError, ValueError, OSError, ImportError, yaml.YAMLError))
 
 
@@ -111,10 +107,6 @@ class lengen_warnings:
     ``lengen: warning: ...`` line on stderr (other warnings keep Python's format)."""
 
     def __enter__(self):
-        import warnings
-
-        from lengen.errors import LengenWarning
-
         self._saved = warnings.showwarning
         saved = self._saved
 
@@ -128,8 +120,6 @@ class lengen_warnings:
         return self
 
     def __exit__(self, *exc):
-        import warnings
-
         warnings.showwarning = self._saved
         return False
 

@@ -25,15 +25,22 @@ Every error is a :class:`lengen.errors.ConfigError` naming the key or file and t
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 from dataclasses import asdict, dataclass, field, fields
 
+import torch
+
 from lengen.checks import (Bool, Choice, Device, Float, Int, IsA, Mapping, Seq, Str,
                            check_fields, did_you_mean)
-from lengen.errors import ConfigError
+from lengen.errors import ArgumentError, ConfigError
 from lengen.config_files import apply_overrides, load_config_file, parse_value  # noqa: F401
 from lengen.model.config import ModelConfig
-from lengen.registry import SEED_RULE
+from lengen.model.hf_backbone import check_hf_model
+from lengen.model.memory import check_fits
+from lengen.registry import SEED_RULE, check_kwargs, construct, fill_from_task
+from lengen.runtime import check_runtime
+from lengen.tasks import TASK_POINT
 
 
 @dataclass
@@ -212,8 +219,6 @@ def resolve(config: dict | None = None, overrides: list[str] | None = None, *,
         raise ConfigError(f"the config must be a mapping with sections model, task, train, eval, "
                           f"got {type(config).__name__}")
     if overrides is not None and not isinstance(overrides, (str, list, tuple)):
-        from lengen.errors import ArgumentError
-
         raise ArgumentError(f"overrides must be a list of 'key.path=value' strings such as "
                             f"['train.steps=500'], got {type(overrides).__name__}")
     base = ExperimentConfig().to_dict()
@@ -281,18 +286,12 @@ def validate(cfg: ExperimentConfig, *, check_device: bool = True,
     check_fields(cfg.train, TRAIN_RULES, "train")
     check_fields(cfg.eval, EVAL_RULES, "eval")
     if check_device:
-        from lengen.runtime import check_runtime
-
         check_runtime(cfg.train)
     if cfg.train.tensorboard:
-        import importlib.util
-
         if importlib.util.find_spec("tensorboard") is None:
             raise ConfigError("train.tensorboard=true needs TensorBoard: pip install "
                               "'lengen[tensorboard]' (or set train.tensorboard=false)")
     if cfg.train.wandb:
-        import importlib.util
-
         if importlib.util.find_spec("wandb") is None:
             raise ConfigError(WANDB_MISSING)
     if vocab_explicit is None:
@@ -303,11 +302,6 @@ def validate(cfg: ExperimentConfig, *, check_device: bool = True,
 def check_components(cfg: ExperimentConfig, *, vocab_explicit: bool = True):
     """Registry names, their keyword arguments, and the task, position sampler and positional
     scheme built once (kept in ``cfg._built`` for :func:`take_built`); returns the task."""
-    import torch
-
-    from lengen.registry import check_kwargs, construct, fill_from_task
-    from lengen.tasks import TASK_POINT
-
     m = cfg.model
     parts = m.registry_parts()      # model.posenc / attention / positions and their kwargs
     cfg.task.name = TASK_POINT.canonical(cfg.task.name)
@@ -324,8 +318,6 @@ def check_components(cfg: ExperimentConfig, *, vocab_explicit: bool = True):
 
     # the weights alone must fit in this machine's memory (the model is built on the CPU): an
     # impossible size is refused here, not by the allocator in the middle of a build
-    from lengen.model.memory import check_fits
-
     check_fits(m, batch=0, length=0, training=False, device="cpu",
                fix="Lower model.d_model / model.n_layers / model.d_ff")
     # build the components the checks need once, without touching the caller's RNG; the run
@@ -362,8 +354,6 @@ def check_components(cfg: ExperimentConfig, *, vocab_explicit: bool = True):
             raise vocab_error(m.vocab_size, task, cfg.task.name)
         m.vocab_size = task.vocab_size
     if m.backbone == "hf":        # sizes from hf_config, a decoder task, positions it can take
-        from lengen.model.hf_backbone import check_hf_model
-
         check_hf_model(m, task, sampler, task.max_input_length(splits))
         check_fits(m, batch=0, length=0, training=False, device="cpu",
                    fix="Lower the sizes in model.hf_config")

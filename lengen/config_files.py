@@ -13,6 +13,7 @@ import os
 import yaml
 
 from lengen.errors import ConfigError
+from lengen.fileio import read_text_capped
 
 
 def parse_value(text: str, item: str | None = None):
@@ -91,8 +92,6 @@ def load_config_file(path: str) -> dict:
     if os.path.isdir(path):
         raise ConfigError(f"config file {path} is a directory; --config takes a YAML or JSON file "
                           f"(a run's settings are in {os.path.join(path, 'config.json')})")
-    from lengen.fileio import read_text_capped
-
     try:
         # capped and regular files only: --config /dev/zero or a fifo would never finish reading
         text = read_text_capped(path, "config file", fix="--config takes a YAML or JSON file")

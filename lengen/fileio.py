@@ -1,5 +1,5 @@
-"""Files that are never seen half-written, and file digests: the one implementation every
-writer of results, configs, caches and checkpoints uses.
+"""Files that are never seen half-written, file digests, and where lengen keeps its caches: the
+one implementation every writer of results, configs, caches and checkpoints uses.
 
 Atomic writes go through ``<path>.tmp<pid>`` (flushed and fsynced), then ``os.replace``: a
 reader sees the old file or the new one, and a killed writer leaves at most a stray temporary
@@ -7,10 +7,16 @@ file (an exception removes it), never a truncated result."""
 from __future__ import annotations
 
 import csv
+import errno
 import hashlib
 import io
 import json
 import os
+import shutil
+import stat
+
+from lengen.errors import ConfigError
+from lengen.runfiles import refuse_owned_output
 
 
 def _replace_atomically(path: str, write) -> None:
@@ -79,10 +85,6 @@ def check_regular_file(path: str, what: str, fix: str = "") -> None:
     (``os.stat`` neither blocks nor reads). ``what`` names the file's role (e.g. ``config file``),
     ``fix`` says what to give instead. A missing path or a folder is left to the caller's own
     message."""
-    import stat
-
-    from lengen.errors import ConfigError
-
     try:
         mode = os.stat(path).st_mode
     except OSError:
@@ -100,8 +102,6 @@ def read_text_capped(path: str, what: str, max_bytes: int = CONFIG_MAX_BYTES,
                      fix: str = "") -> str:
     """The UTF-8 text of a regular file of at most ``max_bytes`` (:func:`check_regular_file`
     first; a bigger file raises ConfigError naming its size, read no further than the cap)."""
-    from lengen.errors import ConfigError
-
     check_regular_file(path, what, fix)
     with open(path, "rb") as f:
         data = f.read(max_bytes + 1)
@@ -124,8 +124,6 @@ def is_disk_full(e: BaseException) -> bool:
     """A write that failed for want of space: ENOSPC / EDQUOT, or how torch.save
     (``unexpected pos 33856 vs 33808``, ``file write failed``) and safetensors (``StorageFull``)
     report it."""
-    import errno
-
     if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
         return True
     text = str(e)
@@ -135,8 +133,6 @@ def is_disk_full(e: BaseException) -> bool:
 
 def disk_full_message(path: str, e: BaseException | None = None) -> str:
     """"disk full" with the path, the free space there and what to do."""
-    import shutil
-
     try:
         free = shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free
         left = f"{free / 2**20:.0f} MiB free"
@@ -150,8 +146,6 @@ def make_output_dir(path: str, flag: str = "--out") -> str:
     """Create the output folder ``path`` (and its parents) unless it exists; a regular file (or
     a file among its parents) in the way raises ConfigError saying so and what to do, instead of
     ``File exists``. -> ``path``."""
-    from lengen.errors import ConfigError
-
     path = os.fspath(path)
     blocker = _file_in_the_way(path)
     if blocker is not None:
@@ -171,9 +165,6 @@ def check_output_file(path: str, flag: str = "--out") -> str:
     one of its folders should be, and a name lengen owns in a run directory (``config.json``,
     ``eval.json``, checkpoints ...: :func:`lengen.rundir.layout.refuse_owned_output`); create its
     folder. -> ``path``."""
-    from lengen.errors import ConfigError
-    from lengen.runfiles import refuse_owned_output
-
     path = os.fspath(path)
     if os.path.isdir(path):
         raise ConfigError(f"{flag} {path} is a folder; {flag} takes a file name (e.g. "
@@ -189,6 +180,15 @@ def check_output_file(path: str, flag: str = "--out") -> str:
     return path
 
 
+def default_cache_dir() -> str:
+    """Where lengen keeps what it can rebuild (token caches, compiled C kernels):
+    ``$LENGEN_CACHE_DIR``, else ``$XDG_CACHE_HOME/lengen``, else ``~/.cache/lengen``."""
+    if os.environ.get("LENGEN_CACHE_DIR"):
+        return os.environ["LENGEN_CACHE_DIR"]
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "lengen")
+
+
 def file_digest(path: str, algorithm: str = "sha256", **params) -> str:
     """Hex digest of a file read in 1 MiB blocks (``params``: e.g. ``digest_size`` for
     blake2b)."""
@@ -200,4 +200,6 @@ def file_digest(path: str, algorithm: str = "sha256", **params) -> str:
 
 
 __all__ = ["is_disk_full", "disk_full_message", "check_regular_file", "read_text_capped",
-           "CONFIG_MAX_BYTES", "make_output_dir", "check_output_file", "write_text_atomic", "save_json_atomic", "savefig_atomic", "rows_to_csv", "write_csv_atomic", "file_digest"]
+           "CONFIG_MAX_BYTES", "make_output_dir", "check_output_file", "write_text_atomic",
+           "save_json_atomic", "savefig_atomic", "rows_to_csv", "write_csv_atomic", "file_digest",
+           "default_cache_dir"]

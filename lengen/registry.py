@@ -20,9 +20,12 @@ import inspect
 import re
 import sys
 from dataclasses import dataclass
+from importlib.metadata import entry_points
+
+import torch
 
 from lengen.checks import (AnyOf, Bool, Float, Int, Mapping, Rule, Seq, Str, did_you_mean)
-from lengen.errors import ConfigError
+from lengen.errors import ConfigError, is_out_of_memory, out_of_memory_message
 
 
 class UnknownNameError(ConfigError):
@@ -98,8 +101,6 @@ class ExtensionPoint:
     def plugins(self) -> dict[str, str]:
         """Entry-point name -> import path of the installed plugins of this point. Two
         packages claiming one name, or a plugin claiming a built-in name, is a ConfigError."""
-        from importlib.metadata import entry_points
-
         claims: dict[str, dict[str, str]] = {}     # name -> {import path: package}
         for ep in entry_points(group=self.group):  # one package found twice claims nothing new
             package = getattr(getattr(ep, "dist", None), "name", None) or "?"
@@ -183,8 +184,6 @@ def constructor_params(cls) -> dict[str, inspect.Parameter]:
     an ``__init__`` takes ``**kw``, those of the next ``__init__`` up the class chain (the usual
     ``super().__init__(**kw)`` forwarding). ``object`` and ``torch.nn.Module`` end the chain (their
     ``*args, **kwargs`` accept nothing useful)."""
-    import torch
-
     params: dict[str, inspect.Parameter] = {}
     for klass in cls.__mro__:
         if klass in (object, torch.nn.Module):
@@ -308,8 +307,6 @@ def construct(cls, kwargs: dict, *, what: str, **framework_values):
         raise
     except (ValueError, TypeError, OSError, ImportError, RuntimeError, ArithmeticError,
             MemoryError) as e:
-        from lengen.errors import is_out_of_memory, out_of_memory_message
-
         if is_out_of_memory(e):         # the size is the culprit, not the component's name
             sizes = ", ".join(f"{k}={v}" for k, v in framework_values.items()
                               if isinstance(v, int) and not isinstance(v, bool))

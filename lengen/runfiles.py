@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 
+from lengen.errors import ConfigError
+
 LOCK_NAME = ".lock"
 PREVIOUS = "previous"
 #: what a run writes; a directory holding any of these holds a run
@@ -32,8 +34,6 @@ def refuse_owned_output(path: str, flag: str = "--out", shown: str | None = None
     read other numbers. ``path`` is a full name, or with ``stem`` a stem that becomes
     ``<stem>.json`` / ``.csv`` / ``.png`` (then ``RUN/config`` is refused too); ``shown`` is how
     the user wrote it (default ``path``), ``example`` a name to suggest instead."""
-    from lengen.errors import ConfigError
-
     folder, name = os.path.split(os.path.normpath(path))
     if (name in OWNED_NAMES if stem else name in RUN_FILES + (LOCK_NAME, PREVIOUS)) \
             and has_run(folder or "."):

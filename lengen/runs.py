@@ -13,6 +13,8 @@ from contextlib import nullcontext
 
 import torch
 
+from lengen.analysis.length_curves import plot_task_sweep
+from lengen.analysis.perplexity_plot import plot_perplexity
 from lengen.checks import Int, Str, check_device_available
 from lengen.config import SEED, EvalConfig, ExperimentConfig
 from lengen.data.tokenizers import has_hf_tokenizer
@@ -21,10 +23,13 @@ from lengen.errors import ConfigError
 from lengen.registry import check_kwargs, construct, fill_from_task
 from lengen.tasks import TASK_POINT
 from lengen.eval.evaluate import evaluate
+from lengen.model.memory import check_fits, check_work
+from lengen.rundir.checkpoint import load_weights
 from lengen.threads import use_threads
 from lengen.rundir.load import as_experiment_config, load_run_at, prepare
 from lengen.rundir.layout import (RunDirLock, check_run_dir, check_same_run, refuse_owned_output,
                                  run_meta, write_rows)
+from lengen.samplers import SAMPLER_POINT
 
 
 def evaluate_run(run_dir: str, *, splits=None, sequences: int | None = None,
@@ -100,8 +105,6 @@ def _evaluate_and_write(model, mc, task, splits, *, sequences: int, batch_size: 
         model.check_length(task.max_input_length(splits))
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    from lengen.model.memory import check_fits, check_work
-
     bs, length = min(batch_size, sequences), task.max_input_length(splits)
     check_fits(mc, batch=bs, length=length, training=False, device=device, weights_held=True,
                sizes=f"batch size {bs} (--batch-size), inputs of {length} tokens (the longest "
@@ -120,14 +123,10 @@ def _evaluate_and_write(model, mc, task, splits, *, sequences: int, batch_size: 
     folder, name = os.path.split(stem)
     write_rows(rows, folder, stem=name)
     if plot and getattr(task, "evaluation", "accuracy") == "perplexity":
-        from lengen.analysis.perplexity_plot import plot_perplexity
-
         if len(splits) >= 2:                # perplexity vs length (text)
             plot_perplexity(rows, f"{stem}.png", train_length=task.train_input_length(),
                             title=f"{task.name}: perplexity vs length")
     elif plot:
-        from lengen.analysis.length_curves import plot_task_sweep
-
         plot_task_sweep(rows, task, f"{stem}.png")
     return rows
 
@@ -234,8 +233,6 @@ def build_sampler_checked(name: str, kwargs: dict, *, task, splits):
     checked as a config's ``model.positions`` / ``model.positions_kwargs`` are (ConfigError
     naming the key and fix), with what only the task knows filled in as training does
     (:func:`lengen.registry.fill_from_task`); the returned kwargs include it."""
-    from lengen.positions import SAMPLER_POINT
-
     cls = SAMPLER_POINT.get(name, "positions")
     kwargs = check_kwargs(cls, kwargs, section="positions_kwargs", kind="position sampler",
                           name=name)
@@ -250,8 +247,6 @@ def reevaluate(cfg: ExperimentConfig, run_dir: str, *, quiet: bool = True) -> li
     ``cfg`` may differ from the stored config only in keys that do not change training
     (``RESUME_IGNORED``). Raises CheckpointError when the weights file is unusable (then
     :func:`train` rewrites it from the last checkpoint)."""
-    from lengen.rundir.checkpoint import load_weights
-
     cfg = as_experiment_config(cfg)
     run_dir = check_run_dir(run_dir)
     task, model = prepare(cfg)

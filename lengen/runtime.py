@@ -7,11 +7,14 @@ validation does not import the training loop's modules.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
+import sys
 
 import torch
 
+from lengen.checks import check_device_available
 from lengen.errors import ConfigError
 
 DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -47,8 +50,6 @@ def check_runtime(tc) -> None:
     """What only the training machine can tell (``tc``: a TrainConfig): the device exists, the
     precision runs on it, the compiler is there. Called when a config is resolved and again
     when training starts."""
-    from lengen.checks import check_device_available
-
     check_device_available(tc.device, "train.device")
     check_precision(tc.precision, tc.device)
     if tc.compile:
@@ -68,13 +69,11 @@ def check_compile(device: str, key: str = "train.compile") -> None:
     """Raise a ConfigError now if ``torch.compile`` cannot work here for ``device``."""
     fix = f"set {key}=false"
     try:
-        import torch._dynamo as dynamo
+        import torch._dynamo as dynamo  # slow import: compiling only
     except ImportError as e:           # pragma: no cover - every supported torch has it
         raise ConfigError(f"{key}=true: torch {torch.__version__} has no TorchDynamo ({e}); "
                           f"{fix}") from None
     if not dynamo.is_dynamo_supported():
-        import sys
-
         raise ConfigError(f"{key}=true: torch.compile is not supported by torch "
                           f"{torch.__version__} on Python {sys.version.split()[0]} / "
                           f"{sys.platform}; {fix}, or use a torch build that supports it")
@@ -84,8 +83,6 @@ def check_compile(device: str, key: str = "train.compile") -> None:
                           f"(none of $CXX, g++, c++, clang++ found); install one (e.g. apt-get "
                           f"install g++) or {fix}")
     if dev.type == "cuda":
-        import importlib.util
-
         if importlib.util.find_spec("triton") is None:
             raise ConfigError(f"{key}=true on cuda needs Triton (pip install triton, or "
                               f"'lengen[triton]'); {fix}")

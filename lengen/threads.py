@@ -56,7 +56,7 @@ def set_process_threads(n: int) -> None:
     global _process_threads
     _process_threads = int(n)
     if n:
-        import torch
+        import torch  # order: after set_wait_policy (module docstring)
 
         torch.set_num_threads(int(n))
 
@@ -67,7 +67,7 @@ def choose_threads(configured: int, d_model: int, device="cpu", environ=None) ->
     (:func:`set_process_threads`), else torch's current count when ``OMP_NUM_THREADS`` is set or
     the model runs on an accelerator (the CPU then only feeds it), else 1 for
     ``d_model <= SMALL_D_MODEL``, else torch's current count."""
-    import torch
+    import torch  # order: after set_wait_policy (module docstring)
 
     env = os.environ if environ is None else environ
     if configured:
@@ -82,7 +82,7 @@ def choose_threads(configured: int, d_model: int, device="cpu", environ=None) ->
 
 def use_threads(configured: int, d_model: int, device="cpu") -> int:
     """Set torch's intra-op thread count to :func:`choose_threads`'s and return it."""
-    import torch
+    import torch  # order: after set_wait_policy (module docstring)
 
     n = choose_threads(configured, d_model, device)
     if torch.get_num_threads() != n:

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 import lengen.posenc.xl as xl_module
-from lengen.positions import RandomizedSampler
 from lengen.posenc.t5 import T5Bias, integer_progression
 from lengen.posenc.xl import TransformerXLRelative
+from lengen.samplers import RandomizedSampler
 
 H, D = 3, 4
 

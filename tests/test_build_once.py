@@ -16,8 +16,8 @@ from lengen.attention import ATTENTIONS
 from lengen.config import take_built
 from lengen.errors import ArgumentError, ConfigError
 from lengen.posenc import POSENCS
-from lengen.positions import SAMPLERS
 from lengen.rundir.load import prepare
+from lengen.samplers import SAMPLERS
 from lengen.tasks import TASKS
 
 

@@ -74,8 +74,8 @@ def test_evaluate_run_with_another_position_sampler(tmp_path):
     rows name the sampler, the run's own eval.json is kept, the numbers are those of the same
     weights under the new positions, and a bad sampler or kwarg fails before any evaluation."""
     from lengen.errors import ConfigError
-    from lengen.positions import RandomizedSampler
     from lengen.runs import evaluate_run
+    from lengen.samplers import RandomizedSampler
 
     run = str(tmp_path / "run")
     cfg = lengen.resolve({"model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "posenc": "rope"},
@@ -103,8 +103,9 @@ def test_eval_with_interpolation_fills_the_training_length_from_the_task(tmp_pat
     """``lengen eval RUN --positions interpolate`` on a RoPE run trained on positions 0..T-1:
     M (the longest training input) comes from the run's task as in training (it used to be left
     out, so the sampler failed), rows equal the sampler built by hand, and bad kwargs fail early."""
-    from lengen.samplers.interpolate import InterpolateSampler, task_train_length
     from lengen.runs import evaluate_run
+    from lengen.samplers.interpolate import InterpolateSampler
+    from lengen.tasks.base import task_train_length
 
     run = str(tmp_path / "run")
     cfg = lengen.resolve({"model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "posenc": "rope"},

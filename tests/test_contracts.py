@@ -13,8 +13,8 @@ import pytest
 from lengen.contracts import plan, run_one
 from lengen.contracts.model import Failure
 from lengen.attention import ATTENTIONS
-from lengen.positions import SAMPLERS
 from lengen.posenc import POSENCS
+from lengen.samplers import SAMPLERS
 from lengen.tasks import TASKS
 
 REGISTRIES = {"posenc": POSENCS, "attention": ATTENTIONS, "positions": SAMPLERS, "task": TASKS}

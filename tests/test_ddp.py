@@ -22,8 +22,8 @@ import torch
 from safetensors.torch import load_file
 
 import lengen
-from lengen.positions import SAMPLERS, PositionSampler
 from lengen.rundir.checkpoint import latest_checkpoint
+from lengen.samplers import SAMPLERS, PositionSampler
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available()
                                 or not torch.distributed.is_gloo_available(),

@@ -1,5 +1,5 @@
 """Position coupling (Cho et al. 2024) and Abacus (McLeish et al. 2024) samplers
-(lengen/positions_digits.py): positions on hand-built sequences in both formats with and without
+(lengen/samplers/digits.py): positions on hand-built sequences in both formats with and without
 hints and blanks, against an independent reading of the decoded text; training offsets from the
 generator; deterministic evaluation; causality; composition with learned / rope / fire; generation
 from the model's own tokens; resolve-time filling from the task and its errors."""
@@ -12,8 +12,8 @@ import lengen
 from lengen.errors import ConfigError
 from lengen.eval.evaluate import eval_stream, evaluate
 from lengen.eval.generation import exact_match_generated
-from lengen.positions import SAMPLERS, build_sampler
-from lengen.positions_digits import AbacusSampler, CouplingSampler
+from lengen.samplers import SAMPLERS, build_sampler
+from lengen.samplers.digits import AbacusSampler, CouplingSampler
 from lengen.tasks import build_task
 from lengen.tasks.sequence.base import EOS
 from trained_weights import trained

@@ -88,7 +88,7 @@ def test_training_step_timer_follows_the_configs_precision(precision, monkeypatc
         return scalers[-1]
 
     monkeypatch.setattr(model, "forward", forward)
-    monkeypatch.setattr(prec, "grad_scaler", grad_scaler)
+    monkeypatch.setattr(est, "grad_scaler", grad_scaler)      # the one the timer calls
     assert est.time_training_steps(cfg, task, model, steps=1, warmup=0) > 0
     assert set(dtypes) == {prec.DTYPES[precision]}
     assert scalers[0].is_enabled() == (precision == "fp16")

@@ -138,7 +138,7 @@ def test_periodic_evaluation_does_not_change_training(tmp_path):
 def test_training_positions_have_their_own_stream(tmp_path, monkeypatch):
     """Drawing from torch's global RNG during training (user code, or evaluation as it used to
     be) does not change the training positions: they come from their own generator."""
-    from lengen.positions import RandomizedSampler
+    from lengen.samplers import RandomizedSampler
     from lengen.tasks.flipflop import FlipFlop
 
     real_sample, real_batch = RandomizedSampler.sample, FlipFlop.train_batch

@@ -15,8 +15,8 @@ import torch
 
 import lengen.posenc.fire as fire_module
 from lengen.model import ModelConfig, Transformer
-from lengen.positions import SAMPLERS, RandomizedSampler
 from lengen.posenc import FIRE
+from lengen.samplers import SAMPLERS, RandomizedSampler
 from reference_loops import sampler_test_kwargs
 
 H, D = 3, 4

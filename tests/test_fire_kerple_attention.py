@@ -10,7 +10,7 @@ import torch
 
 from lengen.attention import ATTENTIONS
 from lengen.model import ModelConfig, Transformer
-from lengen.positions import RandomizedSampler
+from lengen.samplers import RandomizedSampler
 
 T, V = 23, 6
 

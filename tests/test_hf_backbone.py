@@ -21,9 +21,9 @@ from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
 import lengen  # noqa: E402
 from lengen.errors import ConfigError  # noqa: E402
 from lengen.model import HFBackbone, ModelConfig  # noqa: E402
-from lengen.positions import SAMPLERS  # noqa: E402
 from lengen.rundir.checkpoint import latest_checkpoint  # noqa: E402
 from lengen.rundir.load import prepare  # noqa: E402
+from lengen.samplers import SAMPLERS  # noqa: E402
 from reference_loops import sampler_test_kwargs  # noqa: E402
 
 LLAMA = {"model_type": "llama", "hidden_size": 32, "num_hidden_layers": 2,

@@ -24,7 +24,7 @@ from lengen.cli import main  # noqa: E402
 from lengen.errors import ExportError  # noqa: E402
 from lengen.hf import LengenForCausalLM, llama_refusals, to_hf, to_llama  # noqa: E402
 from lengen.posenc import POSENCS  # noqa: E402
-from lengen.positions import SAMPLERS  # noqa: E402
+from lengen.samplers import SAMPLERS  # noqa: E402
 from reference_loops import sampler_test_kwargs  # noqa: E402
 
 V = 13

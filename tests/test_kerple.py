@@ -14,8 +14,8 @@ import torch
 
 import lengen.posenc.kerple_log as kerple_module
 from lengen.model import ModelConfig, Transformer
-from lengen.positions import SAMPLERS, RandomizedSampler
 from lengen.posenc import KerpleLog
+from lengen.samplers import SAMPLERS, RandomizedSampler
 from reference_loops import sampler_test_kwargs
 
 H, D = 3, 4

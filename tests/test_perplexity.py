@@ -151,7 +151,7 @@ def test_randomized_positions_at_evaluation_are_seeded_per_block(cache):
 def test_batch_aware_samplers_get_the_window_lengths(cache, monkeypatch):
     """Interpolation / warping samplers read the rows' lengths: perplexity evaluation hands over
     each window's length K (every target of a non-overlapping window is scored)."""
-    from lengen import positions as P
+    from lengen import samplers as P
 
     seen = []
 

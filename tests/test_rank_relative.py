@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import lengen
-from lengen.positions import build_sampler
 from lengen.posenc import build_posenc
 from lengen.posenc.distance import rank_relative
+from lengen.samplers import build_sampler
 
 
 def loop_rank(p, Tq_idx):

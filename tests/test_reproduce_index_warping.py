@@ -96,14 +96,14 @@ def test_eval_with_positions_reuses_only_the_same_evaluation(tmp_path, monkeypat
     import json
 
     import lengen
-    runs = importlib.import_module("lengen.runs")
-    from lengen.recipes.common import eval_with_positions
+    common = importlib.import_module("lengen.recipes.common")   # calls its evaluate_run
+    eval_with_positions = common.eval_with_positions
 
     run = str(tmp_path / "rope")
     lengen.train(lengen.resolve(iw.run_config("copy", "rope", "smoke")), run, quiet=True)
     calls = []
-    real = runs.evaluate_run
-    monkeypatch.setattr(runs, "evaluate_run", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = common.evaluate_run
+    monkeypatch.setattr(common, "evaluate_run", lambda *a, **k: calls.append(1) or real(*a, **k))
     kw = {"length_unit": "tokens"}
     first = eval_with_positions(run, "interpolate", kw, stem="eval-pi", log=lambda *a: None)
     again = eval_with_positions(run, "interpolate", kw, stem="eval-pi", log=lambda *a: None)

@@ -16,13 +16,13 @@ import pytest
 import torch
 
 import lengen
-from lengen import positions as P
+from lengen import samplers as P
 from lengen.cli import main
 from lengen.errors import ConfigError
 from lengen.recipes.index_warping_lm import recipe as iw
 from lengen.recipes.index_warping_lm.report import UNDEFINED, paper_length
 
-train_mod = importlib.import_module("lengen.train")
+sweep_local = importlib.import_module("lengen.sweep.local")   # run_one calls its train
 
 
 def beta25_cdf(x):
@@ -172,13 +172,13 @@ def test_rope_pi_is_the_rope_run_evaluated_with_interpolation(smoke):
 
 
 def test_rerun_reuses_runs_and_the_pi_evaluation(smoke, monkeypatch, capsys):
-    from lengen import runs
+    common = importlib.import_module("lengen.recipes.common")   # calls its evaluate_run
 
     def no(*a, **k):
         raise AssertionError("recomputed")
 
-    monkeypatch.setattr(train_mod, "train", no)
-    monkeypatch.setattr(runs, "evaluate_run", no)
+    monkeypatch.setattr(sweep_local, "train", no)
+    monkeypatch.setattr(common, "evaluate_run", no)
     assert main(["reproduce", "index-warping-lm", "--scale", "smoke", "--out", smoke]) == 0
     assert "**Table 3**" in capsys.readouterr().out
 

@@ -12,7 +12,7 @@ from lengen.recipes.estimate import makespan
 from lengen.recipes.tra_flipflop import recipe as tf
 from lengen.recipes.tra_flipflop.report import NOT_SOLVED, table1_markdown
 
-train_mod = importlib.import_module("lengen.train")
+sweep_local = importlib.import_module("lengen.sweep.local")   # run_one calls its train
 
 
 def registered(model: str) -> bool:
@@ -101,7 +101,7 @@ def test_cli_rerun_reuses_finished_runs(smoke, monkeypatch, capsys):
     def no_training(*a, **k):
         raise AssertionError("a finished run was trained again")
 
-    monkeypatch.setattr(train_mod, "train", no_training)
+    monkeypatch.setattr(sweep_local, "train", no_training)
     argv = ["reproduce", "tra-flipflop", "--scale", "smoke", "--out", out, "--models", *AVAILABLE]
     assert main(argv + (["--heatmaps"] if heat else [])) == 0
     assert "Flip Flop OOD sparse" in capsys.readouterr().out

@@ -18,7 +18,7 @@ from lengen.recipes.tra_flipflop import recipe as tf
 from lengen.recipes.tra_wikitext import recipe as tw
 from lengen.recipes.tra_wikitext.report import NOT_FIT, finding, records
 
-train_mod = importlib.import_module("lengen.train")
+sweep_local = importlib.import_module("lengen.sweep.local")   # run_one calls its train
 
 
 def registered(model: str) -> bool:
@@ -98,7 +98,7 @@ def test_cli_rerun_reuses_finished_runs(smoke, monkeypatch, capsys):
     def no_training(*a, **k):
         raise AssertionError("a finished run was trained again")
 
-    monkeypatch.setattr(train_mod, "train", no_training)
+    monkeypatch.setattr(sweep_local, "train", no_training)
     argv = ["reproduce", "tra-wikitext", "--scale", "smoke", "--out", smoke, "--models",
             *AVAILABLE]
     assert main(argv) == 0

@@ -315,7 +315,7 @@ def test_the_sigint_handler_is_restored(tmp_path):
 def test_sweep_reevaluates_a_run_with_a_truncated_eval_json(tmp_path, monkeypatch):
     from lengen.sweep import run_sweep
 
-    train_mod = importlib.import_module("lengen.train")
+    sweep_local = importlib.import_module("lengen.sweep.local")   # run_one calls its train
     out = str(tmp_path / "sweep")
     runs = {"a": {"model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
                   "task": {"kwargs": {"n_pairs": 6}},
@@ -325,7 +325,7 @@ def test_sweep_reevaluates_a_run_with_a_truncated_eval_json(tmp_path, monkeypatc
     path = os.path.join(out, "a", "eval.json")
     open(path, "r+b").truncate(30)
     calls = []
-    monkeypatch.setattr(train_mod, "train", lambda *a, **kw: calls.append(a) or (None, None, []))
+    monkeypatch.setattr(sweep_local, "train", lambda *a, **kw: calls.append(a) or (None, None, []))
     res = run_sweep(runs, out, log=None)
     assert res.ok and res.status["a"]["status"] == "done" and calls == []    # not retrained
     assert res.rows == first.rows

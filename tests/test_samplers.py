@@ -10,7 +10,7 @@ import torch
 
 from lengen.model.config import ModelConfig
 from lengen.model.transformer import Transformer
-from lengen.positions import SAMPLERS, LabelSampler, RandomizedSampler, build_sampler
+from lengen.samplers import SAMPLERS, LabelSampler, RandomizedSampler, build_sampler
 
 KINDS = ["randomized", "label"]
 
@@ -211,7 +211,7 @@ def test_batch_lengths_and_batch_aware_sampler_plumbing():
     rows' lengths and tokens in training, evaluation and generation, the others never do."""
     import lengen
     from lengen.eval.evaluate import eval_stream
-    from lengen.positions import PositionSampler
+    from lengen.samplers import PositionSampler
     from lengen.tasks import build_task
 
     task = build_task("copy", max_train_length=6)
@@ -302,7 +302,7 @@ def test_row_draw_reads_lengths_in_training_only():
     mode it is an ordinary random sampler: one [T] draw per block, as with the default."""
     import lengen
     from lengen.eval.evaluate import eval_stream
-    from lengen.positions import RandomizedSampler
+    from lengen.samplers import RandomizedSampler
     from lengen.tasks import build_task
 
     task = build_task("copy", max_train_length=6)

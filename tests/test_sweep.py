@@ -10,8 +10,8 @@ import textwrap
 
 import pytest
 
-# the module (``lengen.train`` as an attribute is the function re-exported by ``lengen``)
-train_mod = importlib.import_module("lengen.train")
+# run_one calls the ``train`` of this module: the tests patch it there to interrupt or fail runs
+sweep_local = importlib.import_module("lengen.sweep.local")
 from lengen.sweep import Grid, RunSpec, as_specs, run_one, run_sweep
 from lengen.sweep.local import worker_death
 
@@ -75,7 +75,7 @@ def test_unknown_config_fails_before_any_run(tmp_path):
 
 def test_interrupt_resume_failures_and_retry(tmp_path, monkeypatch):
     out = str(tmp_path / "sweep")
-    real_train = train_mod.train
+    real_train = sweep_local.train
     calls = []
 
     def interrupted(cfg, run_dir, **kw):      # Ctrl-C in the middle of the second run
@@ -85,7 +85,7 @@ def test_interrupt_resume_failures_and_retry(tmp_path, monkeypatch):
             raise KeyboardInterrupt
         return real_train(cfg, run_dir, **kw)
 
-    monkeypatch.setattr(train_mod, "train", interrupted)
+    monkeypatch.setattr(sweep_local, "train", interrupted)
     with pytest.raises(KeyboardInterrupt):
         run_sweep(tiny_grid(), out, log=None)
     assert calls == ["nope-s0", "nope-s1"]
@@ -101,7 +101,7 @@ def test_interrupt_resume_failures_and_retry(tmp_path, monkeypatch):
         return real_train(cfg, run_dir, **kw)
 
     calls.clear()
-    monkeypatch.setattr(train_mod, "train", failing)
+    monkeypatch.setattr(sweep_local, "train", failing)
     res = run_sweep(tiny_grid(), out, log=None)
     assert calls == ["nope-s1", "tra-s0", "tra-s1"]            # nope-s0 not recomputed
     assert mtimes(out, ["nope-s0"]) == first
@@ -125,7 +125,7 @@ def test_interrupt_resume_failures_and_retry(tmp_path, monkeypatch):
         calls.append(cfg.name)
         return real_train(cfg, run_dir, **kw)
 
-    monkeypatch.setattr(train_mod, "train", counting)
+    monkeypatch.setattr(sweep_local, "train", counting)
     before = mtimes(out, ["nope-s0", "nope-s1", "tra-s0"])
     res = run_sweep(tiny_grid(), out, log=None)
     assert calls == ["tra-s1"] and res.ok
@@ -160,15 +160,15 @@ def test_sigkill_midway_then_rerun(tmp_path):
         import os, signal, sys, torch
         torch.set_num_threads(1)
         sys.path.insert(0, {os.path.dirname(__file__)!r})
-        from test_sweep import TINY, train_mod
+        from test_sweep import TINY, sweep_local
         from lengen.sweep import Grid, run_sweep
-        real = train_mod.train
+        real = sweep_local.train
         def train(cfg, run_dir, **kw):
             if cfg.name == "seed=1":
                 real(cfg, run_dir, stop_at=2, **kw)
                 os.kill(os.getpid(), signal.SIGKILL)
             return real(cfg, run_dir, **kw)
-        train_mod.train = train
+        sweep_local.train = train
         run_sweep(Grid(TINY, axes={{"train.seed": [0, 1]}}), {out!r}, log=None)
     """)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)

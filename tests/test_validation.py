@@ -15,8 +15,8 @@ from lengen.config import (EVAL_RULES, EXPERIMENT_RULES, TASK_RULES, TRAIN_RULES
                            ExperimentConfig, TaskConfig, TrainConfig)
 from lengen.errors import ConfigError
 from lengen.model.config import ATTN_IMPLS, MODEL_RULES, ModelConfig
-from lengen.positions import SAMPLERS, PositionSampler
 from lengen.registry import describe
+from lengen.samplers import SAMPLERS, PositionSampler
 
 
 @pytest.mark.parametrize("cls,rules", [(ModelConfig, MODEL_RULES), (TaskConfig, TASK_RULES),
@@ -154,7 +154,7 @@ def test_describe_uses_own_docstring_or_a_single_entry_module():
     class Undocumented(PositionSampler):
         pass
 
-    Undocumented.__module__ = "lengen.positions"      # shares a module with other entries
+    Undocumented.__module__ = "lengen.samplers.digits"   # shares a module with other entries
     assert describe(Undocumented, dict(SAMPLERS, u=Undocumented)) == ""
 
 

@@ -14,7 +14,7 @@ import torch
 
 import lengen
 from lengen.errors import ConfigError
-from lengen.positions import SAMPLERS, build_sampler
+from lengen.samplers import SAMPLERS, build_sampler
 from lengen.samplers.interpolate import InterpolateSampler
 from lengen.samplers.warp import PRESETS, WarpSampler
 

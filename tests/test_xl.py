@@ -14,8 +14,8 @@ import torch
 from lengen.model.config import ModelConfig
 from lengen.model.transformer import Transformer
 from lengen.ops.softmax import softmax_attention_chunked, softmax_attention_naive
-from lengen.positions import RandomizedSampler
 from lengen.posenc.xl import TransformerXLRelative
+from lengen.samplers import RandomizedSampler
 
 F64 = dict(atol=1e-10, rtol=1e-8)
 B, H, D, RD = 2, 2, 4, 6       # RD: width of the sinusoid R (3 frequencies)

@@ -35,7 +35,11 @@ import numpy as np
 import torch
 
 from lengen.errors import ConfigError
+from lengen.eval.metrics import restrict_to_outputs
 from lengen.fileio import check_output_file, savefig_atomic
+from lengen.model.memory import check_fits, check_work
+from lengen.rundir.load import load_run
+from lengen.tasks.chomsky.base import split_name
 
 POSITIONS = ("input", "output", "all")
 
@@ -47,9 +51,6 @@ def collect_activations(model, task, length: int, *, n_sequences: int = 30, seed
 
     Returns ``{"layers": [array [n_points, D] per layer, embeddings first], "accuracy": float}``
     where accuracy is the per-token accuracy over the scored outputs (the paper quotes it)."""
-    from lengen.eval.metrics import restrict_to_outputs
-    from lengen.tasks.chomsky.base import split_name
-
     if positions not in POSITIONS:
         raise ValueError(f"unknown positions '{positions}'. Valid: {', '.join(POSITIONS)}")
     model.eval()
@@ -103,8 +104,6 @@ def activation_pca(run_dir: str, lengths=(40, 150), *, n_sequences: int = 30, se
                    positions: str = "input", device="cpu") -> dict:
     """PCA of every layer fitted on the first length, applied to all. Returns ``{run, lengths,
     accuracy: {length: acc}, layers: [{length: [N, 2] points}], shift: [{length: {...}}]}``."""
-    from lengen.rundir.load import load_run
-
     if len(lengths) < 2:
         raise ValueError("give at least two lengths: the first is the fit (training) length")
     cfg, task, model = load_run(run_dir, device=device)
@@ -113,8 +112,6 @@ def activation_pca(run_dir: str, lengths=(40, 150), *, n_sequences: int = 30, se
                           f"{cfg.model.backbone}); the activation PCA hooks lengen's own blocks "
                           f"(model.backbone=lengen)")
     model.check_length(task.max_input_length([f"len={n}" for n in lengths]))
-    from lengen.model.memory import check_fits, check_work
-
     # refuse what cannot fit or would run for hours (--lengths, --n), before the first batch
     sizes = [task.max_input_length([f"len={n}"]) for n in lengths]
     check_fits(cfg.model, batch=n_sequences, length=max(sizes), training=False, device=device,
@@ -145,8 +142,8 @@ def plot_activations(run_dirs, lengths=(40, 150), *, n_sequences: int = 30, seed
     """One row per run, one column per layer (embeddings, block 1, ...): 2D projections of the
     activations at each length, the first length in blue (fit set), the others in orange/green.
     Writes a PNG and returns (path, results of :func:`activation_pca` per run)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # slow import: drawing only
+    from matplotlib.figure import Figure  # slow import: drawing only
 
     run_dirs = [run_dirs] if isinstance(run_dirs, str) else list(run_dirs)
     if out is not None:             # refused before the models run, not after

@@ -24,14 +24,20 @@ import os
 import numpy as np
 import torch
 
+from lengen.checks import Bool, Int, did_you_mean
+from lengen.errors import ConfigError
+from lengen.eval.evaluate import eval_stream, forward
+from lengen.eval.metrics import restrict_to_outputs
 from lengen.fileio import check_output_file, savefig_atomic
+from lengen.rundir.load import load_run
+from lengen.tasks.flipflop import CHARS as FLIPFLOP_CHARS
 
 
 def token_labels(task, tokens) -> list[str]:
     """Characters for a task's token ids where the task has a character alphabet, else ids."""
     chars = getattr(task, "chars", None)
     if chars is None and task.name == "flipflop":
-        from lengen.tasks.flipflop import CHARS as chars
+        chars = FLIPFLOP_CHARS
     return [chars[t] if chars and 0 <= t < len(chars) else str(t) for t in tokens]
 
 
@@ -41,13 +47,6 @@ def attention_map(run_dir: str, split: str = "sparse", *, layer: int = -1, head:
     """Weights ``[T, T]`` (numpy) of one layer/head on one evaluation sequence, with its tokens.
 
     Returns ``{weights, tokens, labels, correct, index, split, layer, head, run, cfg}``."""
-    from lengen.eval.evaluate import eval_stream, forward
-    from lengen.eval.metrics import restrict_to_outputs
-    from lengen.rundir.load import load_run
-
-    from lengen.checks import Bool, Int
-    from lengen.errors import ConfigError
-
     for name, value in (("layer", layer), ("head", head), ("index", index)):
         Int().check(value, name)                      # an integer, before the run is read
     Bool().check(first_error, "first_error")
@@ -121,7 +120,7 @@ def zero_masked(weights: np.ndarray) -> np.ma.MaskedArray:
 
 def black_zero_cmap(cmap="magma"):
     """Colormap whose masked ('bad') cells are pure black."""
-    import matplotlib
+    import matplotlib  # slow import: drawing only
 
     base = matplotlib.colormaps[cmap] if isinstance(cmap, str) else cmap
     return base.with_extremes(bad="black")
@@ -131,8 +130,8 @@ def render_attention(weights: np.ndarray, labels: list[str] | None = None, *, ti
                      cmap="magma", ax=None, colorbar: bool = True, max_tick_labels: int = 64,
                      figsize=(7.0, 6.0)):
     """Draw a ``[T_q, T_k]`` weight matrix; zero weights pure black. Returns the Figure."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # slow import: drawing only
+    from matplotlib.figure import Figure  # slow import: drawing only
 
     w = np.asarray(weights, dtype=np.float64)
     if w.ndim != 2:
@@ -171,10 +170,8 @@ def check_cmap(cmap) -> None:
     """A Matplotlib colormap name (or a Colormap object): ConfigError listing close names else."""
     if not isinstance(cmap, str):
         return
-    import matplotlib
+    import matplotlib  # slow import: drawing only
 
-    from lengen.checks import did_you_mean
-    from lengen.errors import ConfigError
 
     names = sorted(n for n in matplotlib.colormaps if not n.endswith("_r"))
     if cmap not in matplotlib.colormaps:
@@ -209,8 +206,8 @@ def plot_attention_grid(run_dirs: list[str], out: str, *, titles: list[str] | No
     the TRA paper's Figure 3). All runs must share the task config so the sequence is the same."""
     check_cmap(cmap)
     check_output_file(out, "out")
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # slow import: drawing only
+    from matplotlib.figure import Figure  # slow import: drawing only
 
     maps = [attention_map(r, split, layer=layer, head=head, index=index, seed=seed) for r in run_dirs]
     if len({tuple(m["tokens"]) for m in maps}) > 1:

@@ -33,7 +33,8 @@ import os
 import numpy as np
 
 from lengen.analysis import idealized as I
-from lengen.fileio import savefig_atomic
+from lengen.analysis.tables import markdown_table
+from lengen.fileio import make_output_dir, savefig_atomic
 
 # alternative readings of the paper's implicit conventions, each a change to our default one
 # (name, what it changes, kwargs for total_difference, d values)
@@ -78,8 +79,6 @@ def run(args) -> int:
         raise ValueError(f"--alibi-slope must be > 0, got {args.alibi_slope}")
     kw = dict(base=args.base, exponentiate=not args.raw_scores, inclusive=args.inclusive_sum,
               pi_ratio=args.pi_ratio)
-    from lengen.fileio import make_output_dir
-
     make_output_dir(args.out)
     rows = I.table2(d_values, **kw)
     md = table2_markdown(rows, d_values, kw)
@@ -106,8 +105,6 @@ def _reading(kw) -> str:
 
 
 def table2_markdown(rows, d_values, kw) -> str:
-    from lengen.analysis.tables import markdown_table
-
     cols = _cols(d_values)
     out = ["# Table 2: total difference in attention sensitivity (eq. 9), idealized RoPE", "",
            f"Reading: {_reading(kw)}; conventions in `lengen/analysis/idealized.py`. "
@@ -167,8 +164,8 @@ def write_table2(rows, md: str, out: str) -> None:
 
 # -- figures ---------------------------------------------------------------------------------------
 def _figure(ncols=1, size=(6.4, 4.2)):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # slow import: drawing only
+    from matplotlib.figure import Figure  # slow import: drawing only
 
     fig = Figure(figsize=(size[0] * ncols, size[1]))
     FigureCanvasAgg(fig)                      # Agg canvas: no global backend, no display

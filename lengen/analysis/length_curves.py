@@ -15,15 +15,16 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
+from lengen.analysis.tables import as_columns, metric_rows
+from lengen.errors import ConfigError
+from lengen.eval.length_sweep import add_lengths, score_metric
 from lengen.fileio import savefig_atomic
+from lengen.tasks.splits import is_length_split
 
 
 def curve_points(rows: Iterable[dict], *, metric: str, by: Sequence[str] = ("run",)) -> dict:
     """``{group key: (lengths, mean, lo, hi)}`` of ``metric`` (fractions), lengths ascending;
     lo/hi are the min/max over the group's rows at each length."""
-    from lengen.analysis.tables import as_columns, metric_rows
-    from lengen.eval.length_sweep import add_lengths
-
     by = as_columns(by)
     per: dict[tuple, dict[int, list[float]]] = {}
     for r in add_lengths(metric_rows(rows, metric, by)):
@@ -43,15 +44,13 @@ def length_curve_figure(rows: Iterable[dict], *, metric: str = "seq_acc",
     """A Matplotlib figure: ``metric`` (%) vs test length K per group; the training range
     ``(lo, hi)`` (inclusive) shaded grey. ``labels`` maps a group key (tuple) to a legend label.
     Returns the figure (the caller saves or closes it)."""
-    import matplotlib
+    import matplotlib  # slow import: drawing only
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # slow import: drawing only
 
     points = curve_points(rows, metric=metric, by=by)
     if not points:
-        from lengen.errors import ConfigError
-
         raise ConfigError(f"no '{metric}' rows of a finished run with a len=K split to plot")
     if ax is None:
         fig, ax = plt.subplots(figsize=(6.4, 4.0))
@@ -70,7 +69,7 @@ def length_curve_figure(rows: Iterable[dict], *, metric: str = "seq_acc",
     every = [n for ns, *_ in points.values() for n in ns]
     ax.set(xlabel="test length K", ylabel=f"{metric} (%)", ylim=(-1, 101),
            xlim=(min(every) - 0.5, max(every) + 0.5), title=title or "")
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import MaxNLocator  # slow import: drawing only
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))      # lengths are whole numbers
     ax.legend(fontsize=7, loc="best")
@@ -80,7 +79,7 @@ def length_curve_figure(rows: Iterable[dict], *, metric: str = "seq_acc",
 
 def plot_length_curves(rows: Iterable[dict], path: str, **kwargs) -> str:
     """Save :func:`length_curve_figure` (same keywords) as a PNG at ``path``; returns ``path``."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # slow import: drawing only
 
     fig = length_curve_figure(rows, **kwargs)
     savefig_atomic(fig, path, dpi=110)
@@ -92,9 +91,6 @@ def plot_task_sweep(rows: Iterable[dict], task, path: str, *, by: Sequence[str] 
                     title: str | None = None) -> str | None:
     """:func:`plot_length_curves` with the task's metric and training range. Returns None (and
     writes nothing) unless the rows hold at least two ``len=K`` lengths."""
-    from lengen.eval.length_sweep import score_metric
-    from lengen.tasks.splits import is_length_split
-
     rows = [r for r in rows if is_length_split(r.get("split"))]
     if len({r["split"] for r in rows}) < 2:
         return None

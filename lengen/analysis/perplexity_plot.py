@@ -16,14 +16,14 @@ from __future__ import annotations
 import os
 from typing import Iterable, Sequence
 
+from lengen.analysis.tables import as_columns, metric_rows
+from lengen.errors import ConfigError
 from lengen.fileio import savefig_atomic
 
 
 def perplexity_curves(rows: Iterable[dict], *, by: Sequence[str] = ("run",), metric: str = "ppl"
                       ) -> dict[tuple, dict[int, list[float]]]:
     """``{group key: {length: [values...]}}`` of ``metric`` (rows of failed runs are skipped)."""
-    from lengen.analysis.tables import as_columns, metric_rows
-
     by = as_columns(by)
     curves: dict[tuple, dict[int, list[float]]] = {}
     for r in metric_rows(rows, metric, by):
@@ -37,14 +37,12 @@ def plot_perplexity(rows: Iterable[dict], out: str | None = None, *, by: Sequenc
                     label=None, figsize=(6.4, 4.2)):
     """Draw the curves; save to ``out`` when given (PNG/PDF/SVG by extension). Returns the
     Matplotlib figure. ``label(key) -> str`` names a group (default: its values joined by ' ')."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import NullLocator
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # slow import: drawing only
+    from matplotlib.figure import Figure  # slow import: drawing only
+    from matplotlib.ticker import NullLocator  # slow import: drawing only
 
     curves = perplexity_curves(rows, by=by, metric=metric)
     if not curves:
-        from lengen.errors import ConfigError
-
         raise ConfigError(f"no '{metric}' rows of a finished run to plot (rows need metric, "
                           f"value and length)")
     fig = Figure(figsize=figsize)

@@ -24,7 +24,7 @@ def summarize(rows: Iterable[dict], by: Sequence[str] = ("run", "split"), *, met
     order groups first appear in ``rows``; an empty one only when no row is of a finished run.
     A ``metric`` no finished row has, or a ``by`` column no row of it has, is a ConfigError
     listing what the rows do have (never an empty table that looks like a result)."""
-    import pandas as pd
+    import pandas as pd  # slow import: tables only
 
     by = as_columns(by)
     if (isinstance(scale, bool) or not isinstance(scale, (int, float))

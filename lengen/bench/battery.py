@@ -37,6 +37,11 @@ rows of different versions are never compared without saying so.
 """
 from __future__ import annotations
 
+from lengen.eval.length_sweep import sweep_lengths
+from lengen.model.presets import RUOSS2023_ENCODER, RUOSS2023_TRAIN
+from lengen.registry import lookup
+from lengen.tasks.splits import length_splits
+
 VERSION = 1
 
 CHOMSKY = {  # cell -> task (Ruoss et al. 2023); budgets below are per cell
@@ -105,18 +110,12 @@ def _adamw(steps: int, batch_size: int, lr: float, seed: int) -> dict:
 
 
 def _lengths(lo: int, hi: int, stride: int) -> list[int]:
-    from lengen.eval.length_sweep import sweep_lengths
-
     return sweep_lengths(lo, hi, stride)
 
 
 def cell_config(cell: str, scale: str = "cpu", seed: int = 0) -> dict:
     """The base config dict of ``cell`` at ``scale`` (NoPE, softmax, identity positions): a
     variant's overrides are applied on top of it."""
-    from lengen.model.presets import RUOSS2023_ENCODER, RUOSS2023_TRAIN
-    from lengen.registry import lookup
-    from lengen.tasks.splits import length_splits
-
     s = lookup(SCALES, scale, "bench scale")
     lookup(CELLS, cell, "bench cell")
     m = s["model"]

@@ -11,9 +11,19 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
+
+import yaml
 
 from lengen.bench.battery import CELLS, SCALES, VERSION, cell_config
+from lengen.bench.scorecard import scorecard_rows, write_scorecard
+from lengen.config import resolve
+from lengen.config_files import apply_overrides, load_config_file
 from lengen.errors import ConfigError
+from lengen.recipes.common import select
+from lengen.recipes.estimate import report_total, time_training_steps, use_worker_threads
+from lengen.rundir.load import prepare
+from lengen.sweep import RunSpec, run_sweep
 
 #: the baselines of the committed scorecard: label -> model overrides. Randomized RoPE draws
 #: from [0, 2048), which holds the longest input of every cell at the cpu scale; index warping is
@@ -40,8 +50,6 @@ def parse_variant(text) -> tuple[str, list[str]]:
     ``name=LABEL`` among them; the label defaults to the overridden names), or a mapping
     ``{name: LABEL, overrides: [...]}``. -> (label, overrides). Only ``model.*`` keys may be
     overridden: the cells fix the rest."""
-    import shlex
-
     if isinstance(text, dict):
         unknown = set(text) - {"name", "overrides"}
         if unknown or "overrides" not in text:
@@ -73,8 +81,6 @@ def parse_variant(text) -> tuple[str, list[str]]:
 
 def load_variants(path: str) -> list[tuple[str, list[str]]]:
     """Variants from a YAML (or JSON) file holding a list of strings or mappings."""
-    from lengen.config_files import load_config_file
-
     data = load_config_file(path) if not path.endswith((".yaml", ".yml")) else _yaml(path)
     if not isinstance(data, list):
         raise ConfigError(f"{path}: a variants file holds a list (of override strings or "
@@ -83,8 +89,6 @@ def load_variants(path: str) -> list[tuple[str, list[str]]]:
 
 
 def _yaml(path: str):
-    import yaml
-
     with open(path, encoding="utf-8") as f:
         return yaml.safe_load(f.read(1 << 20))
 
@@ -97,11 +101,6 @@ def build_specs(variants, scale: str = "cpu", *, cells=None, seed: int = 0):
     """(RunSpecs, n/a rows): one run per variant x cell whose config resolves; a variant that
     cannot run on a cell (an attention kind defined only for decoders on an encoder cell, a
     learned table too short for the cell's lengths) gets an ``n/a`` row with the reason."""
-    from lengen.config import resolve
-    from lengen.config_files import apply_overrides
-    from lengen.recipes.common import select
-    from lengen.sweep import RunSpec
-
     cells = select(cells, list(CELLS), list(CELLS), "bench cell")
     labels = [label for label, _ in variants]
     if len(set(labels)) != len(labels):
@@ -128,9 +127,6 @@ def run_bench(variants, scale: str = "cpu", out: str | None = None, *, workers: 
               log=print):
     """Train and evaluate every variant x cell into ``out`` (default ``runs/bench-<scale>``),
     then write the scorecard there. Returns the scorecard rows."""
-    from lengen.bench.scorecard import scorecard_rows, write_scorecard
-    from lengen.sweep import run_sweep
-
     out = out or os.path.join("runs", f"bench-{scale}")
     specs, na = build_specs(variants, scale, cells=cells)
     log(f"lengen bench v{VERSION} at scale {scale}: {len(variants)} variant(s) x "
@@ -146,10 +142,6 @@ def estimate_bench(variants, scale: str = "cpu", *, workers: int = 1, cells=None
     """Time a few training steps of every run on this machine and print the estimated wall time
     of the whole bench on ``workers`` processes (evaluation not included; it is small next to
     training at these scales). Says how loaded the machine was."""
-    from lengen.config import resolve
-    from lengen.recipes.estimate import report_total, time_training_steps, use_worker_threads
-    from lengen.rundir.load import prepare
-
     use_worker_threads(workers, threads)
     specs, _ = build_specs(variants, scale, cells=cells)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0

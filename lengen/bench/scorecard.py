@@ -6,9 +6,16 @@ training distribution, so its OOD number does not count; grey where the variant 
 from __future__ import annotations
 
 import csv
+import io
 import os
 
-from lengen.bench.battery import CELLS, VERSION, score
+import numpy as np
+
+from lengen.analysis.tables import markdown_table
+from lengen.bench.battery import CELLS, CHOMSKY, VERSION, score
+from lengen.fileio import save_json_atomic, savefig_atomic, write_text_atomic
+from lengen.recipes.randomized_pe.published import PAPER_TABLE4
+from lengen.recipes.tra_flipflop.published import PAPER_TABLE1
 
 FIELDS = ["variant", "cell", "family", "status", "fitted", "seen", "ood", "paper_ood", "source",
           "scale", "bench_version", "reason"]
@@ -19,16 +26,10 @@ def published(label: str, cell: str) -> float | None:
     paper reports one: flip-flop (TRA paper Table 1: mean of sparse and dense, four seeds) and
     the Chomsky cells (Ruoss et al. Table 4: mean over 10 seeds at the best lr, lengths 41..500).
     The papers' lengths and budgets are larger than the cpu scale's (see the battery)."""
-    from lengen.bench.battery import CHOMSKY
-
     if cell == "flipflop":
-        from lengen.recipes.tra_flipflop.published import PAPER_TABLE1
-
         if label in PAPER_TABLE1["dense"]:
             return (PAPER_TABLE1["sparse"][label][0] + PAPER_TABLE1["dense"][label][0]) / 200
     if cell in CHOMSKY:
-        from lengen.recipes.randomized_pe.published import PAPER_TABLE4
-
         key = {"NoPE": "none", "RoPE": "rope", "ALiBi": "alibi", "Rand. RoPE": "rand_rope"}
         if label in key:
             return PAPER_TABLE4[CHOMSKY[cell]][key[label]][0] / 100
@@ -91,9 +92,6 @@ def write_scorecard(rows: list[dict], out: str, scale: str, *, baselines: str | 
     """Write the scorecard files into ``out``; rows of the committed baselines (``baselines``:
     ``default`` = :func:`baseline_path`, a path, or None) are added for variants not run here,
     marked as baselines. Returns the paths written."""
-    from lengen.analysis.tables import markdown_table
-    from lengen.fileio import save_json_atomic, write_text_atomic
-
     os.makedirs(out, exist_ok=True)
     own = {r["variant"] for r in rows}
     base_rows, note = [], ""
@@ -141,8 +139,6 @@ def write_scorecard(rows: list[dict], out: str, scale: str, *, baselines: str | 
     write_text_atomic(f"**Scorecard**\n\n{caption}\n\n"
                       f"{markdown_table(grid, align='l' + 'r' * len(cells))}\n\n{note}\n", md)
     csv_path = os.path.join(out, "scorecard.csv")
-    import io
-
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=FIELDS, extrasaction="ignore")
     w.writeheader()
@@ -159,13 +155,11 @@ def write_scorecard(rows: list[dict], out: str, scale: str, *, baselines: str | 
 
 
 def _figure(variants, cells, cellrow, path, scale) -> None:
-    import matplotlib
+    import matplotlib  # slow import: drawing only
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
+    import matplotlib.pyplot as plt  # slow import: drawing only
 
-    from lengen.fileio import savefig_atomic
 
     vals = np.full((len(variants), len(cells)), np.nan)
     fig, ax = plt.subplots(figsize=(1.1 * len(cells) + 2.5, 0.5 * len(variants) + 1.8))

@@ -9,8 +9,15 @@ The contracts themselves are in :mod:`lengen.contracts.model` and :mod:`lengen.c
 """
 from __future__ import annotations
 
+from lengen.attention import ATTENTION_POINT, ATTENTIONS
+from lengen.checks import did_you_mean
 from lengen.contracts.model import MODEL_CONTRACTS, Failure, Skip
 from lengen.contracts.task import TASK_CONTRACTS
+from lengen.errors import ConfigError
+from lengen.posenc import POSENC_POINT, POSENCS
+from lengen.samplers import SAMPLER_POINT
+from lengen.tasks import TASK_POINT, build_task
+from lengen.tasks.sequence.base import SequenceTask
 
 #: registry kind -> (config key, contracts that apply)
 KINDS = {
@@ -25,11 +32,6 @@ KINDS = {
 
 def points():
     """kind -> the ExtensionPoint that resolves its names."""
-    from lengen.attention import ATTENTION_POINT
-    from lengen.positions import SAMPLER_POINT
-    from lengen.posenc import POSENC_POINT
-    from lengen.tasks import TASK_POINT
-
     return {"posenc": POSENC_POINT, "attention": ATTENTION_POINT, "positions": SAMPLER_POINT,
             "task": TASK_POINT}
 
@@ -37,8 +39,6 @@ def points():
 def find_kind(name: str) -> str:
     """The registry kind a name belongs to: a built-in or installed plugin name, or the base class
     of the class an import path names. A ConfigError lists every kind's names otherwise."""
-    from lengen.errors import ConfigError
-
     errors = []
     for kind, point in points().items():
         if name in point.registry or name in point.plugins():
@@ -53,8 +53,6 @@ def find_kind(name: str) -> str:
         raise ConfigError(errors[0] if "could not be imported" in errors[0] or "has no" in
                           errors[0] else f"'{name}' is not a positional scheme, attention kind, "
                                          f"position sampler or task class")
-    from lengen.checks import did_you_mean
-
     names = [n for p in points().values() for n in [*p.registry, *p.plugins()]]
     raise ConfigError(f"'{name}' is not a positional scheme, attention kind, position sampler or "
                       f"task (see `lengen list`), nor an import path package.module:Name to "
@@ -63,9 +61,6 @@ def find_kind(name: str) -> str:
 
 def plan(kind: str, name: str) -> list[tuple[str, dict]]:
     """(contract, combination) pairs to run for entry ``name`` of ``kind``."""
-    from lengen.attention import ATTENTIONS
-    from lengen.posenc import POSENCS
-
     if kind == "task":
         return [(c, {"task": name}) for c in KINDS["task"][1]
                 if c != "answers" or _has_answers(points()["task"].get(name))]
@@ -87,8 +82,6 @@ def plan(kind: str, name: str) -> list[tuple[str, dict]]:
 def _has_answers(cls) -> bool:
     """Whether the ``answers`` contract can check a task class: a decoder (targets are the next
     inputs) or a sequence task of the standard layout (its ``solve`` gives the answer)."""
-    from lengen.tasks.sequence.base import SequenceTask
-
     return bool(getattr(cls, "causal", False)) or (
         issubclass(cls, SequenceTask) and cls.sample is SequenceTask.sample)
 
@@ -96,8 +89,6 @@ def _has_answers(cls) -> bool:
 def run_one(contract: str, combo: dict) -> tuple[str, str]:
     """(status, reason) of one contract on one combination: pass, fail (with the reason) or skip
     (why it does not apply). An exception other than a Failure is a fail too, named."""
-    from lengen.tasks import build_task
-
     try:
         if "task" in combo:
             TASK_CONTRACTS[contract](build_task(combo["task"]))

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import torch
 
+from lengen.config import resolve
 from lengen.errors import ConfigError
 from lengen.model import ModelConfig, Transformer
 
@@ -209,8 +210,6 @@ def generation(**combo) -> None:
 
 
 def bad_kwargs(section: str, **combo) -> None:
-    from lengen.config import resolve
-
     model = {"posenc": combo.get("posenc", "nope"), "attention": combo.get("attention", "softmax"),
              "positions": combo.get("positions", "identity"), "d_model": 16, "n_heads": 2,
              "n_layers": 1, f"{section}_kwargs": {"no_such_argument_xyz": 1}}

@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 
 from lengen.contracts.model import Failure, Skip
+from lengen.tasks.sequence.base import EOS, SEP, SequenceTask, prompts_and_answers
 
 
 def _splits(task) -> list[str]:
@@ -67,8 +68,6 @@ def splits(task) -> None:
 
 
 def masks(task) -> None:
-    from lengen.tasks.sequence.base import EOS, SequenceTask
-
     batches = [task.train_batch(6, torch.Generator().manual_seed(0))]
     batches += [task.eval_batch(s, 6, torch.Generator().manual_seed(1)) for s in _splits(task)]
     V = task.vocab_size
@@ -99,8 +98,6 @@ def masks(task) -> None:
 
 
 def answers(task) -> None:
-    from lengen.tasks.sequence.base import EOS, SEP, SequenceTask, prompts_and_answers
-
     checked = False
     # the standard layout [WORD] items [SEP]: the answer is solve(items); a task that makes its
     # own prompts (addition) is checked against its solver by its own tests

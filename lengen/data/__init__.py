@@ -6,8 +6,9 @@
     ids = cached_tokens(corpus, "validation", tok)    # numpy memmap, uint16
 """
 from lengen.data.corpus import CORPORA, Corpus, load_corpus
-from lengen.data.token_cache import cached_tokens, default_cache_dir
+from lengen.data.token_cache import cached_tokens
 from lengen.data.tokenizers import TOKENIZERS, Tokenizer, build_tokenizer
+from lengen.fileio import default_cache_dir
 
 __all__ = ["CORPORA", "Corpus", "load_corpus", "TOKENIZERS", "Tokenizer", "build_tokenizer",
            "cached_tokens", "default_cache_dir"]

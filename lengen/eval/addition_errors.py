@@ -28,7 +28,9 @@ from collections import Counter
 
 import torch
 
-from lengen.tasks.sequence.addition import HINTS
+from lengen.errors import ArgumentError
+from lengen.eval.generation import generated_batches
+from lengen.tasks.sequence.addition import HINTS, add_digits
 from lengen.tasks.sequence.base import EOS
 
 
@@ -49,8 +51,6 @@ def answer_digits(task, ids) -> tuple[list[int], list[int], bool]:
 
 def classify(task, prompt, target, output) -> dict:
     """One example: the prompt, the target answer (+EOS) and the model's output, all token ids."""
-    from lengen.tasks.sequence.addition import add_digits
-
     want, want_h, _ = answer_digits(task, target)
     got, got_h, ended = answer_digits(task, output)
     W = len(want)
@@ -79,8 +79,6 @@ def summarize(records: list[dict], meta: dict | None = None) -> list[dict]:
     and without a carry into them (Fig. 9, both readings), the share of wrong answers with
     exactly one wrong digit (the paper: > 90% for FIRE), premature terminations, and the counts
     behind the histograms (``wrong_digits=k`` and ``position=i`` metrics)."""
-    from lengen.errors import ArgumentError
-
     need = ("n_digits", "carry", "correct", "wrong_positions", "carry_in")
     if not isinstance(records, (list, tuple)):
         raise ArgumentError(f"records must be the list of per-example records that "
@@ -132,8 +130,6 @@ def addition_error_analysis(model, task, splits, *, n_sequences: int = 200, seed
     """Greedy-decode ``n_sequences`` evaluation examples of each split (the same examples and
     positions teacher forcing scores) and classify every answer -> (rows of :func:`summarize`,
     per-example records)."""
-    from lengen.eval.generation import generated_batches
-
     records = []
     for split in splits:
         for prompts, answers, outputs in generated_batches(model, task, split, n_sequences,

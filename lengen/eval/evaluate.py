@@ -18,9 +18,11 @@ RNG (periodic evaluation cannot shift training).
 from __future__ import annotations
 
 import torch
+from tqdm.auto import tqdm
 
 from lengen.errors import ArgumentError, ConfigError
 from lengen.eval.metrics import batch_stats, finalize, restrict_to_outputs
+from lengen.eval.perplexity import evaluate_perplexity
 # the evaluation stream is shared with the perplexity protocol, which evaluate() dispatches to
 from lengen.eval.stream import block_positions, eval_stream, forward  # noqa: F401
 from lengen.tasks.base import check_eval_sizes
@@ -80,8 +82,6 @@ def evaluate(model, task, splits: list[str], *, n_sequences: int, batch_size: in
     check_eval_sizes(n_sequences, batch_size, seed)
     splits = check_evaluate_args(model, task, splits, meta)
     if getattr(task, "evaluation", "accuracy") == "perplexity":
-        from lengen.eval.perplexity import evaluate_perplexity
-
         return evaluate_perplexity(model, task, splits, n_sequences=n_sequences,
                                    batch_size=batch_size, seed=seed, device=device, meta=meta,
                                    progress=progress)
@@ -95,8 +95,6 @@ def evaluate(model, task, splits: list[str], *, n_sequences: int, batch_size: in
     rows = []
     it = splits
     if progress:
-        from tqdm.auto import tqdm
-
         it = tqdm(splits, desc="eval", leave=False)
     for split in it:
         r = evaluate_split(model, task, split, n_sequences, batch_size, seed, device)

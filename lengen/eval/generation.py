@@ -18,10 +18,15 @@ a missing, early or late EOS is a mismatch.
 from __future__ import annotations
 
 import torch
+from tqdm.auto import tqdm
 
+from lengen.config import SEED
 from lengen.errors import ConfigError
+from lengen.eval.evaluate import eval_stream
+from lengen.rundir.load import load_run
 from lengen.tasks.sequence.base import EOS, SequenceTask, prompts_and_answers
 from lengen.tasks.splits import split_name
+from lengen.threads import use_threads
 
 MARK = ">>{}<<"     # how the first wrong output token is shown
 
@@ -95,8 +100,6 @@ def generated_batches(model, task, split: str, n_sequences: int, batch_size: int
     the two can be compared row by row. Positions that a sampler reads from the tokens (position
     coupling, Abacus) are computed by ``generate`` from the model's own output instead, which
     equals the teacher-forced positions as long as the output is right."""
-    from lengen.eval.evaluate import eval_stream
-
     was_training = getattr(model, "training", False)
     model.eval()
     try:
@@ -199,8 +202,6 @@ def show_generations(model, task, *, split: str | None = None, prompt: str | Non
         prompts, answers, outputs = [], [], []
         batches = generated_batches(model, task, split, n, batch_size, seed, device)
         if progress and n > batch_size:        # long legitimate work: say how far it is
-            from tqdm.auto import tqdm
-
             batches = tqdm(batches, total=-(-n // batch_size), desc="generate", unit="batch",
                            leave=False)
         for ps, ans, outs in batches:
@@ -218,10 +219,6 @@ def run_generate(run_dir: str, *, split: str | None = None, prompt: str | None =
                  n: int = 8, seed: int | None = None, device="cpu", threads: int = 0) -> str:
     """``lengen generate``: :func:`show_generations` for a run directory's model, on ``threads``
     torch threads (0: :func:`lengen.threads.choose_threads`'s choice for the model)."""
-    from lengen.config import SEED
-    from lengen.threads import use_threads
-    from lengen.rundir.load import load_run
-
     if seed is not None:
         SEED.check(seed, "seed")          # --seed: an evaluation data seed, an integer >= 0
     cfg, task, model = load_run(run_dir, device=device)

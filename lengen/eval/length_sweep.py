@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
+from lengen.eval.evaluate import evaluate
 from lengen.tasks.splits import length_splits, parse_split
 
 
@@ -78,8 +79,6 @@ def evaluate_lengths(model, task, lengths: Sequence[int], *, n_sequences: int, b
                      progress: bool = False) -> list[dict]:
     """Evaluate ``model`` at each test length K; rows as :func:`lengen.eval.evaluate` plus ``n``.
     A length the model cannot encode is a ValueError before any evaluation."""
-    from lengen.eval.evaluate import evaluate
-
     model.check_length(task.max_input_length(length_splits(lengths)))
     return add_lengths(evaluate(model, task, length_splits(lengths), n_sequences=n_sequences,
                                 batch_size=batch_size, seed=seed, device=device, meta=meta,

@@ -35,6 +35,9 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from tqdm.auto import tqdm
+
+from lengen.eval.stream import eval_stream, forward
 
 LOGITS_PER_BLOCK = 1 << 22
 
@@ -67,8 +70,6 @@ def score_batch(model, batch, *, positions: torch.Tensor | None = None,
     """Sum of the NLL (nats) of the targets under ``batch.eval_mask``, and their count, computing
     logits only for those targets, a block of rows at a time. ``positions`` ([T] or [B, T]):
     explicit positions (default: the model's sampler)."""
-    from lengen.eval.stream import forward
-
     with hidden_states(model) as head:
         h = forward(model, batch.inputs, positions)               # [B, T, D]
     mask = batch.eval_mask
@@ -84,8 +85,6 @@ def score_batch(model, batch, *, positions: torch.Tensor | None = None,
 @torch.inference_mode()
 def reference_nll(model, batch, *, positions: torch.Tensor | None = None) -> dict:
     """The same sums from the full ``[B, T, V]`` logits (reference for :func:`score_batch`)."""
-    from lengen.eval.stream import forward
-
     logits = _at_least_fp32(forward(model, batch.inputs, positions))   # [B, T, V]
     nll = F.cross_entropy(logits.flatten(0, 1), batch.targets.flatten(), reduction="none")
     mask = batch.eval_mask.flatten()
@@ -97,8 +96,6 @@ def perplexity_split(model, task, split: str, *, n_sequences: int | None = None,
                      batch_size: int = 64, seed: int = 1234, device="cpu") -> dict:
     """``{nll, ppl, tokens, sequences, length}`` of one ``len=K`` split. ``seed`` seeds the
     evaluation positions of samplers that draw at evaluation (module docstring)."""
-    from lengen.eval.stream import eval_stream
-
     was_training = model.training
     model.eval()
     nll_sum, tokens, windows = 0.0, 0, 0
@@ -130,8 +127,6 @@ def evaluate_perplexity(model, task, splits=None, *, n_sequences: int | None = N
     info = task.eval_info() if hasattr(task, "eval_info") else {}
     it = splits
     if progress:
-        from tqdm.auto import tqdm
-
         it = tqdm(splits, desc="perplexity", leave=False)
     rows = []
     for split in it:

@@ -32,9 +32,12 @@ from __future__ import annotations
 import os
 
 import torch
+from transformers import LlamaConfig, LlamaForCausalLM
 
 from lengen.errors import ExportError
+from lengen.hf.modeling import LengenConfig, LengenForCausalLM
 from lengen.model import HFBackbone, Transformer
+from lengen.rundir.load import load_run
 
 EXPORT_FORMATS = ("hf", "llama")
 RMS_EPS = 1e-6                     # lengen.model.transformer.RMSNorm's eps
@@ -43,8 +46,6 @@ _ROPE_DEFAULTS = {"base": 10000.0, "rotary_fraction": 1.0, "scaling": "none", "f
 
 def to_hf(model: Transformer, task: dict | None = None):
     """A :class:`LengenForCausalLM` holding a copy of ``model``'s weights."""
-    from lengen.hf.modeling import LengenConfig, LengenForCausalLM
-
     hf = LengenForCausalLM(LengenConfig(lengen_model=model.cfg.to_dict(), lengen_task=task))
     hf.model.load_state_dict(model.state_dict())
     return hf.eval()
@@ -123,8 +124,6 @@ def _rope_parameters(model: Transformer) -> tuple[dict, int | None]:
 
 def llama_config(model: Transformer):
     """The ``LlamaConfig`` of a lengen model that maps onto Llama (else ExportError)."""
-    from transformers import LlamaConfig
-
     why = llama_refusals(model)
     if why:
         raise ExportError("this lengen model cannot be written as a stock LlamaForCausalLM: "
@@ -162,8 +161,6 @@ def llama_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
 
 def to_llama(model: Transformer):
     """A stock ``LlamaForCausalLM`` computing what ``model`` computes (else ExportError)."""
-    from transformers import LlamaForCausalLM
-
     cfg = llama_config(model)
     with torch.device("cpu"):
         llama = LlamaForCausalLM(cfg)
@@ -180,8 +177,6 @@ def export_run(run_dir: str, out: str, to: str = "hf") -> str:
     """Write the weights of the run in ``run_dir`` (its final model, else its newest
     checkpoint) to ``out`` as a Hugging Face directory (config.json + model.safetensors) of
     format ``to`` (``hf`` or ``llama``); returns ``out``."""
-    from lengen.rundir.load import load_run
-
     if to not in EXPORT_FORMATS:
         raise ExportError(f"unknown export format {to!r}; valid: {', '.join(EXPORT_FORMATS)}")
     if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 
 import torch
+from transformers import AutoConfig, AutoModelForCausalLM
 
 from lengen.errors import ConfigError
 from lengen.hf.modeling import MODEL_TYPE, LengenForCausalLM
@@ -31,8 +32,6 @@ ROPE_TYPES = ("linear", "dynamic", "yarn", "llama3", "longrope")
 
 def checkpoint_config(path: str):
     """The transformers config of checkpoint directory ``path`` (offline), or ConfigError."""
-    from transformers import AutoConfig
-
     if not os.path.isdir(path) or not os.path.isfile(os.path.join(path, "config.json")):
         raise ConfigError(f"--hf {path} is not a Hugging Face checkpoint directory (no "
                           f"config.json); give a directory written by save_pretrained (or "
@@ -65,8 +64,6 @@ def apply_rope_scaling(config, scaling: dict) -> None:
 def load_checkpoint(path: str, *, rope_scaling: dict | None = None, device="cpu"):
     """The model in checkpoint directory ``path`` behind lengen's interface, in eval mode, fp32
     (see the module docstring)."""
-    from transformers import AutoModelForCausalLM
-
     config = checkpoint_config(path)
     mt = config.model_type
     if mt == MODEL_TYPE:                          # lengen's own model, exported with --to hf

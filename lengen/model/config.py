@@ -17,8 +17,12 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import asdict, dataclass, field
 
-from lengen.checks import Bool, Choice, Float, Int, Mapping, Str, check_fields
+from lengen.attention import ATTENTION_POINT
+from lengen.checks import Bool, Choice, Float, Int, Mapping, Str, check_fields, did_you_mean
 from lengen.errors import ConfigError
+from lengen.posenc import POSENC_POINT
+from lengen.registry import check_kwargs
+from lengen.samplers import SAMPLER_POINT
 
 MLPS = ("swiglu", "geglu", "relu", "gelu")
 NORMS = ("rms", "layer")
@@ -53,7 +57,7 @@ class ModelConfig:
     posenc_kwargs: dict = field(default_factory=dict)
     attention: str = "softmax"         # key of lengen.attention.ATTENTIONS
     attention_kwargs: dict = field(default_factory=dict)
-    positions: str = "identity"        # key of lengen.positions.SAMPLERS
+    positions: str = "identity"        # key of lengen.samplers.SAMPLERS
     positions_kwargs: dict = field(default_factory=dict)
     attn_impl: str = "auto"            # auto | naive | lean (see lengen.attention.base)
     attn_block_size: int = 256         # query block of the lean path
@@ -132,8 +136,6 @@ class ModelConfig:
     def from_dict(cls, d: dict) -> "ModelConfig":
         """A ModelConfig from a plain dict of its fields; an unknown key is a ConfigError
         listing the valid ones (``ModelConfig(**d)`` would raise a bare TypeError)."""
-        from lengen.checks import did_you_mean
-
         if not isinstance(d, dict):
             raise ConfigError(f"a model config must be a ModelConfig or a dict of its keys, got "
                               f"{type(d).__name__}")
@@ -150,11 +152,6 @@ class ModelConfig:
         and the position sampler (the same checks as a config file's, :mod:`lengen.registry`),
         store the coerced kwargs, and return ``{section: (kind, name, class, framework
         arguments)}`` for :func:`lengen.config.check_components`."""
-        from lengen.attention import ATTENTION_POINT
-        from lengen.positions import SAMPLER_POINT
-        from lengen.posenc import POSENC_POINT
-        from lengen.registry import check_kwargs
-
         # a plugin is stored by its import path, so whatever rebuilds the run (resume, eval,
         # spawned sweep workers, Ray tasks) imports the same class without its entry point
         self.posenc = POSENC_POINT.canonical(self.posenc)

@@ -44,7 +44,7 @@ from lengen.model.config import HF_MODEL_TYPES, HF_SIZES, ModelConfig
 from lengen.model.generate import generate
 from lengen.model.transformer import (Transformer, as_model_config, built, check_positions,
                                       check_tokens, input_problem)
-from lengen.positions import build_sampler
+from lengen.samplers import build_sampler
 
 MISSING = ('model.backbone=hf needs Hugging Face transformers: pip install "lengen[hf]" (or use '
            'model.backbone=lengen)')

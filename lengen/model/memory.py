@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import os
 
+import torch
+
 from lengen.errors import (OOM_HINT, ConfigError, is_out_of_memory,  # noqa: F401
                            out_of_memory_message)
 
@@ -61,8 +63,6 @@ def estimate_bytes(m, *, batch: int, length: int, training: bool,
 def available_bytes(device="cpu") -> int | None:
     """Memory a new allocation can get on ``device``: free CUDA memory, or the host's
     ``MemAvailable`` (Linux), else None (unknown: nothing is refused)."""
-    import torch
-
     device = torch.device(device)
     if device.type == "cuda":
         try:
@@ -142,8 +142,6 @@ def check_work(m, *, sequences: int | list[int], length: int | list[int], device
     """Refuse on a CPU forward-pass work beyond :data:`CPU_MAX_FLOPS` (ConfigError naming the
     sequences and length behind it); ``length`` may list one length per group of ``sequences``
     (one per split), and ``sequences`` one count per length. Returns the estimate."""
-    import torch
-
     lengths = [length] if isinstance(length, int) else list(length)
     counts = list(sequences) if isinstance(sequences, (list, tuple)) else [sequences] * len(lengths)
     flops = sum(forward_flops(m, sequences=c, length=n) for c, n in zip(counts, lengths))

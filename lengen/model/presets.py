@@ -82,6 +82,8 @@ from __future__ import annotations
 
 import copy
 
+from lengen.registry import lookup
+
 RUOSS2023_ENCODER = dict(d_model=64, n_layers=5, n_heads=8, d_ff=256, mlp="relu", norm="layer",
                          norm_position="post", final_norm=False, embed_scale=True, dropout=0.1,
                          causal=False, init="haiku", embed_dropout="with_pe")
@@ -126,8 +128,6 @@ PRESETS: dict[str, dict] = {
 def preset(name: str, **model_overrides) -> dict:
     """A deep copy of preset ``name`` as a config dict, ``model_overrides`` applied to its model
     section (e.g. ``posenc="rope"``)."""
-    from lengen.registry import lookup
-
     out = copy.deepcopy(lookup(PRESETS, name, "preset"))
     out["model"].update(copy.deepcopy(model_overrides))
     return out

@@ -3,7 +3,7 @@
 Single-device and free of logging or config parsing; compile, mixed precision and DDP are applied
 from outside. Positions are data: ``forward`` takes an explicit positions tensor, ``[T]`` (shared by
 the batch) or ``[B, T]`` (one row per sequence), or draws one from the configured sampler
-(``lengen.positions``), so randomized / interpolated positions compose with every scheme.
+(``lengen.samplers``), so randomized / interpolated positions compose with every scheme.
 ``forward(..., cache=)`` runs cached decoding steps (:mod:`lengen.model.cache`) and ``generate``
 continues prompts (:mod:`lengen.model.generate`). The positional scheme is one module shared by
 all layers (a scheme built with ``per_layer=True`` gets one instance per layer instead); attention modules call its hooks (see ``lengen.posenc.base``).
@@ -24,10 +24,11 @@ from lengen.attention import build_attention
 from lengen.errors import ArgumentError, ConfigError
 from lengen.model.cache import KVCache
 from lengen.model.config import ModelConfig
-from lengen.positions import SAMPLER_POINT, build_sampler
+from lengen.model.generate import generate
 from lengen.posenc import POSENC_POINT, build_posenc
 from lengen.posenc.base import PositionalScheme
 from lengen.registry import construct
+from lengen.samplers import SAMPLER_POINT, build_sampler
 from lengen.samplers.base import PositionSampler
 
 
@@ -263,7 +264,7 @@ class Transformer(nn.Module):
         """Positions from the configured sampler (train or eval behaviour by ``self.training``):
         [T], or [B, T] from a per-instance sampler given ``batch_size``. Draws from
         ``generator``, else torch's global RNG. ``lengths`` [B] (real row lengths) and ``tokens``
-        [B, T] feed batch-aware samplers (:mod:`lengen.positions`); ``batch`` (a
+        [B, T] feed batch-aware samplers (:mod:`lengen.samplers`); ``batch`` (a
         :class:`lengen.tasks.base.Batch`) gives both, computed only for such samplers."""
         reads = getattr(self.sampler, "uses_batch", False) or (
             self.training and getattr(self.sampler, "uses_lengths_in_training", False))
@@ -324,8 +325,6 @@ class Transformer(nn.Module):
                  use_cache: bool = True) -> list[torch.Tensor]:
         """Continue each prompt by up to ``max_new_tokens`` tokens (greedy at temperature 0);
         see :func:`lengen.model.generate.generate`."""
-        from lengen.model.generate import generate
-
         return generate(self, prompts, max_new_tokens, eos_id, positions=positions,
                         temperature=temperature, top_k=top_k, generator=generator,
                         use_cache=use_cache)

@@ -39,6 +39,8 @@ import threading
 import warnings
 from pathlib import Path
 
+from lengen.fileio import default_cache_dir
+
 FLAGS = ["-O3", "-fPIC", "-shared", "-std=c99"]
 _lock = threading.Lock()
 _loaded: dict[str, ctypes.CDLL | None] = {}
@@ -78,8 +80,6 @@ def compiler() -> list[str] | None:
 
 
 def cache_dir() -> Path:
-    from lengen.data.token_cache import default_cache_dir
-
     return Path(default_cache_dir()) / "ckernels"
 
 

@@ -11,7 +11,7 @@ Transformer-XL), or None.
 
 A scheme overrides only the hooks it needs; the defaults do nothing. Attention modules never ask
 which scheme is active, so a new scheme is one new file, one registry line and its tests.
-Positions are float tensors made by a :mod:`lengen.positions` sampler: ``[T]`` (shared by the
+Positions are float tensors made by a :mod:`lengen.samplers` sampler: ``[T]`` (shared by the
 batch) or ``[B, T]`` (one row per sequence). Every hook accepts both; a bias hook returns
 ``[H, Tq, Tk]`` when both position tensors are ``[T]``-shaped and ``[B, H, Tq, Tk]`` when either
 is per sequence, and ``[B, T]`` with equal rows gives the ``[T]`` values.

@@ -34,6 +34,7 @@ from lengen.posenc.base import PositionalScheme
 from lengen.posenc.rope_scaling import (SCALINGS, dynamic_base, inv_freq, llama3_inv_freq,
                                         longrope_attention_factor, longrope_inv_freq,
                                         yarn_attention_factor, yarn_inv_freq)
+from lengen.tasks.base import task_train_length
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -173,8 +174,6 @@ class RoPE(PositionalScheme):
         longest training input (tokens)."""
         kw = dict(kwargs)
         if kw.get("scaling", "none") in NEEDS_L0 and kw.get("original_length") is None:
-            from lengen.samplers.interpolate import task_train_length
-
             L0 = task_train_length(task)
             if L0 is None:
                 raise ValueError(f"scaling={kw['scaling']} needs posenc_kwargs.original_length "

@@ -3,9 +3,17 @@ the choice of a training device, the check of selected names, the ``train`` sect
 config, the report of failed runs."""
 from __future__ import annotations
 
+import json
 import os
 
+import torch
+
+from lengen.analysis.tables import markdown_table
 from lengen.cliutil import int_at_least
+from lengen.fileio import write_text_atomic
+from lengen.rundir.layout import read_stored_config
+from lengen.runs import evaluate_run
+from lengen.sweep.local import write_results
 
 
 def add_sweep_arguments(p, name: str, *, scale_help: str, seeds_help: str) -> None:
@@ -45,8 +53,6 @@ def add_corpus_arguments(q) -> None:
 def default_device(scale: str) -> str:
     """cuda at the paper scale when a GPU is present, else cpu (cpu and smoke scales are sized
     for a CPU)."""
-    import torch
-
     return "cuda" if scale == "paper" and torch.cuda.is_available() else "cpu"
 
 
@@ -65,9 +71,6 @@ def write_md(path: str, title: str, caption: str, grid, note: str = "", *,
     """A report table: bold title, caption, the Markdown table of ``grid`` (header row first;
     the first ``label_columns`` columns left-aligned, the rest right-aligned) and an optional
     note, written atomically."""
-    from lengen.analysis.tables import markdown_table
-    from lengen.fileio import write_text_atomic
-
     align = "l" * label_columns + "r" * (len(grid[0]) - label_columns)
     text = f"**{title}**\n\n{caption}\n\n{markdown_table(grid, align=align)}\n"
     write_text_atomic(text + (f"\n{note}\n" if note else ""), path)
@@ -114,8 +117,6 @@ def add_eval_only_rows(rows: list, res, specs, out: str, wanted: dict, evaluate,
     evaluation is reported like a failed run and the rest kept. When the rows or failures differ
     from the sweep's, ``results.json`` / ``results.csv`` / ``failures.json`` are rewritten.
     -> (rows, failures)."""
-    from lengen.sweep.local import write_results
-
     rows, failures = list(rows), list(res.failures)
     for spec in specs:
         done = res.status.get(spec.name, {}).get("status") in ("done", "cached")
@@ -141,11 +142,6 @@ def eval_with_positions(run_dir: str, positions: str, kwargs: dict, *, stem: str
     weights (same sampler, kwargs, splits and the run's stored ``eval`` settings, which a sweep
     may change without retraining; written after the weights), else evaluated and written there
     (:func:`lengen.runs.evaluate_run`)."""
-    import json
-
-    from lengen.rundir.layout import read_stored_config
-    from lengen.runs import evaluate_run
-
     path = os.path.join(run_dir, f"{stem}.json")
     stored_eval = (read_stored_config(run_dir) or {}).get("eval")
     stamp = json.dumps({"positions": positions, "positions_kwargs": kwargs,

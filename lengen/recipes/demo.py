@@ -10,11 +10,14 @@ interrupted one resumes from its checkpoint.
 """
 from __future__ import annotations
 
+import json
 import os
 import time
 
 from lengen.config import resolve
-from lengen.fileio import save_json_atomic, write_csv_atomic
+from lengen.fileio import make_output_dir, save_json_atomic, write_csv_atomic, write_text_atomic
+from lengen.registry import lookup
+from lengen.train import train
 
 # One place for the demo's size; the protocol (task, splits, metric) is the paper's.
 DEMO = {
@@ -36,8 +39,6 @@ SPLIT_ORDER = ("iid", "sparse", "dense")
 
 def demo_config(name: str, steps: int | None = None, eval_sequences: int | None = None,
                 threads: int = 0):
-    from lengen.registry import lookup
-
     attention, posenc = lookup(DEMO_MODELS, name, "demo model")
     d = DEMO
     return resolve({
@@ -67,15 +68,8 @@ def format_table(rows: list[dict], models: list[str], metric: str = "seq_acc") -
 
 def run_demo(out_dir: str = "runs/demo", steps: int | None = None, models=None,
              eval_sequences: int | None = None, threads: int = 0) -> list[dict]:
-    from lengen.fileio import write_text_atomic
-    from lengen.train import train
-
-    import json
-
     models = list(models or DEMO_MODELS)
     cfgs = {m: demo_config(m, steps, eval_sequences, threads) for m in models}  # validate all first
-    from lengen.fileio import make_output_dir
-
     make_output_dir(out_dir)
     rows, times = [], {}
     t_all = time.time()

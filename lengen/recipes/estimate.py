@@ -12,29 +12,30 @@ import json
 import os
 import time
 
+import torch
+
+from lengen.sweep import default_threads
+from lengen.threads import set_process_threads, use_threads
+from lengen.train.loop import positions_generator
+from lengen.train.optim import build_optimizer, build_scheduler
+from lengen.train.precision import compile_model, grad_scaler
+from lengen.train.step import apply_update, backward_and_clip, forward_loss
+
 
 def use_worker_threads(workers: int, threads: int | None = None) -> None:
     """Time with the torch threads a sweep's runs get: ``threads`` when given (explicit, as
     :func:`lengen.sweep.run_sweep` makes it), else a worker's share of the cores
     (:func:`lengen.sweep.default_threads`: cores // workers), within which
     :func:`time_training_steps` picks as :func:`lengen.train` does."""
-    import torch
-
     if threads:
-        from lengen.threads import set_process_threads
-
         set_process_threads(threads)
         return
-    from lengen.sweep import default_threads
-
     share = default_threads(workers)
     if share:
         torch.set_num_threads(share)
 
 
 def sync(device) -> None:
-    import torch
-
     if str(device).startswith("cuda"):
         torch.cuda.synchronize()
 
@@ -55,15 +56,6 @@ def time_training_steps(cfg, task, model, *, steps: int = 10, warmup: int = 2,
     autocast, compiled when ``train.compile``), outputs restricted to the scored slice, loss,
     backward (fp16: scaled), clipping, AdamW and the schedule. ``warmup`` steps first, untimed
     (they include compilation). Leaves the model in eval mode."""
-    import torch
-
-    from lengen.train.loop import positions_generator
-    from lengen.train.optim import build_optimizer, build_scheduler
-    from lengen.train.precision import compile_model, grad_scaler
-    from lengen.train.step import apply_update, backward_and_clip, forward_loss
-
-    from lengen.threads import use_threads
-
     tc, dev = cfg.train, torch.device(device)
     use_threads(tc.threads, cfg.model.d_model, device)       # the count lengen.train would use
     model.to(device).train()
@@ -113,8 +105,6 @@ def report_total(costs: list[float], workers: int, what: str, *, serial: float =
                  log=print) -> float:
     """Log and return the sweep's estimated wall time: the makespan of ``costs`` (seconds per
     run, in the sweep's order) on ``workers`` workers, plus ``serial`` seconds run after it."""
-    import torch
-
     total, loads = makespan(costs, workers)
     total += serial
     log(f"estimated total: {what} with {workers} worker(s): {total / 60:.1f} min "

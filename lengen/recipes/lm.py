@@ -22,9 +22,17 @@ from __future__ import annotations
 import math
 import time
 
+import torch
+
+from lengen.analysis.tables import summarize
+from lengen.config import resolve
+from lengen.eval.evaluate import eval_stream
+from lengen.eval.perplexity import score_batch
 from lengen.recipes.common import default_device
 from lengen.recipes.estimate import (makespan, report_total, time_training_steps, timed,
                                      timing_key, use_worker_threads)
+from lengen.rundir.load import prepare
+from lengen.tasks import build_task
 
 #: ``max_eval_tokens`` that scores the whole evaluation split at every length (paper scales)
 EVAL_ALL = 10 ** 9
@@ -60,8 +68,6 @@ def text_task_kwargs(s: dict, *, corpus: str | None = None, data_dir: str | None
 def task_caption(task_kwargs: dict) -> str:
     """``Text.caption()`` of these task kwargs (corpus, saying when it is the KJV stand-in,
     tokenizer, split, protocol). Builds the task: the token cache makes that cheap after a run."""
-    from lengen.tasks import build_task
-
     return build_task("text", **task_kwargs).caption()
 
 
@@ -78,12 +84,6 @@ def time_config(cfg, *, steps: int = 10, device: str = "cpu", eval_extra=None) -
     model evaluated with position interpolation).
     Returns ``{"step", "setup", "train", "eval": {K: s}, "extra": {label: {K: s}}}``
     (``setup``: building the task and model, which every run does once)."""
-    import torch
-
-    from lengen.eval.evaluate import eval_stream
-    from lengen.eval.perplexity import score_batch
-    from lengen.rundir.load import prepare
-
     t0 = time.perf_counter()
     task, model = prepare(cfg)          # a run builds its task (token cache) and model too
     t_setup = time.perf_counter() - t0
@@ -127,8 +127,6 @@ def estimate_runs(specs, *, steps: int = 10, workers: int = 1, threads: int | No
     ``workers`` (see the module docstring). ``eval_extra(spec) -> [(label, sampler)]`` adds
     evaluations of a run's weights with other samplers, run after the sweep in the main process
     (added to the total serially). Returns ``{"per_run", "total_seconds", "workers"}``."""
-    from lengen.config import resolve
-
     use_worker_threads(workers, threads)
     timings, per_run, serial = {}, {}, after
     for spec in specs:
@@ -156,8 +154,6 @@ def estimate_runs(specs, *, steps: int = 10, workers: int = 1, threads: int | No
 
 def perplexity_table(rows, by: str = "model") -> dict:
     """``{group: {length: {"mean", "std", "n", "values"}}}`` of the ``ppl`` rows (over seeds)."""
-    from lengen.analysis.tables import summarize
-
     summ = summarize(rows, by=(by, "length"), metric="ppl")
     out: dict = {}
     for r in summ.to_dict("records"):

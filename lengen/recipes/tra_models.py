@@ -19,7 +19,11 @@ other.
 """
 from __future__ import annotations
 
+from lengen.attention import ATTENTIONS
+from lengen.posenc import POSENCS
 from lengen.recipes import common
+from lengen.registry import lookup
+from lengen.samplers import SAMPLERS
 
 #: the training keys a TRA recipe's scale sets (the paper's scheduling regime, sized per scale)
 TRAIN_KEYS = ("lr", "warmup_steps", "min_lr_frac", "weight_decay", "betas", "decay_all")
@@ -41,8 +45,6 @@ RELS = {"t5": "t5", "xl": "xl"}
 
 
 def model_parts(model: str, rel: str = "t5") -> tuple[str, str, str]:
-    from lengen.registry import lookup
-
     attention, posenc, positions = lookup(MODELS, model, "Table 1 model")
     if model == "REL":
         posenc = lookup(RELS, rel, "REL reading")
@@ -51,10 +53,6 @@ def model_parts(model: str, rel: str = "t5") -> tuple[str, str, str]:
 
 def check_available(models, rel: str = "t5") -> None:
     """Raise ValueError naming every selected model whose parts are not registered."""
-    from lengen.attention import ATTENTIONS
-    from lengen.positions import SAMPLERS
-    from lengen.posenc import POSENCS
-
     missing = []
     for m in models:
         attention, posenc, positions = model_parts(m, rel)

@@ -61,7 +61,7 @@ def _fsync_file(path: str) -> None:
 
 def save_weights(model: torch.nn.Module, path: str) -> None:
     """safetensors file written through a temporary file, flushed, then renamed into place."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save_file  # start-up: only weight files need it
 
     # safetensors refuses shared storage: drop tied duplicates (re-tied on construction)
     state, seen = {}, set()
@@ -79,7 +79,7 @@ def save_weights(model: torch.nn.Module, path: str) -> None:
 def read_weights(path: str, model: torch.nn.Module) -> dict:
     """Read a safetensors file and check it against ``model`` (names and shapes), without
     touching the model. Raises CheckpointError naming the file."""
-    from safetensors.torch import load_file
+    from safetensors.torch import load_file  # start-up: only weight files need it
 
     if not os.path.isfile(path):
         raise CheckpointError(f"{path} is missing")

@@ -21,8 +21,10 @@ import socket
 import sys
 import time
 
+from lengen.config import RESUME_IGNORED, ExperimentConfig, _deep_merge, config_diff
 from lengen.errors import ArgumentError, ConfigError, RunDirError
-from lengen.fileio import write_csv_atomic
+from lengen.fileio import save_json_atomic, write_csv_atomic
+from lengen.rundir.checkpoint import list_checkpoints
 
 # the names a run directory holds, and the refusal to write over them, sit below the file
 # helpers that also use them (lengen.runfiles)
@@ -116,9 +118,6 @@ def read_stored_config(run_dir: str) -> dict | None:
     missing or unreadable, the newest checkpoint's ``meta.json``. None when neither exists.
     Training keys added to lengen after the run was made (e.g. ``train.precision``) are filled
     with their defaults, which are the behaviour such runs had, so they still resume."""
-    from lengen.config import ExperimentConfig, _deep_merge
-    from lengen.rundir.checkpoint import list_checkpoints
-
     sources = [os.path.join(run_dir, "config.json")]
     sources += [os.path.join(p, "meta.json") for p in list_checkpoints(run_dir)]
     for path in sources:
@@ -137,8 +136,6 @@ def read_stored_config(run_dir: str) -> dict | None:
 def check_same_run(run_dir: str, new: dict) -> None:
     """Raise RunDirError if ``run_dir`` holds a run whose config differs from ``new`` in a key
     that changes what is computed (or whose config cannot be read at all)."""
-    from lengen.config import RESUME_IGNORED, config_diff
-
     if not has_run(run_dir):
         return
     fix = (f"Rerun with the stored settings (in {os.path.join(run_dir, 'config.json')}) to "
@@ -201,8 +198,6 @@ def run_meta(cfg, run_dir: str) -> dict:
 
 def write_rows(rows, run_dir, stem: str = "eval"):
     """``RUN_DIR/<stem>.json`` and ``.csv``, each written through a temporary file and renamed."""
-    from lengen.fileio import save_json_atomic
-
     save_json_atomic(rows, os.path.join(run_dir, f"{stem}.json"))
     write_csv_atomic(rows, os.path.join(run_dir, f"{stem}.csv"))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 
 import torch
 
@@ -81,8 +82,6 @@ def load_run_at(run_dir: str, device="cpu"):
                               f"train it first (lengen train --run-dir {run_dir} ...)")
         weights = os.path.join(ck, "model.safetensors")
         step = checkpoint_step(ck) or 0
-        import warnings
-
         # a checkpoint at train.steps holds the final weights (the run stopped before writing
         # model.safetensors): evaluating it is evaluating the trained model, no warning
         if step < cfg.train.steps:

@@ -46,15 +46,10 @@ import torch
 
 from lengen.checks import Float, Int
 from lengen.samplers.base import PositionSampler
+from lengen.tasks.base import task_train_length
 
 UNITS = ("tokens", "items")
 RATIOS = ("length", "last_index")
-
-
-def task_train_length(task) -> int | None:
-    """The longest training model input of ``task`` in tokens, or None when it does not say."""
-    fn = getattr(task, "train_input_length", None)
-    return None if fn is None else fn()
 
 
 def task_items_map(task, *, max_items: int = 200) -> tuple[int, int]:
@@ -243,4 +238,4 @@ class InterpolateSampler(PositionSampler):
         return f"interpolate: train: positions 0..T-1; eval: {self.describe_eval()}"
 
 
-__all__ = ["InterpolateSampler", "UNITS", "RATIOS", "task_train_length", "task_items_map"]
+__all__ = ["InterpolateSampler", "UNITS", "RATIOS", "task_items_map"]

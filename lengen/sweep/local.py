@@ -25,12 +25,23 @@ differs is reported as failed instead of being silently reused.
 from __future__ import annotations
 
 import json
+import multiprocessing as mp
 import os
 import time
 import traceback
+from multiprocessing.connection import wait
 
-from lengen.fileio import make_output_dir
+import torch
+
+from lengen.config import RESUME_IGNORED, RUNTIME_KEYS, config_diff, resolve
+from lengen.errors import ArgumentError, CheckpointError, ConfigError
+from lengen.fileio import make_output_dir, save_json_atomic, write_csv_atomic
+from lengen.rundir.layout import check_run_dir, read_stored_config
+from lengen.runs import reevaluate
 from lengen.sweep.grid import RunSpec, as_specs, failure_result
+from lengen.sweep.ray_backend import import_ray, run_ray
+from lengen.threads import set_process_threads
+from lengen.train import train
 
 
 def _read_json(path):
@@ -52,9 +63,6 @@ def finished_rows(cfg_dict: dict, run_dir: str):
     config up to the runtime keys); ``(None, reason)`` otherwise, where reason says whether the
     run needs training/resuming (``"train"``), only re-evaluation (``"eval"``: evaluation settings
     changed or eval.json unreadable), or cannot be reused (any other text: the differing keys)."""
-    from lengen.config import RESUME_IGNORED, RUNTIME_KEYS, config_diff
-    from lengen.rundir.layout import read_stored_config
-
     path = os.path.join(run_dir, "eval.json")
     if not os.path.exists(path):
         return None, "train"
@@ -77,11 +85,6 @@ def run_one(spec: RunSpec | dict, out_dir: str, *, quiet: bool = True, threads: 
     now), ``cached`` (already finished) or ``failed`` (exception; also written to
     ``failure.json`` in the run directory). Never raises for a failing run, except on
     KeyboardInterrupt (train() checkpoints first, then the sweep stops)."""
-    from lengen.config import resolve
-    from lengen.fileio import save_json_atomic
-
-    from lengen.errors import ArgumentError
-
     if not isinstance(out_dir, (str, os.PathLike)) or not os.fspath(out_dir):
         raise ArgumentError(f"out_dir must be a folder path (a non-empty str or os.PathLike) "
                             f"that holds the sweep's run directories, got {out_dir!r}")
@@ -94,8 +97,6 @@ def run_one(spec: RunSpec | dict, out_dir: str, *, quiet: bool = True, threads: 
               "error": None, "traceback": None}
     try:
         if threads:         # explicit (a sweep's --threads): every workload of this run uses it
-            from lengen.threads import set_process_threads
-
             set_process_threads(threads)
         cfg = resolve(spec.config)
         rows, why = finished_rows(cfg.to_dict(), run_dir)
@@ -105,10 +106,6 @@ def run_one(spec: RunSpec | dict, out_dir: str, *, quiet: bool = True, threads: 
             raise ValueError(f"{run_dir} holds a finished run with a {why}; delete that "
                              f"directory or sweep into another output folder")
         else:
-            from lengen.errors import CheckpointError
-            from lengen.train import train
-            from lengen.runs import reevaluate
-
             rows = None
             if why == "eval":             # finished: evaluate its weights again, no training
                 try:
@@ -161,8 +158,6 @@ def default_threads(workers: int, backend: str = "local", ray_options: dict | No
 
 def check_workers(workers) -> int:
     """``workers`` must be an integer >= 1 (1 = one run after another in this process)."""
-    from lengen.errors import ArgumentError, ConfigError
-
     if isinstance(workers, bool) or not isinstance(workers, int):
         raise ArgumentError(f"workers must be an integer >= 1 (1 = one run after another in this "
                             f"process), got {type(workers).__name__} {workers!r}")
@@ -202,8 +197,6 @@ def result_rows(result: dict) -> list[dict]:
 def write_results(out_dir: str, rows: list[dict], failures: list[dict]) -> None:
     """A sweep folder's ``results.json`` / ``results.csv`` (rows) and ``failures.json``, each
     atomically; also used by recipes that add rows after the sweep (evaluation-only columns)."""
-    from lengen.fileio import save_json_atomic, write_csv_atomic
-
     save_json_atomic(rows, os.path.join(out_dir, "results.json"))
     write_csv_atomic(rows, os.path.join(out_dir, "results.csv"))
     save_json_atomic(failures, os.path.join(out_dir, "failures.json"))
@@ -226,13 +219,11 @@ class SweepResult:
         return not self.failures and len(self.results) == len(self.specs)
 
     def frame(self):
-        import pandas as pd
+        import pandas as pd  # slow import: tables only
 
         return pd.DataFrame(self.rows)
 
     def write(self) -> None:
-        from lengen.fileio import save_json_atomic
-
         write_results(self.out_dir, self.rows, self.failures)
         pending = [s.name for s in self.specs if s.name not in self.results]
         save_json_atomic({"runs": self.status, "pending": pending},
@@ -258,10 +249,6 @@ def run_sweep(runs, out_dir: str, *, workers: int = 1, backend: str = "local", t
     ``num_gpus`` per run); ``out_dir`` must then be on a file system every node sees.
     All configs are resolved before anything runs, so a typo fails at once. ``run_fn`` is the
     per-run function (default :func:`run_one`; must be importable by name for workers/Ray)."""
-    from lengen.config import resolve
-    from lengen.errors import ArgumentError, ConfigError
-    from lengen.rundir.layout import check_run_dir
-
     if backend not in ("local", "ray"):
         raise ConfigError(f"unknown sweep backend {backend!r}. Valid: local, ray")
     out_dir = check_run_dir(out_dir, "out_dir")
@@ -280,8 +267,6 @@ def run_sweep(runs, out_dir: str, *, workers: int = 1, backend: str = "local", t
         raise ArgumentError(f"ray_options must be a dict such as {{'num_cpus': 2}}, got "
                             f"{type(ray_options).__name__}")
     if backend == "ray":
-        from lengen.sweep.ray_backend import import_ray
-
         import_ray()               # a missing Ray fails before anything runs
     specs = as_specs(runs)
     for s in specs:
@@ -319,8 +304,6 @@ def run_sweep(runs, out_dir: str, *, workers: int = 1, backend: str = "local", t
     if not todo:
         pass
     elif backend == "ray":
-        from lengen.sweep.ray_backend import run_ray
-
         run_ray(todo, out_dir, run_fn, opts, on_result, **(ray_options or {}))
     elif workers <= 1:
         for spec in todo:
@@ -335,8 +318,6 @@ def run_sweep(runs, out_dir: str, *, workers: int = 1, backend: str = "local", t
 def _worker_main(conn, run_fn, threads: int) -> None:
     """Worker process loop: receive (spec, out_dir, opts), send back the result; None stops."""
     if threads:
-        import torch
-
         torch.set_num_threads(threads)
     try:
         while True:
@@ -356,9 +337,6 @@ def run_in_workers(specs: list[RunSpec], out_dir: str, run_fn, opts: dict, on_re
     """Hand runs one at a time to ``workers`` spawned processes (the parent always knows which
     run each worker holds, so a worker that dies is charged to exactly that run). Each worker
     starts with ``threads`` torch threads (default ``opts['threads']``; 0 = torch's default)."""
-    import multiprocessing as mp
-    from multiprocessing.connection import wait
-
     ctx = mp.get_context("spawn")
     pending = list(specs)
     slots: list[dict] = []       # {proc, conn, spec or None}

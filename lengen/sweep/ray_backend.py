@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import traceback
 
+from lengen.sweep.grid import failure_result
+
 
 def import_ray():
     try:
-        import ray
+        import ray  # optional dependency
     except ImportError as e:
         raise ImportError("the Ray sweep backend needs Ray: pip install 'ray[default]' "
                           "(or use backend='local', which needs nothing extra)") from e
@@ -26,8 +28,6 @@ def run_ray(specs, out_dir: str, run_fn, opts: dict, on_result, *, address: str 
     """Submit one Ray task per run (at most ``max_in_flight`` at once; default all) and call
     ``on_result`` with each result record as it arrives. A task that raises or whose worker
     dies is recorded as a failed run; the other runs go on."""
-    from lengen.sweep.grid import failure_result
-
     ray = import_ray()
     if not ray.is_initialized():
         ray.init(address=address, ignore_reinit_error=True)

@@ -7,7 +7,7 @@ from lengen.tasks.chomsky import (BinaryAddition, BinaryMultiplication, BucketSo
 from lengen.tasks.flipflop import FlipFlop
 from lengen.tasks.sequence import Addition, Copy, Reverse, Sort, Summation
 from lengen.tasks.text import Text
-from lengen.registry import ExtensionPoint
+from lengen.registry import ExtensionPoint, check_kwargs, construct, constructor_params
 
 # Literal registry: the CLI name is the key.
 TASKS: dict[str, type[Task]] = {
@@ -47,8 +47,6 @@ TASK_POINT = ExtensionPoint("task", "task.name", "lengen.tasks", TASKS, Task)
 def task_kwargs(cls: type[Task]) -> list[str]:
     """Keyword arguments a task class accepts (its ``__init__`` and, through ``**kwargs``, its
     bases')."""
-    from lengen.registry import constructor_params
-
     return list(constructor_params(cls))
 
 
@@ -56,8 +54,6 @@ def build_task(name: str, **kwargs) -> Task:
     """``TASKS[name](**kwargs)`` (or a plugin task), checked as a config's ``task.name`` /
     ``task.kwargs`` are: an unknown name or keyword, or a bad value, is a ConfigError (a
     ValueError) naming the key and listing the valid ones."""
-    from lengen.registry import check_kwargs, construct
-
     cls = TASK_POINT.get(name, "task.name")
     kwargs = check_kwargs(cls, kwargs, section="task.kwargs", kind="task", name=name)
     return construct(cls, kwargs, what=f"task '{name}' (task.kwargs={kwargs})")

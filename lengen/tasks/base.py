@@ -23,6 +23,9 @@ from dataclasses import dataclass
 
 import torch
 
+from lengen.checks import did_you_mean
+from lengen.errors import ArgumentError
+
 #: sequences per evaluation block (data, and randomized evaluation positions, are drawn per block)
 EVAL_BLOCK = 64
 
@@ -74,8 +77,6 @@ class Batch:
 def check_eval_sizes(n_sequences, batch_size, seed=0) -> None:
     """Evaluation sizes must be positive integers (a zero batch size would never finish) and the
     seed an integer (the contract: data is a function of seed, split and index)."""
-    from lengen.errors import ArgumentError
-
     for name, v in (("n_sequences", n_sequences), ("batch_size", batch_size)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ArgumentError(f"evaluation {name} must be an integer >= 1, got {v!r} "
@@ -151,8 +152,14 @@ class Task:
         if split not in self.splits():
             hint = (" To evaluate several splits give a list, e.g. eval.splits=[iid,sparse] or "
                     "--splits iid sparse." if isinstance(split, str) and "," in split else "")
-            from lengen.checks import did_you_mean
-
             raise ValueError(f"unknown split '{split}' for task {self.name}. "
                              f"Valid splits: {', '.join(self.splits())}.{hint}"
                              f"{did_you_mean(split, self.splits()) if not hint else ''}")
+
+
+def task_train_length(task) -> int | None:
+    """The longest training model input of ``task`` in tokens, or None when it does not say (also
+    for a task that does not subclass :class:`Task` and has no ``train_input_length``). Read by
+    position interpolation (M) and RoPE scaling (the original length) to fill in their defaults."""
+    fn = getattr(task, "train_input_length", None)
+    return None if fn is None else fn()

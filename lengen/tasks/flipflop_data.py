@@ -20,6 +20,8 @@ import os
 
 import torch
 
+from lengen.fileio import check_regular_file
+
 #: the flip-flop alphabet in token-id order (the data set card: w=0, r=1, i=2, 0=3, 1=4)
 CHARS = "wri01"
 
@@ -60,8 +62,6 @@ def _read_texts(source: str) -> list:
     if os.path.isdir(source):
         raise ValueError(f"{source} is a directory; give a flip-flop data file (.parquet, .jsonl "
                          f"or .txt) or a hub name such as synthseq/flipflop:val")
-    from lengen.fileio import check_regular_file
-
     check_regular_file(source, "flip-flop data file", "give a .parquet, .jsonl or .txt file")
     ext = os.path.splitext(source)[1].lower()
     if not os.path.exists(source) and (ext in (".parquet", ".jsonl", ".json", ".txt")
@@ -72,7 +72,7 @@ def _read_texts(source: str) -> list:
     if os.path.exists(source):
         if ext == ".parquet":
             try:
-                import pyarrow.parquet as pq
+                import pyarrow.parquet as pq  # optional dependency
             except ImportError as e:  # pragma: no cover - depends on the environment
                 raise ImportError("reading Parquet needs pyarrow: pip install 'lengen[data]'") from e
             try:
@@ -101,7 +101,7 @@ def _read_texts(source: str) -> list:
         return lines
     # not a file: a hub data set "name[:split]"
     try:
-        import datasets
+        import datasets  # optional dependency
     except ImportError as e:
         raise FileNotFoundError(f"{source!r} is not a file, and loading it as a hub data set needs "
                                 f"the 'datasets' package: pip install 'lengen[data]'") from e
@@ -152,8 +152,8 @@ def save_flipflop_text(tokens: torch.Tensor, path: str) -> None:
     texts = ["".join(CHARS[int(t)] for t in row) for row in tokens]
     ext = os.path.splitext(path)[1].lower()
     if ext == ".parquet":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+        import pyarrow as pa  # optional dependency
+        import pyarrow.parquet as pq  # optional dependency
 
         pq.write_table(pa.table({"text": texts}), path)
     elif ext in (".jsonl", ".json"):

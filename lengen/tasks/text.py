@@ -39,6 +39,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from lengen.fileio import default_cache_dir
 from lengen.tasks.base import Batch, Task
 from lengen.tasks.chomsky.base import parse_split, split_name
 
@@ -111,6 +112,7 @@ class Text(Task):
                  max_chars: int | None = None, cache_dir: str | None = None,
                  data_dir: str | None = None, data_files: dict | None = None,
                  tokenizer_kwargs: dict | None = None):
+        # start-up: lengen.data loads only for text runs
         from lengen.data import build_tokenizer, cached_tokens, load_corpus
 
         self.seq_len = _int("seq_len", seq_len)
@@ -161,8 +163,6 @@ class Text(Task):
             self._check_length(k)
 
     def _cache_dir(self):
-        from lengen.data import default_cache_dir
-
         return self.cache_dir or default_cache_dir()
 
     @staticmethod

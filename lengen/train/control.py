@@ -21,13 +21,13 @@ class MetricsLog:
         self.tb = self.wb = None
         if tensorboard:
             try:
-                from torch.utils.tensorboard import SummaryWriter
+                from torch.utils.tensorboard import SummaryWriter  # optional dependency
             except ImportError as e:
                 raise ConfigError("train.tensorboard=true needs TensorBoard: pip install "
                                   "'lengen[tensorboard]' (or set train.tensorboard=false)") from e
             self.tb = SummaryWriter(os.path.join(run_dir, "tb"))
         if wandb is not None:
-            from lengen.train.wandb_log import WandbSink
+            from lengen.train.wandb_log import WandbSink  # start-up: only train.wandb=true needs it
 
             self.wb = WandbSink(run_dir, **wandb)
 

@@ -63,8 +63,10 @@ import os
 from dataclasses import dataclass
 
 import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from lengen.errors import ConfigError, LengenError
+from lengen.tasks.base import block_seed
 
 #: process-group timeout: how long ranks wait in a collective (e.g. for rank 0's periodic
 #: evaluation or a checkpoint write) before failing
@@ -232,8 +234,6 @@ def agree(d: Dist, loss: torch.Tensor, stop: bool) -> tuple[torch.Tensor, bool]:
 
 def rank_seed(seed: int, rank: int, step: int = 0) -> int:
     """torch's global RNG seed (dropout) of rank > 0 at ``step`` (0: the start of a run)."""
-    from lengen.tasks.base import block_seed
-
     return block_seed(seed, "train" if not step else f"train@{step}", rank, "dropout")
 
 
@@ -242,8 +242,6 @@ def wrap(model: torch.nn.Module, d: Dist, device: torch.device) -> torch.nn.Modu
     broadcasts rank 0's weights and buffers to every rank), else ``model`` itself."""
     if not d.active:
         return model
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
     ids = [device.index] if device.type == "cuda" else None
     return DDP(model, device_ids=ids)
 

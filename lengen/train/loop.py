@@ -34,12 +34,13 @@ from dataclasses import replace
 import torch
 from tqdm.auto import tqdm
 
-from lengen.config import ExperimentConfig
+from lengen.config import ExperimentConfig, vocab_error
 from lengen.fileio import save_json_atomic
 from lengen.errors import ArgumentError, ConfigError, LengenError, RunDirError
 from lengen.eval.evaluate import evaluate
 from lengen.model import HFBackbone, ModelConfig, Transformer
 from lengen.model import build_model as build
+from lengen.model.memory import check_fits
 from lengen.threads import use_threads
 from lengen.train import distributed
 from lengen.rundir.checkpoint import (load_checkpoint, resume_checkpoint,
@@ -53,6 +54,7 @@ from lengen.rundir.checkpoint import checkpoint_step  # noqa: F401
 from lengen.rundir.load import as_experiment_config, load_run, load_run_at, prepare  # noqa: F401
 from lengen.rundir.layout import (PREVIOUS, RunDirLock, check_run_dir, check_same_run, has_run,
                                  move_aside, run_meta, truncate_metrics, write_rows)
+from lengen.train.distributed import env_world_size
 
 
 class TrainingDiverged(LengenError, RuntimeError):
@@ -64,8 +66,6 @@ def build_model(mc: ModelConfig, task=None) -> Transformer | HFBackbone:
     :func:`lengen.config.validate`), never silently raised. ``model.backbone=hf``: a Hugging
     Face model behind lengen's interface (:mod:`lengen.model.hf_backbone`)."""
     if task is not None and mc.vocab_size < task.vocab_size:
-        from lengen.config import vocab_error
-
         raise vocab_error(mc.vocab_size, task)
     return build(mc)
 
@@ -74,9 +74,6 @@ def check_memory(cfg: ExperimentConfig, task) -> None:
     """Refuse, before any file is written, a run whose training step or final evaluation cannot
     fit in the device's free memory by a lower-bound estimate (:mod:`lengen.model.memory`),
     naming the size behind it (model.d_model, train.batch_size, the task's length)."""
-    from lengen.model.memory import check_fits
-    from lengen.train.distributed import env_world_size
-
     tc = cfg.train
     act = 4 if tc.precision == "fp32" else 2
     length = task.train_input_length() or task.max_input_length([])

@@ -33,7 +33,7 @@ def _scalar(v) -> bool:
 class WandbSink:
     def __init__(self, run_dir: str, *, project: str, name: str, tags, config: dict):
         try:
-            import wandb
+            import wandb  # optional dependency
         except ImportError as e:
             raise ConfigError(MISSING) from e
         self.wandb = wandb

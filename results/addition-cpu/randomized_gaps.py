@@ -32,8 +32,8 @@ import os
 import pandas as pd
 import torch
 
-from lengen.positions import build_sampler
 from lengen.recipes.addition.specs import SCALES, run_config
+from lengen.samplers import build_sampler
 from lengen.tasks import build_task
 
 HERE = os.path.dirname(os.path.abspath(__file__))

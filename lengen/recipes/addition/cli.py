@@ -32,6 +32,7 @@ def add_arguments(q) -> None:
 
 
 def run(args) -> int:
+    # start-up: the recipe loads when it runs
     from lengen.recipes.addition.recipe import estimate_time, run_addition_recipe
 
     if args.estimate:

@@ -16,18 +16,20 @@ The training lengths are shaded in every EM-vs-length plot.
 """
 from __future__ import annotations
 
+import math
 import os
 
+from lengen.analysis.length_curves import length_curve_figure
 from lengen.fileio import savefig_atomic
 from lengen.recipes.addition.scores import best, pooled, trials
 from lengen.recipes.addition.specs import FIGURES, PE_LABELS, PES, SCALES, SETTINGS
 
 
 def _plt():
-    import matplotlib
+    import matplotlib  # slow import: drawing only
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # slow import: drawing only
 
     return plt
 
@@ -44,8 +46,6 @@ def _best_rows(rows, scores, settings, N):
 
 
 def _curves(ax, rows, settings, N, title):
-    from lengen.analysis.length_curves import length_curve_figure
-
     labels = {(st,): SETTINGS[st]["label"] for st in settings}
     length_curve_figure(rows, metric="seq_acc", by=("setting",), train_range=(1, N),
                         title=title, labels=labels, ax=ax)
@@ -76,8 +76,6 @@ def compare(rows, scores, out, name, settings, N, title, *, per_pe: bool) -> str
 
 
 def all_trials(rows, scores, out, settings, N) -> str | None:
-    from lengen.analysis.length_curves import length_curve_figure
-
     plt = _plt()
     have = [st for st in settings if trials(scores, st, N)]
     if not have:
@@ -167,8 +165,6 @@ def heatmap(scores, out, scale) -> str | None:
             and int(r["N"]) == s["N"] and r["status"] in ("ok", "diverged")}
     if not any((i, d) in cell for i in inits for d in orders):
         return None
-    import math
-
     grid = [[(cell[(i, d)].get("ood") if (i, d) in cell and cell[(i, d)]["status"] == "ok"
               else math.nan) for d in orders] for i in inits]
     fig, ax = plt.subplots(figsize=(1.6 + 0.9 * len(orders), 1.2 + 0.7 * len(inits)))
@@ -192,8 +188,6 @@ def heatmap(scores, out, scale) -> str | None:
 
 
 def train_lengths(rows, scores, out, scale) -> str | None:
-    from lengen.analysis.length_curves import length_curve_figure
-
     plt = _plt()
     Ns = sorted({int(r["N"]) for r in scores if r["setting"] == "fire" and r["status"] == "ok"})
     picked = {best(scores, "fire", n)["run"]: n for n in Ns if best(scores, "fire", n)}

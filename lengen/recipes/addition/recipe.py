@@ -22,7 +22,7 @@ Protocol (every scale; ``SCALES`` changes sizes, steps and trial counts, never t
   toggled (Fig. 8: FIRE without, KerpleLog and RoPE with), and beyond the paper position coupling
   (learned table on the coupled ids; Cho et al. 2024) and Abacus (learned table on the digit
   index; McLeish et al. 2024), both in the reversed format without hints
-  (:mod:`lengen.positions_digits`). Trials = weight-initialisation seeds 0..T-1 on one data order
+  (:mod:`lengen.samplers.digits`). Trials = weight-initialisation seeds 0..T-1 on one data order
   (the paper's "10 FIRE trials using identical training data order but distinct weight
   initializations"); Fig. 11 is FIRE on an init x data-order grid; Fig. 13 is FIRE at several
   training lengths N;
@@ -68,15 +68,25 @@ import functools
 import json
 import os
 import time
+import traceback
 
-from lengen.recipes.common import log_failures
+import torch
+
+from lengen.config import resolve
+from lengen.eval.addition_errors import addition_error_analysis
+from lengen.eval.evaluate import evaluate
+from lengen.fileio import save_json_atomic
 from lengen.recipes.addition.specs import (ERROR_SETTINGS, EVAL_SEED, FIGURES, PE_LABELS, PES,
                                            SCALES, SETTINGS, build_specs, caption,
                                            default_device, eval_lengths, run_config, run_name,
                                            trial_seeds)
 from lengen.recipes.addition.report import write_report
 from lengen.recipes.addition.scores import is_divergence
+from lengen.recipes.common import log_failures
 from lengen.recipes.estimate import report_total, time_training_steps, timed, use_worker_threads
+from lengen.rundir.load import load_run, prepare
+from lengen.sweep import RunSpec, run_one, run_sweep
+from lengen.tasks.splits import length_splits
 
 
 # ---- running ------------------------------------------------------------------------------------
@@ -113,8 +123,6 @@ def training_rows(run_dir: str, meta: dict) -> list[dict]:
 def error_rows(spec, run_dir: str, analysis: dict) -> list[dict]:
     """Greedy-decoding error analysis of a finished run at the error lengths, cached in
     ``<run>/errors.json`` (recomputed when its settings differ)."""
-    from lengen.fileio import save_json_atomic
-
     path = os.path.join(run_dir, "errors.json")
     key = error_key(analysis)
     try:
@@ -124,11 +132,6 @@ def error_rows(spec, run_dir: str, analysis: dict) -> list[dict]:
             return cached["rows"]
     except (OSError, ValueError):
         pass
-    import torch
-
-    from lengen.eval.addition_errors import addition_error_analysis
-    from lengen.rundir.load import load_run
-
     cfg, task, model = load_run(run_dir, device=analysis.get("device", "cpu"))
     with torch.random.fork_rng(devices=[]):
         rows, records = addition_error_analysis(
@@ -144,8 +147,6 @@ def run_addition(spec, out_dir: str, *, quiet: bool = True, threads: int = 0,
     """:func:`lengen.sweep.run_one`, then the run's training-curve rows and (for settings in
     ``analysis['settings']``) its error-analysis rows, appended to the result's rows.
     Picklable through ``functools.partial`` for sweep workers."""
-    from lengen.sweep import RunSpec, run_one
-
     if isinstance(spec, dict):
         spec = RunSpec(**spec)
     res = run_one(spec, out_dir, quiet=quiet, threads=threads)
@@ -158,8 +159,6 @@ def run_addition(spec, out_dir: str, *, quiet: bool = True, threads: int = 0,
         if spec.tags.get("setting") in analysis["settings"]:
             extra += error_rows(spec, run_dir, analysis)
     except Exception as e:  # noqa: BLE001 - recorded like a failing run
-        import traceback
-
         res.update(status="failed", error=f"error analysis: {type(e).__name__}: {e}",
                    traceback=traceback.format_exc(), rows=[])
         return res
@@ -168,8 +167,6 @@ def run_addition(spec, out_dir: str, *, quiet: bool = True, threads: int = 0,
 
 
 def analysis_settings(scale: str, device: str) -> dict:
-    from lengen.tasks.splits import length_splits
-
     s = SCALES[scale]
     return {"settings": list(ERROR_SETTINGS), "error_splits": length_splits(s["error_lengths"]),
             "error_sequences": s["error_sequences"], "seed": EVAL_SEED, "device": device}
@@ -182,8 +179,6 @@ def run_addition_recipe(scale: str = "cpu", out: str | None = None, *, workers: 
                         log=print) -> dict:
     """Train (or reuse) every run, analyse the errors, write the report. Returns
     ``{"rows", "paths", "sweep", "diverged"}``."""
-    from lengen.sweep import run_sweep
-
     out = out or os.path.join("runs", f"addition-{scale}")
     device = device or default_device(scale)
     specs = build_specs(scale, settings=settings, trials=trials, device=device,
@@ -217,11 +212,6 @@ def estimate_time(scale: str = "cpu", *, settings=None, trials=None, train_lengt
     over ``workers`` processes as the sweep does (``threads`` per worker defaults to what the
     sweep gives each worker: cores // workers). Nothing is written; measure on an otherwise
     idle machine."""
-    from lengen.config import resolve
-    from lengen.eval.addition_errors import addition_error_analysis
-    from lengen.eval.evaluate import evaluate
-    from lengen.rundir.load import prepare
-
     device = device or default_device(scale)
     s = SCALES[scale]
     specs = build_specs(scale, settings=settings, trials=trials, device=device,

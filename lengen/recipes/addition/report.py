@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import os
 
+from lengen.analysis.tables import fmt_mean_std
 from lengen.fileio import write_csv_atomic
 from lengen.recipes.common import write_md
 from lengen.recipes.addition.figures import write_figures
@@ -30,6 +31,7 @@ from lengen.recipes.addition.published import BEYOND, CLAIMS, PAPER_REACH
 from lengen.recipes.addition.scores import (FIT, REACH, _mean, _std, best, curves_by_run, pooled,
                                             reach, run_scores, trials)
 from lengen.recipes.addition.specs import FIGURES, PE_LABELS, PES, SCALES, SETTINGS
+from lengen.sweep import training_span
 
 UNFIT = "‡"
 NEAR_ZERO = 5.0     # % EM at the error length below which a run is left out of the share
@@ -42,8 +44,6 @@ def _f(x, d=1) -> str:
 
 def _pm(v) -> str:
     """mean ± sample std of ``v`` to one decimal (mean alone for one value, - for none)."""
-    from lengen.analysis.tables import fmt_mean_std
-
     return fmt_mean_std(_mean(v), _std(v), 1)
 
 
@@ -287,8 +287,6 @@ def write_claims(rows, scores, out: str, *, scale: str, caption: str) -> dict:
 
 def write_report(rows, out: str, *, scale: str, caption: str,
                  wall_seconds: float | None = None, log=print) -> dict:
-    from lengen.sweep import training_span
-
     s = SCALES[scale]
     scores = run_scores(rows, M=s["M"])
     paths = {"scores_csv": os.path.join(out, "scores.csv")}

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 
+from lengen.eval.length_sweep import add_lengths
+
 REACH = 90.0        # % EM the reach requires at every length up to it
 FIT = 90.0          # % in-distribution EM below which a run did not fit its training lengths
 
@@ -31,8 +33,6 @@ def is_divergence(error: str | None) -> bool:
 
 def curves_by_run(rows) -> dict[str, dict[int, float]]:
     """run -> {length: final EM in %}."""
-    from lengen.eval.length_sweep import add_lengths
-
     out: dict[str, dict[int, float]] = {}
     for r in add_lengths(r for r in rows if r.get("metric") == "seq_acc"
                          and r.get("status", "ok") == "ok" and r.get("value") is not None):

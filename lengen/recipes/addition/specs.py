@@ -15,8 +15,12 @@ trains; the protocol is described in :mod:`.recipe`).
 """
 from __future__ import annotations
 
-from lengen.recipes.common import default_device, select, train_section
+from lengen.eval.length_sweep import sweep_lengths
 from lengen.model.presets import ZHOU2024_BLOCK, ZHOU2024_SIZES, ZHOU2024_TRAIN
+from lengen.recipes.common import default_device, select, train_section
+from lengen.registry import lookup
+from lengen.sweep import RunSpec
+from lengen.tasks.splits import length_splits
 
 PES = ("fire", "kerple_log", "rope", "nope")
 PE_LABELS = {"fire": "FIRE", "kerple_log": "KerpleLog", "rope": "RoPE", "nope": "NoPE"}
@@ -97,8 +101,6 @@ EVAL_SEED = 1234
 
 # ---- configs ------------------------------------------------------------------------------------
 def eval_lengths(scale: str) -> list[int]:
-    from lengen.eval.length_sweep import sweep_lengths
-
     s = SCALES[scale]
     return sweep_lengths(1, s["M"], s["test_stride"])
 
@@ -112,9 +114,6 @@ def run_config(setting: str, scale: str = "cpu", seed: int = 0, data_seed: int =
     """Config dict of one run: ``setting`` (a key of ``SETTINGS``) at ``scale``, initialisation
     seed ``seed``, data-order seed ``data_seed``, training lengths 1..``N`` (default: the
     scale's)."""
-    from lengen.registry import lookup
-    from lengen.tasks.splits import length_splits
-
     s = lookup(SCALES, scale, "scale")
     st = lookup(SETTINGS, setting, "addition setting")
     N_ = s["N"] if N is None else int(N)
@@ -173,8 +172,6 @@ def build_specs(scale: str = "cpu", *, settings=None, trials=None, device: str =
     (``train_length``) and FIRE on the init x data-order grid (``heatmap``); a run shared by two
     groups is built once (tagged with the first). Tags: ``setting label N seed data_seed
     group``."""
-    from lengen.sweep import RunSpec
-
     s = SCALES[scale]
     settings = select(settings, SETTINGS, s["settings"], "setting")
     trials, pe_trials = trial_seeds(scale, trials)

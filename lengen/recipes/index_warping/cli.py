@@ -31,6 +31,7 @@ def add_arguments(q) -> None:
 
 
 def run(args) -> int:
+    # start-up: the recipe loads when it runs
     from lengen.recipes.index_warping.recipe import estimate_time, run_index_warping
 
     if args.estimate:

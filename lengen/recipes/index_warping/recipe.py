@@ -59,6 +59,10 @@ from __future__ import annotations
 import os
 import time
 
+import torch
+
+from lengen.config import resolve
+from lengen.eval.length_sweep import sweep_lengths
 from lengen.recipes.common import (add_eval_only_rows, default_device, eval_with_positions,
                                    log_failures, select, train_section, trained_columns)
 from lengen.recipes.estimate import report_total, time_training_steps, timed, use_worker_threads
@@ -67,13 +71,15 @@ from lengen.recipes.index_warping.report import write_report
 from lengen.recipes.index_warping.specs import (CPU_MODELS, EVAL_ONLY, FIG5, FIG6, FIGC, MODELS,
                                                 PAPER_TEST_SEQUENCES, SCALES, TABLE_A, TASK_M,
                                                 TEST_FACTOR)
+from lengen.registry import lookup
+from lengen.rundir.load import prepare
+from lengen.sweep import Grid, RunSpec, run_sweep
+from lengen.tasks import build_task
+from lengen.tasks.splits import length_splits
 
 
 def task_lengths(task: str, scale: str) -> tuple[int, list[int]]:
     """(M, the evaluated test lengths 2..5M): every length, or a stride keeping 2, M and 5M."""
-    from lengen.eval.length_sweep import sweep_lengths
-    from lengen.registry import lookup
-
     s = lookup(SCALES, scale, "scale")
     M = s["M"][task]
     top = TEST_FACTOR * M
@@ -92,8 +98,6 @@ def eval_sequences(task: str, scale: str) -> int:
 def randomized_L(task_obj, k: int, test_lengths) -> tuple[int, bool]:
     """(L, raised): L = k x the longest training input (tokens), raised to the longest test
     input when smaller (positions are distinct integers in [0, L))."""
-    from lengen.tasks.splits import length_splits
-
     L = k * task_obj.train_input_length()
     need = task_obj.max_input_length(length_splits(test_lengths))
     return (need, True) if need > L else (L, False)
@@ -103,10 +107,6 @@ def run_config(task: str, model: str, scale: str = "cpu", seed: int = 0, *,
                length_unit: str = "tokens", rotary_fraction: float = 1.0, device: str = "cpu",
                name: str | None = None) -> dict:
     """Config dict of one run: column ``model`` on ``task`` at ``scale``."""
-    from lengen.registry import lookup
-    from lengen.tasks import build_task
-    from lengen.tasks.splits import length_splits
-
     s = lookup(SCALES, scale, "scale")
     lookup(TASK_M, task, "task")
     _, posenc, positions, extra = lookup(MODELS, model, "Table A / Fig. 6 column")
@@ -141,9 +141,6 @@ def build_specs(scale: str = "cpu", *, tasks=None, models=None, seeds=None,
                 length_unit: str = "tokens", rotary_fraction: float = 1.0, device: str = "cpu"):
     """RunSpecs of tasks x trained columns x seeds (tags: task, model, seed); an evaluation-only
     column (``EVAL_ONLY``) adds the column it evaluates instead of a run of its own."""
-    from lengen.registry import lookup
-    from lengen.sweep import Grid, RunSpec
-
     s = lookup(SCALES, scale, "scale")
     tasks = select(tasks, TASK_M, s["tasks"], "task")
     models = trained_columns(select(models, MODELS, s["models"], "column"), EVAL_ONLY)
@@ -189,8 +186,6 @@ def run_index_warping(scale: str = "cpu", out: str | None = None, *, workers: in
                       quiet: bool | None = None, log=print) -> dict:
     """Train (or reuse) every run, then write Table A and the figures.
     Returns ``{"rows", "records", "paths", "sweep"}``."""
-    from lengen.sweep import run_sweep
-
     s = SCALES[scale]
     out = out or os.path.join("runs", f"index-warping-{scale}")
     device = device or default_device(scale)
@@ -232,11 +227,6 @@ def estimate_time(scale: str = "cpu", *, steps: int = 10, tasks=None, models=Non
     columns (RoPE+PI) add their evaluation after the sweep. Evaluation at a shorter length is
     scaled from the longest as (T / T_max)^2 (conservative). Nothing is written; measure on an
     otherwise idle machine."""
-    import torch
-
-    from lengen.config import resolve
-    from lengen.rundir.load import prepare
-
     device = device or default_device(scale)
     s = SCALES[scale]
     tasks = select(tasks, TASK_M, s["tasks"], "task")

@@ -13,8 +13,10 @@ import math
 import os
 import statistics
 
+from lengen.analysis.length_curves import plot_length_curves
 from lengen.analysis.tables import fmt_mean_std, markdown_table
-from lengen.fileio import write_csv_atomic
+from lengen.eval.length_sweep import length_scores
+from lengen.fileio import write_csv_atomic, write_text_atomic
 from lengen.recipes.index_warping.published import PAPER_TABLE_A, UNCERTAIN_ROWS
 from lengen.recipes.index_warping.specs import FIG5, FIG6, FIG6_LABELS, FIGC, MODELS, SCALES
 
@@ -27,8 +29,6 @@ NOT_FIT = "‡"
 def table_a_records(rows: list[dict], scale: str, tasks, models) -> list[dict]:
     """One record per (task, column): ours (mean / std over seeds of the per-run average over
     all / seen / unseen lengths, in %) beside the published Table A value (None if absent)."""
-    from lengen.eval.length_sweep import length_scores
-
     out = []
     for task in tasks:
         M = SCALES[scale]["M"][task]
@@ -85,8 +85,6 @@ def table_a_markdown(records: list[dict], tasks, models, caption: str) -> str:
 
 def write_figures(rows: list[dict], out_dir: str, *, scale: str, tasks, models) -> dict:
     """fig5-/fig6-/figC-<task>.png for each task with at least two of the figure's columns."""
-    from lengen.analysis.length_curves import plot_length_curves
-
     paths = {}
     for task in tasks:
         M = SCALES[scale]["M"][task]
@@ -109,8 +107,6 @@ def write_figures(rows: list[dict], out_dir: str, *, scale: str, tasks, models) 
 def write_report(rows: list[dict], out_dir: str, *, scale: str, tasks, models, caption: str,
                  log=print):
     """Write table_a.md / table_a.csv and the figures to ``out_dir``; returns (records, paths)."""
-    from lengen.fileio import write_text_atomic
-
     records = table_a_records(rows, scale, tasks, models)
     md = table_a_markdown(records, tasks, models, caption)
     paths = {"table_a_md": os.path.join(out_dir, "table_a.md"),

@@ -27,6 +27,7 @@ def add_arguments(q) -> None:
 
 
 def run(args) -> int:
+    # start-up: the recipe loads when it runs
     from lengen.recipes.index_warping_lm.recipe import estimate_time, run_index_warping_lm
 
     if args.estimate:

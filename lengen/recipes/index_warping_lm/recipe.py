@@ -66,6 +66,8 @@ from __future__ import annotations
 import os
 import time
 
+from lengen.config import resolve
+from lengen.errors import ConfigError
 from lengen.recipes.common import (add_eval_only_rows, default_device, eval_with_positions,
                                    log_failures, select, train_section, trained_columns)
 from lengen.recipes.index_warping_lm.published import PAPER_TABLE3, PAPER_TABLEB
@@ -74,6 +76,9 @@ from lengen.recipes.index_warping_lm.specs import (ALL_MODELS, BETA, EVAL_ONLY, 
                                                    FIG7, MODELS, NEEDS_WARP, SCALES, TABLE3,
                                                    TABLEB, model_lengths, randomized_L)
 from lengen.recipes.lm import EVAL_ALL, estimate_runs, task_caption, text_task_kwargs
+from lengen.registry import lookup
+from lengen.samplers import SAMPLERS, build_sampler
+from lengen.sweep import Grid, RunSpec, run_sweep
 
 
 # --- the samplers of issue 12: the one place naming their keyword arguments ----------------------
@@ -101,8 +106,6 @@ def samplers_needed(models) -> list[str]:
 
 def check_available(models) -> None:
     """Raise ValueError when a selected model needs a sampler that is not registered."""
-    from lengen.positions import SAMPLERS
-
     select(models, ALL_MODELS, (), "model")
     missing = [n for n in samplers_needed(models) if n not in SAMPLERS]
     if missing:
@@ -111,7 +114,7 @@ def check_available(models) -> None:
         raise ValueError(
             f"the index-warping LM study {NEEDS_WARP} (lengen/samplers/, issue 12): position "
             f"sampler(s) {', '.join(repr(n) for n in missing)} are not registered in "
-            f"lengen.positions.SAMPLERS (registered: {', '.join(sorted(SAMPLERS))}), and "
+            f"lengen.samplers.SAMPLERS (registered: {', '.join(sorted(SAMPLERS))}), and "
             f"{', '.join(lacking)} use them. Install a lengen with them, or run the others: "
             f"--models {' '.join(others) or '(none)'}")
 
@@ -120,8 +123,6 @@ def model_config(model: str, scale: str = "cpu", seed: int = 0, *, corpus: str |
                  data_dir: str | None = None, device: str = "cpu",
                  name: str | None = None) -> dict:
     """Config dict of one trained model at a scale."""
-    from lengen.registry import lookup
-
     s = lookup(SCALES, scale, "scale")
     _, posenc, sampler, settings = lookup(MODELS, model, "model")
     T = s["seq_len"]
@@ -151,10 +152,6 @@ def build_specs(scale: str = "cpu", *, seeds=None, models=None, corpus: str | No
                 data_dir: str | None = None, device: str = "cpu"):
     """RunSpecs of the trained models x seeds (tags ``model seed``). Configs that use issue 12's
     samplers are resolved here, so kwargs the installed samplers do not take fail at once."""
-    from lengen.config import resolve
-    from lengen.errors import ConfigError
-    from lengen.sweep import Grid, RunSpec
-
     models = list(models or ALL_MODELS)
     check_available(models)
     seeds = list(SCALES[scale]["seeds"] if seeds is None else seeds)
@@ -192,8 +189,6 @@ def run_index_warping_lm(scale: str = "cpu", out: str | None = None, *, workers:
                          quiet: bool | None = None, log=print) -> dict:
     """Train (or resume / reuse) every run, evaluate RoPE+PI, then write the tables, figures and
     findings. Returns ``{"rows", "paths", "sweep"}``."""
-    from lengen.sweep import run_sweep
-
     out = out or os.path.join("runs", f"index-warping-lm-{scale}")
     device = device or default_device(scale)
     models = list(models or ALL_MODELS)
@@ -221,8 +216,6 @@ def estimate_time(scale: str = "cpu", *, steps: int = 10, models=None, seeds: in
     """Time ``steps`` training steps and one evaluation batch per length for every trained model
     (and the RoPE+PI evaluation) on this machine, and schedule the runs over ``workers`` as the
     sweep does (:func:`lengen.recipes.lm.estimate_runs`). Nothing is written."""
-    from lengen.positions import build_sampler
-
     device = device or default_device(scale)
     models = list(models or ALL_MODELS)
     n = len(SCALES[scale]["seeds"]) if seeds is None else seeds

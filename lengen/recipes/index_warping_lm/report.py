@@ -6,7 +6,9 @@ from __future__ import annotations
 import math
 import os
 
+from lengen.analysis.perplexity_plot import plot_perplexity
 from lengen.analysis.tables import markdown_table
+from lengen.fileio import rows_to_csv, write_text_atomic
 from lengen.recipes.index_warping_lm.published import (LENGTHS as PAPER_LENGTHS, PAPER_CLAIMS,
                                                        PAPER_FIG7, PAPER_TABLE3, PAPER_TABLEB)
 from lengen.recipes.index_warping_lm.specs import (EVAL_ONLY, FIG7, MODELS, SCALES, TABLE3,
@@ -225,8 +227,6 @@ def findings(table, models, scale) -> str:
 
 
 def plot(rows, out, models, T, title, by_models) -> str:
-    from lengen.analysis.perplexity_plot import plot_perplexity
-
     names = {m: ("head_tail (= Ours)" if m == "Ours" and by_models is FIG7 else m)
              for m in by_models}
     keep = [r for r in rows if r.get("model") in by_models and r.get("model") in models]
@@ -239,8 +239,6 @@ def plot(rows, out, models, T, title, by_models) -> str:
 def write_report(rows, out_dir: str, *, scale: str, models, seeds=None, data_caption: str = "",
                  wall_seconds: float | None = None, log=print) -> dict:
     """Write table3.md/.csv, tableB.md/.csv, fig7.md/.png, table3.png and findings.md."""
-    from lengen.fileio import rows_to_csv, write_text_atomic
-
     T = SCALES[scale]["seq_len"]
     seeds = seeds if seeds is not None else sorted({r.get("seed") for r in rows if "seed" in r})
     table = perplexity_table(rows)

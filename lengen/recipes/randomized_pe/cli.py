@@ -44,6 +44,7 @@ def add_arguments(q) -> None:
 
 
 def run(args) -> int:
+    # start-up: the recipe loads when it runs
     from lengen.recipes.randomized_pe.recipe import estimate_time, run_randomized_pe
 
     if args.estimate:

@@ -33,6 +33,10 @@ from __future__ import annotations
 import os
 import time
 
+import torch
+
+from lengen.config import resolve
+from lengen.eval.length_sweep import length_splits
 from lengen.recipes.common import default_device, log_failures, train_section
 from lengen.recipes.estimate import report_total, time_training_steps, timed, use_worker_threads
 from lengen.model.presets import RUOSS2023_ENCODER, RUOSS2023_TRAIN
@@ -43,11 +47,13 @@ from lengen.recipes.randomized_pe.scales import (PAPER_TASKS, SCALES, eval_lengt
                                                  work)
 from lengen.recipes.randomized_pe.specs import (ABLATION_L_TASKS, EXTRA_SCHEMES, SCHEMES,
                                                 TASK_LABELS)
+from lengen.registry import lookup
+from lengen.rundir.load import prepare
+from lengen.sweep import RunSpec, run_sweep
+from lengen.tasks import build_task
 
 # --- configs ------------------------------------------------------------------------------------
 def scheme_parts(scheme: str) -> tuple[str, str, str, bool]:
-    from lengen.registry import lookup
-
     return lookup(SCHEMES | EXTRA_SCHEMES, scheme, "encoding")
 
 
@@ -55,9 +61,6 @@ def run_config(task: str, scheme: str, scale: str = "cpu", seed: int = 0, lr: fl
                *, L: int | None = None, eval_randomized: bool = True, device: str = "cpu",
                name: str | None = None) -> dict:
     """Config dict of one run: ``task`` with encoding ``scheme`` at ``scale``."""
-    from lengen.eval.length_sweep import length_splits
-    from lengen.tasks import build_task
-
     s = task_scale(scale, task, scheme)
     _, posenc, positions, sort = scheme_parts(scheme)
     L = s["L"] if L is None else int(L)
@@ -104,8 +107,6 @@ def build_specs(scale: str = "cpu", *, tasks=None, schemes=None, seeds=None, lrs
     of ``tasks`` if neither is selected); the main runs at the scale's L are shared, not repeated.
     ``ablation_unsorted`` adds randomized sin/cos without sorting on every task, and the sorted
     runs it is compared with."""
-    from lengen.sweep import RunSpec
-
     s = SCALES[scale]
     tasks = list(tasks or s["tasks"])
     schemes = list(schemes or s["schemes"])
@@ -205,8 +206,6 @@ def run_randomized_pe(scale: str = "cpu", out: str | None = None, *, workers: in
                       quiet: bool | None = None, log=print) -> dict:
     """Train (or reuse) every run, then write tables, curves and ablations.
     Returns ``{"rows", "scores", "paths", "sweep"}``."""
-    from lengen.sweep import run_sweep
-
     s = SCALES[scale]
     out = out or os.path.join("runs", f"randomized-pe-{scale}"
                               + ("" if eval_randomized else "-evalid"))
@@ -239,11 +238,6 @@ def estimate_time(scale: str = "cpu", *, steps: int = 10, tasks=None, schemes=No
     per worker defaults to what the sweep gives each worker: cores // workers). The evaluation
     cost of a length is scaled from the longest one as (T / T_max)^2, which over-estimates the
     shorter lengths (conservative). Nothing is written; measure on an otherwise idle machine."""
-    import torch
-
-    from lengen.config import resolve
-    from lengen.rundir.load import prepare
-
     device = device or default_device(scale)
     s = SCALES[scale]
     tasks, schemes = list(tasks or s["tasks"]), list(schemes or s["schemes"])

@@ -22,12 +22,16 @@ from __future__ import annotations
 import math
 import os
 
-from lengen.fileio import savefig_atomic, write_csv_atomic
+from lengen.analysis.activations import plot_activations
+from lengen.analysis.tables import markdown_table
+from lengen.eval.length_sweep import length_curves, length_scores
+from lengen.fileio import savefig_atomic, write_csv_atomic, write_text_atomic
 from lengen.recipes.common import write_md
 from lengen.recipes.randomized_pe.published import (PAPER_TABLE1, PAPER_TABLE3, PAPER_TABLE4,
                                                     UNSORTED)
 from lengen.recipes.randomized_pe.scales import SCALES, eval_lengths
 from lengen.recipes.randomized_pe.specs import EXTRA_SCHEMES, SCHEMES, TASK_LABELS
+from lengen.sweep import training_span
 
 LEVELS = ("R", "DCF", "CS")
 FIT_THRESHOLD = 90.0   # % mean accuracy at training lengths 1..N below which a cell is marked ‡
@@ -42,8 +46,6 @@ def run_scores(rows, *, N: int, M: int) -> list[dict]:
     """One record per finished run: ``run task scheme seed lr L score n_lengths min_n max_n
     train_score`` (in %; ``score`` over the test lengths N+1..M, ``train_score`` over the
     evaluated lengths 1..N, None if none was evaluated)."""
-    from lengen.eval.length_sweep import length_scores
-
     by = ("run", "task", "scheme", "seed", "lr", "L")
     out = length_scores(rows, min_length=N + 1, max_length=M, by=by)
     fit = {tuple(r[c] for c in by): r["score"]
@@ -179,12 +181,11 @@ def write_tables(scores, out: str, *, tasks, schemes, caption: str, L: int, N: i
 
 def plot_curves(rows, scores, out: str, *, tasks, schemes, N: int, M: int, L: int) -> dict:
     """Fig. 4: one PNG per task, accuracy vs length per encoding (best lr, mean over seeds)."""
-    import matplotlib
+    import matplotlib  # slow import: drawing only
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # slow import: drawing only
 
-    from lengen.eval.length_sweep import length_curves
 
     agg = aggregate([r for r in scores if r["scheme"] in SCHEMES and r["L"] in (None, L)])
     curves = length_curves([r for r in rows if r.get("L") in (None, L)],
@@ -223,10 +224,10 @@ def plot_curves(rows, scores, out: str, *, tasks, schemes, N: int, M: int, L: in
 
 def write_ablation_L(scores, out: str, *, caption: str) -> dict:
     """Fig. 3: randomized relative at each L (tasks that have more than one L)."""
-    import matplotlib
+    import matplotlib  # slow import: drawing only
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # slow import: drawing only
 
     rel = [r for r in scores if r["scheme"] == "rand_relative" and r["L"] is not None]
     agg = aggregate(rel, key=lambda r: (r["task"], r["L"]))
@@ -244,9 +245,6 @@ def write_ablation_L(scores, out: str, *, caption: str) -> dict:
                                     ours_std=a["std"], ours_best_lr=a["best_lr"],
                                     n_seeds=a["n_seeds"], n_runs=a["n_runs"]))
         grid.append([TASK_LABELS[t][1]] + cells)
-    from lengen.analysis.tables import markdown_table
-    from lengen.fileio import write_text_atomic
-
     paths = {"ablation_L_md": os.path.join(out, "ablation_L.md"),
              "ablation_L_csv": os.path.join(out, "ablation_L.csv"),
              "ablation_L_png": os.path.join(out, "ablation_L.png")}
@@ -308,8 +306,6 @@ def write_activation_pca(scores, out: str, *, N: int, M: int, n_sequences: int =
     ``fig5_activations.png`` and ``fig5_activations.md`` (the per-layer shift of the long cloud
     in units of the training cloud's spread; see :mod:`lengen.analysis.activations`). Skipped
     (empty dict) unless both runs are in the grid."""
-    from lengen.analysis.activations import plot_activations
-
     picks = {}
     for r in sorted(scores, key=lambda r: (r["seed"], r["lr"])):
         if r["task"] == "reverse_string" and r["scheme"] in ("relative", "rand_relative"):
@@ -334,8 +330,6 @@ def write_activation_pca(scores, out: str, *, N: int, M: int, n_sequences: int =
         cells = " | ".join(f"shift {sh[long_n]['shift']:.2f}, spread {sh[long_n]['spread']:.2f}"
                            for sh in rr["shift"])
         lines.append(f"| {label} ({rr['run']}) | {acc} | {cells} |")
-    from lengen.fileio import write_text_atomic
-
     write_text_atomic("\n".join(lines) + "\n", md)
     log(f"wrote {png} (Fig. 5 activations)")
     return {"fig5_png": png, "fig5_md": md}
@@ -349,8 +343,6 @@ def write_report(rows, out: str, *, scale: str, tasks, schemes, caption: str,
     scores = run_scores(rows, N=N, M=M)
     paths = {"scores_csv": os.path.join(out, "scores.csv")}
     write_csv_atomic(scores, paths["scores_csv"])
-    from lengen.sweep import training_span
-
     span = training_span(out, [r["run"] for r in scores])
     cap = caption + (f" Training wall time (first run start to last run end, from the run "
                      f"directories): {span / 60:.1f} min." if span is not None else "")

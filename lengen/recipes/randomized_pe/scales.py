@@ -25,7 +25,9 @@ Scales (numbers in ``SCALES``; the captions of the written tables restate them):
 """
 from __future__ import annotations
 
+from lengen.eval.length_sweep import sweep_lengths
 from lengen.model.presets import RUOSS2023_LRS
+from lengen.registry import lookup
 
 PAPER_TASKS = ("even_pairs", "modular_arithmetic", "parity_check", "cycle_navigation",
                "stack_manipulation", "reverse_string", "modular_arithmetic_brackets",
@@ -78,8 +80,6 @@ def task_scale(scale: str, task: str, scheme: str | None = None) -> dict:
     put over the defaults, and that task's ``per_scheme[scheme]`` entries over those. A per-task
     or per-encoding budget changes sizes (the paper itself sweeps the lr per task and encoding),
     never the protocol."""
-    from lengen.registry import lookup
-
     s = lookup(SCALES, scale, "scale")
     t = {**s, **s.get("per_task", {}).get(task, {})}
     own = t.pop("per_scheme", {})
@@ -88,8 +88,6 @@ def task_scale(scale: str, task: str, scheme: str | None = None) -> dict:
 
 def eval_lengths(scale: str) -> tuple[list[int], list[int]]:
     """(test lengths N+1..M, strided; in-distribution lengths 1..N for the curves, strided)."""
-    from lengen.eval.length_sweep import sweep_lengths
-
     s = SCALES[scale]
     return (sweep_lengths(s["N"] + 1, s["M"], s["test_stride"]),
             sweep_lengths(1, s["N"], s["curve_stride"]))

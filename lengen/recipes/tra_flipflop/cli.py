@@ -28,6 +28,7 @@ def add_arguments(q) -> None:
 
 
 def run(args) -> int:
+    # start-up: the recipe loads when it runs
     from lengen.recipes.tra_flipflop.recipe import estimate_time, run_tra_flipflop
 
     if args.estimate:

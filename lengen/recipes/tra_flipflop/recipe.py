@@ -46,6 +46,9 @@ from __future__ import annotations
 import os
 import time
 
+import torch
+
+from lengen.config import resolve
 from lengen.recipes.common import default_device, log_failures, select
 from lengen.recipes.estimate import report_total, time_training_steps, timed, use_worker_threads
 from lengen.recipes.tra_flipflop.published import PAPER_TABLE1
@@ -54,6 +57,9 @@ from lengen.recipes.tra_flipflop.specs import (HEATMAP_PAIR, IID_SOLVED, LABEL_R
                                                SPLITS)
 from lengen.recipes.tra_models import (MODELS, RELS, check_available, model_parts, run_name,
                                        train_section)
+from lengen.registry import lookup
+from lengen.rundir.load import prepare
+from lengen.sweep import Grid, RunSpec, run_sweep
 
 
 def model_config(model: str, scale: str = "cpu", seed: int = 0, *, rel: str = "t5",
@@ -61,8 +67,6 @@ def model_config(model: str, scale: str = "cpu", seed: int = 0, *, rel: str = "t
                  name: str | None = None) -> dict:
     """Config dict of one Table 1 model at a scale (``n_layers``/``n_heads`` override the scale's,
     for the Appendix A pair)."""
-    from lengen.registry import lookup
-
     s = lookup(SCALES, scale, "scale")
     attention, posenc, positions = model_parts(model, rel)
     T = 2 * s["n_pairs"] - 1                                 # model input length
@@ -95,8 +99,6 @@ def build_specs(scale: str = "cpu", *, seeds=None, models=None, rel: str = "t5",
                 heatmaps: bool = False, heatmap_seeds=(0,), device: str = "cpu"):
     """RunSpecs of the Table 1 grid (models x seeds), plus the Appendix A pair if asked (one
     pair per seed in ``heatmap_seeds``)."""
-    from lengen.sweep import Grid, RunSpec
-
     models = select(models, MODELS, MODELS, "Table 1 model")
     check_available(models + (list(HEATMAP_PAIR) if heatmaps else []), rel)
     seeds = list(SCALES[scale]["seeds"] if seeds is None else seeds)
@@ -124,8 +126,6 @@ def run_tra_flipflop(scale: str = "cpu", out: str | None = None, *, workers: int
                      log=print) -> dict:
     """Train (or resume / reuse) every run, then write the table, chart and heatmaps.
     Returns ``{"rows", "summary", "paths", "sweep"}``."""
-    from lengen.sweep import run_sweep
-
     out = out or os.path.join("runs", f"tra-flipflop-{scale}")
     device = device or default_device(scale)
     specs = build_specs(scale, seeds=seeds, models=models, rel=rel, heatmaps=heatmaps,
@@ -153,11 +153,6 @@ def estimate_time(scale: str = "cpu", *, steps: int = 10, models=None, seeds: in
     x seeds, the sweep's order) over ``workers`` processes as the sweep does (``threads`` per
     worker defaults to what the sweep gives each worker: cores // workers). Nothing is written.
     Measure on an otherwise idle machine."""
-    import torch
-
-    from lengen.config import resolve
-    from lengen.rundir.load import prepare
-
     device = device or default_device(scale)
     s = SCALES[scale]
     models = list(models or MODELS)

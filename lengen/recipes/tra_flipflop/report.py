@@ -8,8 +8,11 @@ from __future__ import annotations
 import math
 import os
 
+import numpy as np
+
+from lengen.analysis.heatmap import plot_attention, plot_attention_grid
 from lengen.analysis.tables import fmt_mean_std, markdown_table, summarize
-from lengen.fileio import savefig_atomic, write_csv_atomic
+from lengen.fileio import savefig_atomic, write_csv_atomic, write_text_atomic
 from lengen.recipes.tra_flipflop.published import PAPER_TABLE1
 from lengen.recipes.tra_flipflop.specs import IID_SOLVED, SCALES, SPLITS
 
@@ -73,9 +76,8 @@ def caption_for(scale: str, seeds: list, rel: str, wall_seconds: float | None = 
 
 def bar_chart(records: list[dict], models: list[str], out: str, title: str = "") -> str:
     """Grouped bars, one panel per split: ours (mean, std error bar) beside the paper's."""
-    import numpy as np
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # slow import: drawing only
+    from matplotlib.figure import Figure  # slow import: drawing only
 
     by = {(r["model"], r["split"]): r for r in records}
     fig = Figure(figsize=(4.2 * len(SPLITS), 3.8))
@@ -108,8 +110,6 @@ def bar_chart(records: list[dict], models: list[str], out: str, title: str = "")
 def write_report(rows: list[dict], out_dir: str, *, scale: str, models: list[str], rel: str = "t5",
                  seeds=None, wall_seconds: float | None = None, log=print):
     """Write table.md, table.csv, table.png to ``out_dir``; returns (records, paths)."""
-    from lengen.fileio import write_text_atomic
-
     seeds = seeds if seeds is not None else sorted({r.get("seed") for r in rows if "seed" in r})
     records = table1_records(rows, models)
     caption = caption_for(scale, seeds, rel, wall_seconds)
@@ -132,9 +132,6 @@ def write_heatmaps(out_dir: str, specs, sweep, *, split: str = "sparse", index: 
     ``TRA-sk.png``, ``pair-sk.png``), and ``summary.md`` with every pair model's whole-sequence
     accuracy per split (whether it learned at all decides what its heatmap means). Runs that
     failed are reported and skipped."""
-    from lengen.analysis.heatmap import plot_attention, plot_attention_grid
-    from lengen.fileio import write_text_atomic
-
     runs = [s for s in specs if s.tags.get("group") == "heatmap"]
     done = [s for s in runs if sweep.status.get(s.name, {}).get("status") in ("done", "cached")]
     hdir = os.path.join(out_dir, "heatmaps")

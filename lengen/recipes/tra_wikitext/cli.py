@@ -23,6 +23,7 @@ def add_arguments(q) -> None:
 
 
 def run(args) -> int:
+    # start-up: the recipe loads when it runs
     from lengen.recipes.tra_wikitext.recipe import estimate_time, run_tra_wikitext
 
     if args.estimate:

@@ -61,6 +61,8 @@ from lengen.recipes.tra_models import (MODELS, RELS, check_available, model_part
 from lengen.recipes.tra_wikitext.published import PAPER_FIG4, PAPER_TABLE2
 from lengen.recipes.tra_wikitext.report import write_report
 from lengen.recipes.tra_wikitext.specs import SCALES
+from lengen.registry import lookup
+from lengen.sweep import Grid, RunSpec, run_sweep
 
 
 def model_config(model: str, scale: str = "cpu", seed: int = 0, *, rel: str = "t5",
@@ -68,8 +70,6 @@ def model_config(model: str, scale: str = "cpu", seed: int = 0, *, rel: str = "t
                  name: str | None = None) -> dict:
     """Config dict of one Table 2 model at a scale (``corpus`` / ``data_dir`` override the
     scale's corpus)."""
-    from lengen.registry import lookup
-
     s = lookup(SCALES, scale, "scale")
     attention, posenc, positions = model_parts(model, rel)
     longest = max(eval_lengths(s))
@@ -94,8 +94,6 @@ def model_config(model: str, scale: str = "cpu", seed: int = 0, *, rel: str = "t
 def build_specs(scale: str = "cpu", *, seeds=None, models=None, rel: str = "t5",
                 corpus: str | None = None, data_dir: str | None = None, device: str = "cpu"):
     """RunSpecs of the Table 2 grid (models x seeds), tagged ``model seed``."""
-    from lengen.sweep import Grid, RunSpec
-
     models = select(models, MODELS, MODELS, "Table 2 model")
     check_available(models, rel)
     seeds = list(SCALES[scale]["seeds"] if seeds is None else seeds)
@@ -114,8 +112,6 @@ def run_tra_wikitext(scale: str = "cpu", out: str | None = None, *, workers: int
                      quiet: bool | None = None, log=print) -> dict:
     """Train (or resume / reuse) every run, then write Table 2 and Fig. 4.
     Returns ``{"rows", "records", "paths", "sweep"}``."""
-    from lengen.sweep import run_sweep
-
     out = out or os.path.join("runs", f"tra-wikitext-{scale}")
     device = device or default_device(scale)
     specs = build_specs(scale, seeds=seeds, models=models, rel=rel, corpus=corpus,

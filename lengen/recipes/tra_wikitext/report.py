@@ -6,8 +6,9 @@ from __future__ import annotations
 import math
 import os
 
+from lengen.analysis.perplexity_plot import plot_perplexity
 from lengen.analysis.tables import markdown_table
-from lengen.fileio import write_csv_atomic
+from lengen.fileio import rows_to_csv, write_csv_atomic, write_text_atomic
 from lengen.recipes.lm import (BLOW_UP_RATIO, KEEP_RATIO, eval_lengths, fmt_ppl,
                                holds_to, perplexity_table, trend)
 from lengen.recipes.tra_wikitext.published import (PAPER_FIG4, PAPER_GENERALISE,
@@ -149,8 +150,6 @@ def fig4_markdown(recs: list[dict], lengths: list[int], train_length: int,
 
 
 def plot_fig4(rows, out: str, train_length: int, title: str) -> str:
-    from lengen.analysis.perplexity_plot import plot_perplexity
-
     plot_perplexity(rows, out, by=("model",), train_length=train_length, title=title,
                     label=lambda key: key[0])
     return out
@@ -160,8 +159,6 @@ def write_report(rows: list[dict], out_dir: str, *, scale: str, models: list[str
                  rel: str = "t5", seeds=None, data_caption: str = "",
                  wall_seconds: float | None = None, log=print):
     """Write table2.md/.csv, fig4.md/.csv and fig4.png to ``out_dir``; returns (records, paths)."""
-    from lengen.fileio import rows_to_csv, write_text_atomic
-
     s = SCALES[scale]
     T, lengths = s["seq_len"], eval_lengths(s)
     seeds = seeds if seeds is not None else sorted({r.get("seed") for r in rows if "seed" in r})

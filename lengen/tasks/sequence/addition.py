@@ -148,7 +148,7 @@ class Addition(SequenceTask):
 
     def token_structure(self, splits: list[str] | None = None) -> dict:
         """The digit structure token-structured position samplers read (position coupling,
-        Abacus: :mod:`lengen.positions_digits`): the digit, index-hint and blank ids (they make
+        Abacus: :mod:`lengen.samplers.digits`): the digit, index-hint and blank ids (they make
         up the numbers; every other token separates them) and ``max_digits``, the widest number
         (n + 1 digits with the zero pad) over the training lengths and ``splits`` (default: the
         task's splits)."""

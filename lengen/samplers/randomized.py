@@ -1,76 +1,11 @@
-"""Position samplers: positions are data.
-
-Every positional scheme in :mod:`lengen.posenc` reads an explicit, possibly fractional, positions
-tensor instead of assuming ``arange(T)``: ``[T]`` (shared by every sequence of the batch) or
-``[B, T]`` (one row per sequence). A *position sampler* makes that tensor.
-Randomized positions (Ruoss et al. 2023), label encodings (Li & McClelland 2023), position
-interpolation and head/tail index warping are all samplers, so they compose with every scheme
-instead of being re-implemented inside each one.
-
-At training one sample is drawn per batch (shared by all sequences of the batch), as in the public
-reference code of Ruoss et al. (the randomized sampler's ``train_draw='row'`` draws one per row,
-sized to the row, for batches of mixed lengths); at evaluation one per block of evaluation
-sequences. Each sampler states what it does at training and at evaluation time.
-
-Random draws come from the ``generator`` passed in (torch's global RNG only when none is given):
-training draws from its own generator saved in every checkpoint, and evaluation draws once per
-block of sequences from a generator derived from (eval seed, split, block), so evaluated numbers
-never depend on the evaluation batch size and evaluation never moves the training RNG (see
-:mod:`lengen.eval.evaluate`). ``random_at_eval`` tells evaluation whether a sampler draws at all
-in eval mode.
-
-Per-instance samplers (e.g. warping the positions of some sequences only) set ``per_instance =
-True`` and return ``[B, T]`` when ``batch_size`` is given; the others return one ``[T]`` draw
-whatever ``batch_size`` is.
-
-Batch-aware samplers (``uses_batch = True``) also read the batch: ``lengths`` ([B], the real,
-unpadded length of each row: position interpolation per test length, warping ``l f(j / l)`` with
-the instance's own l) and/or ``tokens`` ([B, T]: positions computed from the token structure,
-e.g. digits of equal significance sharing a position). Training and evaluation hand both over
-(:meth:`lengen.tasks.base.Batch.lengths`); ``generate`` hands over the lengths it will reach
-(prompt + max_new_tokens) and no tokens. A batch-aware sampler must be deterministic at
-evaluation (``random_at_eval = False``): its evaluation positions are computed batch by batch
-from the rows, so a random draw there would depend on the batch size. A sampler that reads the
-lengths in training only sets ``uses_lengths_in_training = True`` instead: the model hands it the
-batch in train mode, and evaluation draws it per block like any random sampler.
-
-Samplers that need something only the task knows (position interpolation needs M, the longest
-training length; coupling / Abacus the digit ids) fill it in from a classmethod
-``task_defaults(kwargs, task, splits) -> kwargs`` (``splits``: every split the run evaluates),
-which a config calls before building the sampler (the filled-in values are saved with the run).
-Positional schemes take the same hook (RoPE scaling's original length).
-
-To add a sampler: subclass :class:`PositionSampler` (:mod:`lengen.samplers.base`), implement
-``sample`` and ``max_position``, and add one line to ``SAMPLERS``; samplers past a few dozen
-lines get their own module in :mod:`lengen.samplers` (``interpolate``, ``warp``).
-"""
+"""Randomized positions (Ruoss et al. 2023, "Randomized Positional Encodings Boost Length
+Generalization of Transformers"): the ``randomized`` sampler and the sorted random subsets it
+draws (also drawn by the ``label`` sampler, :mod:`lengen.samplers.label`)."""
 from __future__ import annotations
 
 import torch
 
-from lengen.positions_digits import AbacusSampler, CouplingSampler   # position coupling, Abacus
 from lengen.samplers.base import PositionSampler
-from lengen.samplers.interpolate import InterpolateSampler
-from lengen.samplers.warp import WarpSampler
-from lengen.registry import ExtensionPoint
-
-
-class IdentitySampler(PositionSampler):
-    """Positions ``0, 1, ..., T-1`` at training and evaluation (the usual convention)."""
-
-    integer_positions = True
-
-    random_at_eval = False
-
-    def sample(self, length, *, training, device=None, generator=None, batch_size=None,
-               lengths=None, tokens=None):
-        return torch.arange(length, device=device, dtype=torch.float32)
-
-    def max_position(self, length):
-        return float(max(length - 1, 0))
-
-    def describe(self):
-        return "identity: positions 0..T-1 at train and eval"
 
 
 def sorted_subset(length: int, max_length: int, *, device=None, generator=None,
@@ -201,55 +136,3 @@ class RandomizedSampler(PositionSampler):
                else "one per batch")
         return (f"{type(self).__name__.removesuffix('Sampler').lower()}: train: {order} draw of T "
                 f"distinct positions from [0, {self.max_length}), {per}; eval: {ev}")
-
-
-class LabelSampler(RandomizedSampler):
-    """Label positional encodings (Li & McClelland 2022): the same sorted random labels from
-    [0, L) as :class:`RandomizedSampler` at training time (with the ``learned`` scheme this is the
-    TRA paper's "Label" baseline).
-
-    Evaluation (our choice, stated because the papers differ in emphasis): ``eval_mode=
-    'randomized'`` (default) draws fresh labels exactly as in training, as Ruoss et al.'s code does
-    at test time, so every label the model sees is in distribution. ``'spread'`` uses the
-    deterministic, evenly spaced labels ``floor(k (L-1) / (T-1) + 1/2)`` (the typical spacing of
-    a draw, without evaluation noise). ``'identity'`` uses 0..T-1.
-    """
-
-    EVAL_MODES = ("randomized", "spread", "identity")
-
-    def sample(self, length, *, training, device=None, generator=None, batch_size=None,
-               lengths=None, tokens=None):
-        if not training and self.eval_mode == "spread":
-            self.check(length)
-            span = torch.linspace(0, self.max_length - 1, length, dtype=torch.float64,
-                                  device=device)
-            return (span + 0.5).floor().to(torch.float32)   # round half up: strictly increasing
-        return super().sample(length, training=training, device=device, generator=generator,
-                              batch_size=batch_size, lengths=lengths)
-
-    def describe(self):
-        if self.eval_mode == "spread":
-            return (f"label: train: sorted draw of T distinct labels from [0, {self.max_length}), "
-                    f"one per batch; eval: evenly spaced labels over [0, {self.max_length - 1}]")
-        return super().describe()
-
-
-# Literal registry: the CLI name is the key.
-SAMPLERS: dict[str, type[PositionSampler]] = {
-    "identity": IdentitySampler,
-    "randomized": RandomizedSampler,
-    "label": LabelSampler,
-    "interpolate": InterpolateSampler,
-    "warp": WarpSampler,
-    "coupling": CouplingSampler,
-    "abacus": AbacusSampler,
-}
-
-
-#: built-ins, import paths (``mypkg.pos:Mine``) and installed plugins (entry points)
-SAMPLER_POINT = ExtensionPoint("position sampler", "model.positions", "lengen.samplers", SAMPLERS,
-                               PositionSampler)
-
-
-def build_sampler(name: str, **kwargs) -> PositionSampler:
-    return SAMPLER_POINT.get(name)(**kwargs)

@@ -203,7 +203,7 @@ class DigitRunSampler(PositionSampler):
 class CouplingSampler(DigitRunSampler):
     """Position coupling (Cho et al. 2024): every token gets s + 1 + its digit index, so digits
     of equal significance share one id; random start s per row in training, s = eval_offset at
-    evaluation (see :mod:`lengen.positions_digits`)."""
+    evaluation (see the module docstring)."""
 
     registry_name = "coupling"
     KWARG_RULES = {"max_position": Int(min=2, optional=True), "eval_offset": Int(min=0)}
@@ -249,7 +249,7 @@ class CouplingSampler(DigitRunSampler):
 class AbacusSampler(DigitRunSampler):
     """Abacus positions (McLeish et al. 2024): a digit gets k + its 1-based index in its number,
     every other token 0; one random k in 0..max_k per batch in training, k = 0 at evaluation (see
-    :mod:`lengen.positions_digits`)."""
+    the module docstring)."""
 
     registry_name = "abacus"
     KWARG_RULES = {"max_k": Int(min=0)}
