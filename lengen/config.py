@@ -316,6 +316,15 @@ def check_components(cfg: ExperimentConfig, *, vocab_explicit: bool = True):
         key = {"task.kwargs": "task.name"}.get(section, section.removesuffix("_kwargs"))
         return f"{kind} '{name}' ({key}, {section}={checked[section]})"
 
+    # attention layers are built only by the model (one per layer); what a kind declares about
+    # itself is checked here, so resolve() and a sweep's up-front check refuse an encoder with a
+    # causal-only kind (TRA, FoT, CoPE) without building one
+    attention_cls = parts["model.attention_kwargs"][2]
+    if getattr(attention_cls, "requires_causal", False) and not m.causal:
+        raise ConfigError(f"cannot build {what('model.attention_kwargs')}: it is defined only for "
+                          f"causal decoders, and model.causal is false (the task "
+                          f"'{cfg.task.name}' or the config asks for an encoder); choose another "
+                          f"model.attention (e.g. softmax) or a decoder task")
     # the weights alone must fit in this machine's memory (the model is built on the CPU): an
     # impossible size is refused here, not by the allocator in the middle of a build
     check_fits(m, batch=0, length=0, training=False, device="cpu",
