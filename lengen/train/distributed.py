@@ -21,8 +21,8 @@ Decisions (README "Data-parallel training" says the same for users):
   needs no rescaling). It must be divisible by N (checked before anything starts).
 * **Data**: every rank draws the whole global batch from the one data generator seeded by
   ``train.data_seed`` (and the positions for it from the one positions generator), then keeps rows
-  ``[r B/N, (r+1) B/N)``. Drawing is cheap next to a training step (``benchmarks/RESULTS.md``:
-  >= 110x for the text task's data path, synthetic tasks more), and it buys three things a
+  ``[r B/N, (r+1) B/N)``. Drawing is cheap next to a training step (``benchmarks/RESULTS.md`` measures the
+  data paths), and it buys three things a
   per-rank generator seeded by (data_seed, r) cannot: the N-process run *is* the one-process run
   on the same global batches (tested equal within fp32 rounding, gradients included); the data and
   positions generator states are identical on every rank, so the ones rank 0 saves are right for
