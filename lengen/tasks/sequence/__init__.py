@@ -2,8 +2,8 @@
 al. 2023 as used by the index-warping paper; decimal addition of Zhou et al. 2024). See
 :mod:`lengen.tasks.sequence.base` for the shared layout (vocabulary, padding, masks, ``len=K``
 splits, streamed or fixed training data) and each task module for its definition, examples and
-how its tokens map to the paper's text. A new task
-is registered in :data:`lengen.tasks.TASKS` only: nothing here lists the tasks."""
+how its tokens map to the paper's text. A new task is registered in :data:`lengen.tasks.TASKS`
+only: nothing here lists the tasks."""
 from lengen.tasks.sequence.base import (EOS, PAD, SEP, SequenceTask, batch_from_sequences,
                                         prompts_and_answers)
 from lengen.tasks.sequence.addition import Addition
