@@ -42,9 +42,8 @@ from lengen.errors import ConfigError
 from lengen.model.cache import KVCache
 from lengen.model.config import HF_MODEL_TYPES, HF_SIZES, ModelConfig
 from lengen.model.generate import generate
-from lengen.model.transformer import (Transformer, as_model_config, built, check_positions,
-                                      check_tokens, input_problem)
-from lengen.samplers import build_sampler
+from lengen.model.transformer import (Transformer, as_model_config, check_positions, check_tokens,
+                                      config_sampler, input_problem)
 
 MISSING = ('model.backbone=hf needs Hugging Face transformers: pip install "lengen[hf]" (or use '
            'model.backbone=lengen)')
@@ -215,9 +214,7 @@ class HFBackbone(nn.Module):
         self.hf = hf_model
         self.posenc = HFPositions(cfg.hf_config["model_type"], self.hf.config)
         if sampler is None:           # else the one validation built (lengen.config.take_built)
-            sampler = built(f"position sampler '{cfg.positions}' (model.positions, "
-                            f"model.positions_kwargs={cfg.positions_kwargs})", build_sampler,
-                            cfg.positions, cfg.positions_kwargs)
+            sampler = config_sampler(cfg)
         self.posenc.check_sampler(sampler, cfg.positions)
         self._sampler = sampler
 

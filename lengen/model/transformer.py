@@ -171,6 +171,13 @@ def built(what: str, build, name: str, kwargs: dict, **framework):
     return construct(functools.partial(build, name), kwargs, what=what, **framework)
 
 
+def config_sampler(cfg: ModelConfig):
+    """The position sampler ``model.positions`` names, built with ``model.positions_kwargs`` (a
+    constructor's complaint as a ConfigError naming both keys); every backbone builds it so."""
+    return built(f"position sampler '{cfg.positions}' (model.positions, model.positions_kwargs="
+                 f"{cfg.positions_kwargs})", build_sampler, cfg.positions, cfg.positions_kwargs)
+
+
 def check_given(cfg: ModelConfig, posenc, sampler) -> None:
     """A scheme or sampler handed to the model must be of the class ``cfg`` names (an instance
     built from ``cfg``; its keyword arguments cannot be compared), never silently another one."""
@@ -212,9 +219,7 @@ class Transformer(nn.Module):
             # a per-layer scheme: blocks 1.. get instances of their own (None: all share posenc)
             self.layer_posencs = (nn.ModuleList(scheme() for _ in range(cfg.n_layers - 1))
                                   if self.posenc.per_layer else None)
-            self.sampler = sampler if sampler is not None else built(
-                f"position sampler '{cfg.positions}' (model.positions, model.positions_kwargs="
-                f"{cfg.positions_kwargs})", build_sampler, cfg.positions, cfg.positions_kwargs)
+            self.sampler = sampler if sampler is not None else config_sampler(cfg)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
         self.norm_f = make_norm(cfg) if cfg.final_norm else nn.Identity()
