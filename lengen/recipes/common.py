@@ -16,9 +16,11 @@ from lengen.runs import evaluate_run
 from lengen.sweep.local import write_results
 
 
-def add_sweep_arguments(p, name: str, *, scale_help: str, seeds_help: str) -> None:
-    """--scale, --out, --workers, --seeds, --backend, --threads, --device, --estimate."""
-    p.add_argument("--scale", choices=("smoke", "cpu", "paper"), default="cpu",
+def add_sweep_arguments(p, name: str, *, scale_help: str, seeds_help: str,
+                        scales=("smoke", "cpu", "paper")) -> None:
+    """--scale (one of ``scales``), --out, --workers, --seeds, --backend, --threads, --device,
+    --estimate."""
+    p.add_argument("--scale", choices=tuple(scales), default="cpu",
                    help="sizes and steps (the protocol is unchanged): " + scale_help)
     p.add_argument("--out", metavar="DIR", default=None,
                    help=f"output folder (default runs/{name}-<scale>)")
@@ -51,9 +53,9 @@ def add_corpus_arguments(q) -> None:
 
 
 def default_device(scale: str) -> str:
-    """cuda at the paper scale when a GPU is present, else cpu (cpu and smoke scales are sized
-    for a CPU)."""
-    return "cuda" if scale == "paper" and torch.cuda.is_available() else "cpu"
+    """cuda at the GPU-sized scales (paper, width) when a GPU is present, else cpu (cpu and smoke
+    scales are sized for a CPU)."""
+    return "cuda" if scale in ("paper", "width") and torch.cuda.is_available() else "cpu"
 
 
 def select(given, valid, default, what: str) -> list:

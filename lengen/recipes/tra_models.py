@@ -76,8 +76,11 @@ def run_name(model: str, seed: int, rel: str = "t5") -> str:
 def train_section(s: dict, seed: int, device: str) -> dict:
     """The ``train`` section of a run at scale ``s``: the scale's :data:`TRAIN_KEYS`, cosine
     decay, ``seed`` for the initialisation and the data order."""
+    periodic = {}
+    if s.get("eval_every"):              # OOD curves: every eval split, periodic_sequences each
+        periodic = dict(eval_every=s["eval_every"], eval_sequences=s["periodic_sequences"])
     return common.train_section(s, seed, device, log_every=10, copy=TRAIN_KEYS,
-                                schedule="cosine")
+                                schedule="cosine", **periodic)
 
 
 def add_model_arguments(q, table: str) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from lengen.cliutil import int_at_least
 from lengen.recipes.common import add_sweep_arguments, exit_code
+from lengen.recipes.tra_flipflop.specs import SCALES
 from lengen.recipes.tra_models import add_model_arguments
 
 
@@ -14,7 +15,10 @@ def add_arguments(q) -> None:
     add_sweep_arguments(q, "tra-flipflop",
                         scale_help="smoke = seconds (tests), cpu = the CPU-sized protocol on 2 "
                                    "cores with --workers 2 (see the recipe docstring), paper = "
-                                   "the paper's model and 25k steps (GPU)",
+                                   "the paper's model and 25k steps (GPU), width = the paper's "
+                                   "width (d_model 256, MLP 512) at 256 tokens, 2,500 steps, "
+                                   "OOD curves every 250 steps (GPU)",
+                        scales=tuple(SCALES),
                         seeds_help="seeds (init and data order; default: the scale's, e.g. "
                                    "0 1 2 for cpu)")
     add_model_arguments(q, "Table 1")
