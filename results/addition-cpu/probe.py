@@ -7,8 +7,12 @@ learning curve: greedy exact match at lengths 3, 6, 10 (in distribution) and 13,
 every 500 steps, 64 sequences each (``train.eval_splits``). Writes ``OUT/<run>/`` and appends one
 JSON line (final EM at 1..20, minutes) to ``OUT/probes.jsonl``.
 
-    python results/addition-cpu/probe.py OUT SETTING LR STEPS D_MODEL N_LAYERS BATCH
+    python results/addition-cpu/probe.py OUT SETTING LR STEPS D_MODEL N_LAYERS BATCH [SEED [DEVICE]]
     python results/addition-cpu/probe.py runs/add-probes fire 3e-3 6000 64 2 32
+    python results/addition-cpu/probe.py runs/add-search kerple_log 3e-3 8000 64 2 128 1 cuda
+
+SEED (default 0) sets the initialisation and the data order; DEVICE defaults to cpu. A run
+named with a seed gets an ``-s<SEED>`` suffix (seed 0 keeps the original name).
 """
 import json
 import os
@@ -19,18 +23,20 @@ from lengen.recipes.addition.specs import run_config
 from lengen.sweep import RunSpec, run_one
 
 
-def main(out, setting, lr, steps, d, n_layers, batch):
+def main(out, setting, lr, steps, d, n_layers, batch, seed=0, device="cpu"):
     lr, steps, d, n_layers, batch = float(lr), int(steps), int(d), int(n_layers), int(batch)
-    name = f"{setting}-lr{lr:g}-st{steps}-d{d}-L{n_layers}-b{batch}"
-    cfg = run_config(setting, "cpu", seed=0, data_seed=0, name=name)
+    seed = int(seed)
+    name = f"{setting}-lr{lr:g}-st{steps}-d{d}-L{n_layers}-b{batch}" + (f"-s{seed}" if seed else "")
+    cfg = run_config(setting, "cpu", seed=seed, data_seed=seed, name=name, device=device)
     cfg["model"].update(d_model=d, n_layers=n_layers, d_ff=4 * d, n_heads=4)
     cfg["train"].update(lr=lr, steps=steps, batch_size=batch, eval_every=500, ckpt_every=0,
                         eval_splits=["len=3", "len=6", "len=10", "len=13", "len=16"],
                         eval_sequences=64)
-    cfg["eval"]["splits"] = [f"len={k}" for k in (1, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20)]
+    cfg["eval"]["splits"] = [f"len={k}" for k in range(1, 21)]
     t0 = time.time()
     res = run_one(RunSpec(name, cfg, {"setting": setting}), out, quiet=True, threads=1)
-    rec = {"name": name, "status": res["status"], "error": res.get("error"),
+    rec = {"name": name, "setting": setting, "lr": lr, "steps": steps, "batch": batch,
+           "seed": seed, "device": device, "status": res["status"], "error": res.get("error"),
            "minutes": round((time.time() - t0) / 60, 1),
            "em": {r["split"]: round(100 * r["value"], 1) for r in res["rows"]
                   if r.get("metric") == "seq_acc"}}
