@@ -143,7 +143,12 @@ def test_scales_change_sizes_not_protocol():
     assert (p["n_pairs"], p["d_model"], p["n_layers"], p["n_heads"]) == (256, 256, 4, 4)
     assert (p["lr"], p["batch_size"], p["steps"], len(p["seeds"])) == (1e-4, 64, 25_000, 4)
     assert len(c["seeds"]) >= 3 and len(tf.SCALES["smoke"]["seeds"]) == 1
-    for scale in ("smoke", "cpu", "paper"):
+    w = tf.SCALES["width"]                    # the paper's width at half its length, with curves
+    assert (w["n_pairs"], w["d_model"], w["d_ff"], w["n_layers"], w["n_heads"]) == (128, 256, 512, 4, 4)
+    wt = tf.model_config("NoPE", "width")["train"]
+    assert (wt["eval_every"], wt["eval_sequences"]) == (250, 500)
+    assert "eval_every" not in tf.model_config("NoPE", "cpu")["train"]
+    for scale in ("smoke", "cpu", "width", "paper"):
         cfgs = {m: tf.model_config(m, scale) for m in tf.MODELS}
         for m, d in cfgs.items():
             assert d["task"] == {"name": "flipflop", "kwargs": {"n_pairs": tf.SCALES[scale]["n_pairs"]}}
@@ -154,7 +159,7 @@ def test_scales_change_sizes_not_protocol():
     assert tf.model_config("REL", "cpu", rel="xl")["model"]["posenc"] == "xl"
     for m in AVAILABLE:                       # every column builds and fits its input length
         prepare(resolve(tf.model_config(m, "cpu")))
-    for scale in ("cpu", "paper"):            # the paper's MLP: 2 x d_model for linear and gate
+    for scale in ("cpu", "width", "paper"):   # the paper's MLP: 2 x d_model for linear and gate
         mc = resolve(tf.model_config("TRA", scale)).model
         assert mc.d_ff == 2 * mc.d_model == 2 * tf.SCALES[scale]["d_model"]
     if "Label" in AVAILABLE:                  # label table covers the paper's 512 tokens x 4
