@@ -26,6 +26,11 @@ Scales (``SCALES`` in :mod:`.specs`; a scale changes sizes and steps, never the 
   sequences per split (the official sets have 16K IID / 4K dense / 160K sparse; we draw fresh
   ones from the same distributions). Assumed where the paper is silent: weight decay 0.01 on all
   parameters and betas (0.9, 0.999) (``torch.optim.AdamW`` defaults), gradient clipping at 1.0.
+* ``width``: the paper's width (d_model 256, 4 layers, 4 heads, MLP 512) at 256 tokens (128
+  pairs), with the cpu scale's optimiser (lr 1e-3, 100 warm-up steps, cosine to 0.1x, batch 32)
+  for 2,500 steps, three seeds, and every 250 steps whole-sequence accuracy on 500 sequences of
+  each split, so the curves show whether the OOD numbers settled (issue 28). Sized for one GPU
+  (``results/tra-flipflop-width/README.md`` has the measured step times and why not 512 tokens).
 * ``cpu``: 128-token sequences (64 pairs), 4 layers, 4 heads, d_model 64 with the paper's MLP
   width (2 x d_model = 128), lr 1e-3 (50 warmup steps), batch 32, 2,500 steps, three seeds, 2,000
   evaluation sequences per split. Chosen by probe grids, measured in
