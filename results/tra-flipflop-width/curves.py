@@ -25,9 +25,12 @@ import sys
 
 import pandas as pd
 
-MODELS = ["NoPE", "APE", "REL", "RoPE", "Label", "FoT", "Diff", "CoPE", "TRA"]
-SPLITS = ["iid", "dense", "sparse"]
-FIT = 99.0          # % IID whole-sequence accuracy: lengen.recipes.tra_flipflop.specs.IID_SOLVED
+from lengen.recipes.tra_flipflop.specs import IID_SOLVED as FIT     # % IID: "fits"
+from lengen.recipes.tra_flipflop.specs import SPLITS as _SPLITS
+from lengen.recipes.tra_models import MODELS as _MODELS
+
+MODELS = list(_MODELS)
+SPLITS = list(_SPLITS)
 SETTLE = 2.0        # points: spread of the last three evaluations for "settled"
 
 
