@@ -1,6 +1,6 @@
 """Probe for issue 28 item 4: is Even Pairs' randomized-relative shortfall a matter of budget?
 
-One run per argument ``task:scheme:seed:steps`` (e.g. ``even_pairs:rand_relative:1:6000``): the
+One run per argument ``task:scheme:seed:steps[:cosine]`` (e.g. ``even_pairs:rand_relative:1:6000``): the
 recipe's own cpu-scale config (``lengen.recipes.randomized_pe.recipe.run_config``: Ruoss et
 al.'s encoder, the scale's batch and lr for the task, train lengths U(1..40), the same
 evaluation: test lengths 41, 81, ..., 500 and the training-length curve) with ``steps`` in
@@ -8,7 +8,8 @@ place of the scale's, plus token accuracy every 1,500 steps at lengths 20, 40 (t
 41, 201, 500 (beyond; 32 sequences each). Writes ``OUT/<run>/`` and appends one JSON line per
 run to ``OUT/budget.jsonl``: the mean token accuracy over the test lengths (the recipe's
 score), over lengths 1, 14, 27, 40 (the recipe's fit rule: >= 90 %), the periodic curve and
-the minutes.
+the minutes. A fifth field ``cosine`` replaces the scale's constant lr by a cosine decay from the
+same lr to a tenth of it over the run (no warmup), the one change from the recipe's optimiser.
 
     python results/randomized-pe-cpu-encodings/budget_probe.py OUT even_pairs:relative:0:6000 ...
 """
@@ -24,10 +25,14 @@ TRACK = ["len=20", "len=40", "len=41", "len=201", "len=500"]
 FIT_LENGTHS = [1, 14, 27, 40]
 
 
-def run(out: str, task: str, scheme: str, seed: int, steps: int) -> dict:
+def run(out: str, task: str, scheme: str, seed: int, steps: int, schedule: str = "constant") -> dict:
     cfg = run_config(task, scheme, "cpu", seed)
-    cfg["name"] = f"{task}-{scheme}-s{seed}-st{steps}"
+    cfg["name"] = f"{task}-{scheme}-s{seed}-st{steps}" + ("" if schedule == "constant" else "-cos")
     cfg["train"].update(steps=steps, eval_every=1500, eval_splits=TRACK, eval_sequences=32)
+    if schedule == "cosine":
+        cfg["train"].update(schedule="cosine", warmup_steps=0, min_lr_frac=0.1)
+    elif schedule != "constant":
+        raise SystemExit(f"unknown schedule {schedule!r}: constant or cosine")
     t0 = time.time()
     res = run_one(RunSpec(cfg["name"], cfg, {"task": task, "scheme": scheme}), out, quiet=True,
                   threads=1)
@@ -43,6 +48,7 @@ def run(out: str, task: str, scheme: str, seed: int, steps: int) -> dict:
             if all(v is not None for v in got.values()):
                 curve[r["step"]] = {s: round(100 * v, 1) for s, v in got.items()}
     rec = dict(task=task, scheme=scheme, seed=seed, steps=steps, lr=cfg["train"]["lr"],
+               schedule=schedule,
                batch=cfg["train"]["batch_size"], status=res["status"],
                test_score=round(sum(test) / len(test), 1) if test else None,
                train_score=round(sum(acc[n] for n in FIT_LENGTHS) / 4, 1)
@@ -58,5 +64,5 @@ if __name__ == "__main__":
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
     for arg in sys.argv[2:]:
-        task, scheme, seed, steps = arg.split(":")
-        run(out, task, scheme, int(seed), int(steps))
+        task, scheme, seed, steps, *schedule = arg.split(":")
+        run(out, task, scheme, int(seed), int(steps), *schedule)
