@@ -1,6 +1,7 @@
 """Probe for issue 28 item 4: is Even Pairs' randomized-relative shortfall a matter of budget?
 
-One run per argument ``task:scheme:seed:steps[:cosine]`` (e.g. ``even_pairs:rand_relative:1:6000``): the
+One run per argument ``task:scheme:seed:steps[:schedule[:lr]]``
+(e.g. ``even_pairs:rand_relative:1:6000``): the
 recipe's own cpu-scale config (``lengen.recipes.randomized_pe.recipe.run_config``: Ruoss et
 al.'s encoder, the scale's batch and lr for the task, train lengths U(1..40), the same
 evaluation: test lengths 41, 81, ..., 500 and the training-length curve) with ``steps`` in
@@ -9,7 +10,8 @@ place of the scale's, plus token accuracy every 1,500 steps at lengths 20, 40 (t
 run to ``OUT/budget.jsonl``: the mean token accuracy over the test lengths (the recipe's
 score), over lengths 1, 14, 27, 40 (the recipe's fit rule: >= 90 %), the periodic curve and
 the minutes. A fifth field ``cosine`` replaces the scale's constant lr by a cosine decay from the
-same lr to a tenth of it over the run (no warmup), the one change from the recipe's optimiser.
+same lr to a tenth of it over the run (no warmup; ``constant`` keeps the recipe's), and a sixth
+sets the lr (default: the scale's for the task).
 
     python results/randomized-pe-cpu-encodings/budget_probe.py OUT even_pairs:relative:0:6000 ...
 """
@@ -25,9 +27,11 @@ TRACK = ["len=20", "len=40", "len=41", "len=201", "len=500"]
 FIT_LENGTHS = [1, 14, 27, 40]
 
 
-def run(out: str, task: str, scheme: str, seed: int, steps: int, schedule: str = "constant") -> dict:
-    cfg = run_config(task, scheme, "cpu", seed)
-    cfg["name"] = f"{task}-{scheme}-s{seed}-st{steps}" + ("" if schedule == "constant" else "-cos")
+def run(out: str, task: str, scheme: str, seed: int, steps: int, schedule: str = "constant",
+        lr: float | None = None) -> dict:
+    cfg = run_config(task, scheme, "cpu", seed, lr=lr)
+    cfg["name"] = (f"{task}-{scheme}-s{seed}-st{steps}" + ("" if schedule == "constant" else "-cos")
+                   + ("" if lr is None else f"-lr{lr:g}"))
     cfg["train"].update(steps=steps, eval_every=1500, eval_splits=TRACK, eval_sequences=32)
     if schedule == "cosine":
         cfg["train"].update(schedule="cosine", warmup_steps=0, min_lr_frac=0.1)
@@ -47,13 +51,12 @@ def run(out: str, task: str, scheme: str, seed: int, steps: int, schedule: str =
             got = {s: r.get(f"eval/{s}/token_acc") for s in TRACK}
             if all(v is not None for v in got.values()):
                 curve[r["step"]] = {s: round(100 * v, 1) for s, v in got.items()}
-    rec = dict(task=task, scheme=scheme, seed=seed, steps=steps, lr=cfg["train"]["lr"],
-               schedule=schedule,
-               batch=cfg["train"]["batch_size"], status=res["status"],
-               test_score=round(sum(test) / len(test), 1) if test else None,
-               train_score=round(sum(acc[n] for n in FIT_LENGTHS) / 4, 1)
-               if all(n in acc for n in FIT_LENGTHS) else None,
-               curve=curve, minutes=round((time.time() - t0) / 60, 1))
+    rec = {"task": task, "scheme": scheme, "seed": seed, "steps": steps, "lr": cfg["train"]["lr"],
+           "schedule": schedule, "batch": cfg["train"]["batch_size"], "status": res["status"],
+           "test_score": round(sum(test) / len(test), 1) if test else None,
+           "train_score": round(sum(acc[n] for n in FIT_LENGTHS) / 4, 1)
+           if all(n in acc for n in FIT_LENGTHS) else None,
+           "curve": curve, "minutes": round((time.time() - t0) / 60, 1)}
     print(json.dumps(rec), flush=True)
     with open(os.path.join(out, "budget.jsonl"), "a") as f:
         f.write(json.dumps(rec) + "\n")
@@ -64,5 +67,7 @@ if __name__ == "__main__":
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
     for arg in sys.argv[2:]:
-        task, scheme, seed, steps, *schedule = arg.split(":")
-        run(out, task, scheme, int(seed), int(steps), *schedule)
+        task, scheme, seed, steps, *rest = arg.split(":")
+        schedule = rest[0] if rest else "constant"
+        lr = float(rest[1]) if len(rest) > 1 else None
+        run(out, task, scheme, int(seed), int(steps), schedule, lr)
