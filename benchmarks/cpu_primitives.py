@@ -15,6 +15,10 @@ point here for the number:
 * SDPA's value width: ``F.scaled_dot_product_attention`` forward + backward with a value twice as
   wide as q and k (the unfused math path) vs q and k zero-padded to the value's width (the fused
   kernel; Diff attention's fast path pads);
+* CoPE's C row kernels (``lengen/ops/cope/cope_rows.c``), forward and backward, in ns per tile
+  element on warm buffers shaped as one tile group of the step-time benchmark's CoPE model
+  (16 rows of heads x 64 query rows x 512 keys, 64 positions), against the same ``add``; what
+  bounds CoPE's step (benchmarks/RESULTS.md, "Training step time");
 * BLAKE2b throughput of ``lengen.fileio.file_digest`` (the token cache checksums its file at every
   start).
 
@@ -34,8 +38,9 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from _common import lengen_revision  # noqa: E402
-from lengen.fileio import file_digest  # noqa: E402
+from _common import lengen_revision, machine_line
+
+from lengen.fileio import file_digest
 
 
 def timed(fn, repeats: int) -> float:
@@ -120,6 +125,33 @@ def sdpa_value_width(repeats, T=512, B=8, H=8, hd=16):
             (f"SDPA fwd+bwd, v twice as wide as q/k (T={T})", t_wide * 1e3, "ms", t_wide / t_pad)]
 
 
+def cope_row_kernels(repeats, G=16, tq=64, ke=512, npos=64):
+    from lengen.ops.cope import rows
+    lib = rows.kernels()
+    if lib is None:
+        return [("cope_rows C kernels: not built here (no C compiler)", float("nan"), "-", None)]
+    g = torch.Generator().manual_seed(0)
+    S0 = torch.randn(G, tq, ke, generator=g)
+    G0 = torch.sigmoid(torch.randn(G, tq, ke, generator=g))
+    z2, b = torch.randn(G, tq, npos, generator=g), torch.randn(G, tq, npos, generator=g)
+    S, Gp, P, dL = (torch.empty_like(S0) for _ in range(4))
+    dz = torch.zeros_like(z2)
+    n = S0.numel()
+    rows.forward(lib, S.copy_(S0), Gp.copy_(G0), P, z2, b, npos - 1)   # positions for backward
+    G1 = Gp.clone()
+    t_copy = timed(lambda: (S.copy_(S0), Gp.copy_(G0)), repeats)     # the inputs it overwrites
+    t_fwd = timed(lambda: (S.copy_(S0), Gp.copy_(G0),
+                           rows.forward(lib, S, Gp, P, z2, b, npos - 1)), repeats) - t_copy
+    t_copy1 = timed(lambda: dL.copy_(S0), repeats)
+    t_bwd = timed(lambda: (dL.copy_(S0), rows.backward(lib, dL, G1, P, b, dz)),
+                  repeats) - t_copy1
+    buf = torch.empty_like(S0)
+    t_add = timed(lambda: torch.add(S0, S0, out=buf), repeats)
+    return [(f"add (elementwise), {G} x {tq} x {ke}", t_add / n * 1e9, "ns/elem", 1.0),
+            ("cope_rows forward (C)", t_fwd / n * 1e9, "ns/elem", t_fwd / t_add),
+            ("cope_rows backward (C)", t_bwd / n * 1e9, "ns/elem", t_bwd / t_add)]
+
+
 def blake2b(repeats, mb=64):
     with tempfile.NamedTemporaryFile(delete=False) as f:
         f.write(os.urandom(mb << 20))
@@ -140,9 +172,10 @@ def main(argv=None) -> int:
     torch.set_flush_denormal(False)                # the default; the ops must not rely on it
     print(f"lengen {lengen_revision()}, torch {torch.__version__}, threads {args.threads}, "
           f"median of {args.repeats}")
-    print(f"| measurement | value | unit | ratio to the first row of its group |")
+    print(machine_line())
+    print("| measurement | value | unit | ratio to the first row of its group |")
     print("|---|---|---|---|")
-    for group in (exp_vs_exp2, denormals, row_ops, sdpa_value_width, blake2b):
+    for group in (exp_vs_exp2, denormals, row_ops, cope_row_kernels, sdpa_value_width, blake2b):
         for name, value, unit, ratio in group(args.repeats):
             r = "" if ratio is None else f"{ratio:.2f}"
             print(f"| {name} | {value:.3g} | {unit} | {r} |")
