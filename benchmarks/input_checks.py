@@ -20,6 +20,10 @@ import time
 
 import torch
 
+try:                                     # run as a script from the repository root
+    from _common import machine_line
+except ImportError:                      # pragma: no cover
+    from benchmarks._common import machine_line
 from lengen.model import ModelConfig, Transformer
 
 SIZES = [  # (d_model, n_layers, batch, length)
@@ -68,6 +72,7 @@ def main():
     if args.threads:
         torch.set_num_threads(args.threads)
     rows = [measure(*s, args.rounds, args.device) for s in SIZES]
+    print(machine_line())
     print(f"{'d_model':>7} {'layers':>6} {'B':>3} {'T':>4} {'ms (checked)':>13} {'ratio':>6}")
     for r in rows:
         print(f"{r['d_model']:>7} {r['n_layers']:>6} {r['batch']:>3} {r['length']:>4} "
