@@ -16,9 +16,9 @@ point here for the number:
   wide as q and k (the unfused math path) vs q and k zero-padded to the value's width (the fused
   kernel; Diff attention's fast path pads);
 * CoPE's C row kernels (``lengen/ops/cope/cope_rows.c``), forward and backward, in ns per tile
-  element on warm buffers shaped as one tile group of the step-time benchmark's CoPE model
-  (16 rows of heads x 64 query rows x 512 keys, 64 positions), against the same ``add``; what
-  bounds CoPE's step (benchmarks/RESULTS.md, "Training step time");
+  element on warm buffers of 16 (batch, head) pairs x 64 query rows x 512 keys, 64 positions,
+  against an ``add`` of the same size (what bounds CoPE's step: benchmarks/RESULTS.md,
+  "Training step time");
 * BLAKE2b throughput of ``lengen.fileio.file_digest`` (the token cache checksums its file at every
   start).
 

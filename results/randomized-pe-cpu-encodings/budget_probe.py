@@ -1,4 +1,5 @@
-"""Probe for issue 28 item 4: is Even Pairs' randomized-relative shortfall a matter of budget?
+"""Probe for issue 28 item 4: do the cpu scale's short or unfitted runs fit with more steps, a
+decaying lr or another lr (Even Pairs, missing duplicate, duplicate string)?
 
 One run per argument ``task:scheme:seed:steps[:schedule[:lr]]``
 (e.g. ``even_pairs:rand_relative:1:6000``): the
