@@ -41,6 +41,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from _common import lengen_revision, machine_line
 
 from lengen.fileio import file_digest
+from lengen.ops.cope import rows as cope_rows
 
 
 def timed(fn, repeats: int) -> float:
@@ -126,8 +127,7 @@ def sdpa_value_width(repeats, T=512, B=8, H=8, hd=16):
 
 
 def cope_row_kernels(repeats, G=16, tq=64, ke=512, npos=64):
-    from lengen.ops.cope import rows
-    lib = rows.kernels()
+    lib = cope_rows.kernels()
     if lib is None:
         return [("cope_rows C kernels: not built here (no C compiler)", float("nan"), "-", None)]
     g = torch.Generator().manual_seed(0)
@@ -137,13 +137,13 @@ def cope_row_kernels(repeats, G=16, tq=64, ke=512, npos=64):
     S, Gp, P, dL = (torch.empty_like(S0) for _ in range(4))
     dz = torch.zeros_like(z2)
     n = S0.numel()
-    rows.forward(lib, S.copy_(S0), Gp.copy_(G0), P, z2, b, npos - 1)   # positions for backward
+    cope_rows.forward(lib, S.copy_(S0), Gp.copy_(G0), P, z2, b, npos - 1)   # positions for backward
     G1 = Gp.clone()
     t_copy = timed(lambda: (S.copy_(S0), Gp.copy_(G0)), repeats)     # the inputs it overwrites
     t_fwd = timed(lambda: (S.copy_(S0), Gp.copy_(G0),
-                           rows.forward(lib, S, Gp, P, z2, b, npos - 1)), repeats) - t_copy
+                           cope_rows.forward(lib, S, Gp, P, z2, b, npos - 1)), repeats) - t_copy
     t_copy1 = timed(lambda: dL.copy_(S0), repeats)
-    t_bwd = timed(lambda: (dL.copy_(S0), rows.backward(lib, dL, G1, P, b, dz)),
+    t_bwd = timed(lambda: (dL.copy_(S0), cope_rows.backward(lib, dL, G1, P, b, dz)),
                   repeats) - t_copy1
     buf = torch.empty_like(S0)
     t_add = timed(lambda: torch.add(S0, S0, out=buf), repeats)
