@@ -139,12 +139,21 @@ def cope_row_kernels(repeats, G=16, tq=64, ke=512, npos=64):
     n = S0.numel()
     cope_rows.forward(lib, S.copy_(S0), Gp.copy_(G0), P, z2, b, npos - 1)   # positions for backward
     G1 = Gp.clone()
-    t_copy = timed(lambda: (S.copy_(S0), Gp.copy_(G0)), repeats)     # the inputs it overwrites
-    t_fwd = timed(lambda: (S.copy_(S0), Gp.copy_(G0),
-                           cope_rows.forward(lib, S, Gp, P, z2, b, npos - 1)), repeats) - t_copy
-    t_copy1 = timed(lambda: dL.copy_(S0), repeats)
-    t_bwd = timed(lambda: (dL.copy_(S0), cope_rows.backward(lib, dL, G1, P, b, dz)),
-                  repeats) - t_copy1
+
+    def kernel_time(prep, fn):
+        """Median seconds of fn() alone, prep() (restoring the inputs it overwrites) untimed."""
+        times = []
+        for _ in range(repeats + 1):
+            prep()
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times[1:])
+
+    t_fwd = kernel_time(lambda: (S.copy_(S0), Gp.copy_(G0)),
+                        lambda: cope_rows.forward(lib, S, Gp, P, z2, b, npos - 1))
+    t_bwd = kernel_time(lambda: dL.copy_(S0),
+                        lambda: cope_rows.backward(lib, dL, G1, P, b, dz))
     buf = torch.empty_like(S0)
     t_add = timed(lambda: torch.add(S0, S0, out=buf), repeats)
     return [(f"add (elementwise), {G} x {tq} x {ke}", t_add / n * 1e9, "ns/elem", 1.0),
