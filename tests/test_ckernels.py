@@ -177,3 +177,56 @@ def test_ziglang_compiler_from_the_package_registry(monkeypatch):
     assert rows.kernels() is not None
     assert len(calls) == 1 and calls[0][:4] == cmd
     cope_matches_reference()
+
+
+def rows_reference(S, G, z2, b, dL, top):
+    """CoPE's row logic written out per row in float64 (the kernels' contract in
+    ``cope_rows.c``): -> (base-2 logits, g (1 - g), positions, score gradient, z' gradient)."""
+    Gn, tq, ke = S.shape
+    out = [torch.empty_like(S) for _ in range(4)]
+    dz = torch.zeros_like(z2)
+    for gi in range(Gn):
+        for r in range(tq):
+            gates = G[gi, r].clone()
+            gates[:max(tq - 1 - r, 0)] = 0                             # future keys
+            p = gates.cumsum(0).clamp(0, top)
+            lo = p.long()
+            w = p - lo
+            bl = b[gi, r, lo]
+            out[0][gi, r] = rows.LOG2E * (S[gi, r] + w * bl) + z2[gi, r, lo]
+            out[1][gi, r] = gates * (1 - gates)
+            out[2][gi, r] = p
+            d = dL[gi, r].clone()
+            d[:max(tq - 1 - r, 0)] = 0
+            dgate = (d * bl).flip(0).cumsum(0).flip(0)                 # sum over c' >= c
+            out[3][gi, r] = dgate * out[1][gi, r] + d
+            dz[gi, r].index_add_(0, lo, d * (1 - w))
+            dz[gi, r].index_add_(0, (lo + 1).clamp(max=top), d * w)    # w = 0 at the top
+    return (*out, dz)
+
+
+@needs_compiler
+@pytest.mark.parametrize("top_b", ["zero", "nonzero"])
+def test_row_kernels_match_a_per_row_reference(top_b):
+    """The C kernels against ``rows_reference``, in float64, on rows that reach the top position
+    partway (the kernels' fast stretch when b[top] = 0, as the op builds b) and rows that never
+    do; odd row counts (groups of four with a remainder) and keys fewer than rows."""
+    lib = rows.kernels()
+    assert lib is not None
+    for Gn, tq, ke, npos in [(3, 5, 23, 4), (2, 7, 40, 9), (1, 6, 4, 3), (5, 3, 17, 30)]:
+        g = torch.Generator().manual_seed(Gn * 100 + ke)
+        r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)   # noqa: E731
+        S, G = r(Gn, tq, ke), torch.sigmoid(3 * r(Gn, tq, ke))
+        z2, b, dL = r(Gn, tq, npos), r(Gn, tq, npos), r(Gn, tq, ke)
+        if top_b == "zero":
+            b[..., -1] = 0
+        ref = rows_reference(S, G, z2, b, dL, npos - 1)
+        S1, G1, P1, dL1, dz1 = S.clone(), G.clone(), torch.empty_like(S), dL.clone(), \
+            torch.zeros_like(z2)
+        rows.forward(lib, S1, G1, P1, z2, b, npos - 1)
+        for i in range(tq):                                            # future keys: no gradient
+            dL1[:, i, :max(tq - 1 - i, 0)] = 0
+        rows.backward(lib, dL1, G1, P1, b, dz1)
+        for name, got, want in zip(["S", "g(1-g)", "P", "dS", "dz"], (S1, G1, P1, dL1, dz1), ref):
+            assert torch.allclose(got, want, rtol=1e-12, atol=1e-12), \
+                f"{name} ({Gn}, {tq}, {ke}, {npos}, b[top] {top_b})"

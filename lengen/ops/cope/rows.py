@@ -12,7 +12,7 @@ from lengen.ops.ckernels import load
 from lengen.ops.cpu_tiles import LOG2E
 
 SOURCE = Path(__file__).with_name("cope_rows.c")
-VERSION = 2
+VERSION = 3
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 
