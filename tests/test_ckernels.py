@@ -215,7 +215,8 @@ def test_row_kernels_match_a_per_row_reference(top_b):
     assert lib is not None
     for Gn, tq, ke, npos in [(3, 5, 23, 4), (2, 7, 40, 9), (1, 6, 4, 3), (5, 3, 17, 30)]:
         g = torch.Generator().manual_seed(Gn * 100 + ke)
-        r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)   # noqa: E731
+        def r(*s, g=g):
+            return torch.randn(*s, generator=g, dtype=torch.float64)
         S, G = r(Gn, tq, ke), torch.sigmoid(3 * r(Gn, tq, ke))
         z2, b, dL = r(Gn, tq, npos), r(Gn, tq, npos), r(Gn, tq, ke)
         if top_b == "zero":
