@@ -20,7 +20,10 @@ NoPE, addition FIRE, copy RoPE; seed 0, this checkout) the script
 
 The roofline step is (linear + attention FLOPs) / that peak: the time the step would take if it
 were nothing but its matmuls, each at the best GEMM rate. The table gives each part's time, the
-linear GEMMs' achieved rate, and step / roofline.
+linear GEMMs' and attention's achieved rates, step / roofline, and the speed-up bound with
+attention as it is: step / (linear FLOPs at the peak + attention's measured time), what is left
+if everything else took no time. The parts come from a profiled run (the profiler adds some
+time to every op), the step time from an unprofiled one; "rest" is their difference.
 
     python benchmarks/roofline.py                     # all five models, one thread
     python benchmarks/roofline.py --models flipflop:TRA --steps 5 --json roof.json
@@ -163,17 +166,23 @@ def main(argv=None) -> int:
                    rest_ms=step_ms - parts["linear_ms"] - parts["attention_ms"],
                    linear_gflop=lin_f / 1e9, attention_gflop=att_f / 1e9,
                    linear_gflops=lin_f / 1e9 / (parts["linear_ms"] / 1e3),
-                   roofline_ms=roof_ms, step_over_roofline=step_ms / roof_ms)
+                   attention_gflops=att_f / 1e9 / (parts["attention_ms"] / 1e3),
+                   roofline_ms=roof_ms, step_over_roofline=step_ms / roof_ms,
+                   # the speed-up left if the rest took no time and the linear GEMMs ran at
+                   # the peak, attention as it is
+                   bound_attention_as_is=step_ms / (lin_f / peak * 1e3 + parts["attention_ms"]))
         rows.append(row)
         print(f"  {key}: step {step_ms:.1f} ms", flush=True)
-    print("| model | B x T | step ms | linear GEMM ms (GFLOP/s) | attention ms | rest ms | "
-          "roofline ms (GFLOP: linear + attention) | step / roofline |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| model | B x T | step ms | linear GEMM ms (GFLOP/s) | attention ms (GFLOP/s) | "
+          "rest ms | roofline ms (GFLOP: linear + attention) | step / roofline | "
+          "speed-up bound, attention as is |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['model']} | {r['B']} x {r['T']} | {r['step_ms']:.1f} | "
-              f"{r['linear_ms']:.1f} ({r['linear_gflops']:.0f}) | {r['attention_ms']:.1f} | "
-              f"{r['rest_ms']:.1f} | {r['roofline_ms']:.1f} ({r['linear_gflop']:.2f} + "
-              f"{r['attention_gflop']:.2f}) | {r['step_over_roofline']:.1f} |")
+              f"{r['linear_ms']:.1f} ({r['linear_gflops']:.0f}) | {r['attention_ms']:.1f} "
+              f"({r['attention_gflops']:.1f}) | {r['rest_ms']:.1f} | {r['roofline_ms']:.1f} "
+              f"({r['linear_gflop']:.2f} + {r['attention_gflop']:.2f}) | "
+              f"{r['step_over_roofline']:.1f} | {r['bound_attention_as_is']:.2f} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(machine=machine_info(), lengen=lengen_revision(),
