@@ -206,28 +206,36 @@ def rows_reference(S, G, z2, b, dL, top):
 
 
 @needs_compiler
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("top_b", ["zero", "nonzero"])
-def test_row_kernels_match_a_per_row_reference(top_b):
-    """The C kernels against ``rows_reference``, in float64, on rows that reach the top position
-    partway (the kernels' fast stretch when b[top] = 0, as the op builds b) and rows that never
-    do; odd row counts (groups of four with a remainder) and keys fewer than rows."""
+def test_row_kernels_match_a_per_row_reference(top_b, dtype):
+    """The C kernels against ``rows_reference`` (float64) on rows that reach the top position
+    partway (the kernels' fast stretch when b[top] = 0, as the op builds b), at their first valid
+    key (gates of exactly 1) and never; groups of four mixing such rows, odd row counts (a
+    remainder group), keys fewer than rows, npos 1 and 2."""
     lib = rows.kernels()
     assert lib is not None
-    for Gn, tq, ke, npos in [(3, 5, 23, 4), (2, 7, 40, 9), (1, 6, 4, 3), (5, 3, 17, 30)]:
+    tol = 1e-12 if dtype == torch.float64 else 2e-5
+    for Gn, tq, ke, npos in [(3, 5, 23, 4), (2, 7, 40, 9), (1, 6, 4, 3), (5, 3, 17, 30),
+                             (3, 4, 9, 1), (2, 5, 12, 2), (2, 8, 30, 6)]:
         g = torch.Generator().manual_seed(Gn * 100 + ke)
+
         def r(*s, g=g):
             return torch.randn(*s, generator=g, dtype=torch.float64)
         S, G = r(Gn, tq, ke), torch.sigmoid(3 * r(Gn, tq, ke))
+        if npos == 6:            # mixed groups: gates 1 (top at once), near 0 (never), random
+            G[0, 1], G[1, 2], G[1, 5] = 1.0, 0.01, 1.0
         z2, b, dL = r(Gn, tq, npos), r(Gn, tq, npos), r(Gn, tq, ke)
         if top_b == "zero":
             b[..., -1] = 0
-        ref = rows_reference(S, G, z2, b, dL, npos - 1)
+        for i in range(tq):                                            # future keys: no gradient
+            dL[:, i, :max(tq - 1 - i, 0)] = 0
+        S, G, z2, b, dL = (t.to(dtype) for t in (S, G, z2, b, dL))
+        ref = rows_reference(*(t.double() for t in (S, G, z2, b, dL)), npos - 1)
         S1, G1, P1, dL1, dz1 = S.clone(), G.clone(), torch.empty_like(S), dL.clone(), \
             torch.zeros_like(z2)
         rows.forward(lib, S1, G1, P1, z2, b, npos - 1)
-        for i in range(tq):                                            # future keys: no gradient
-            dL1[:, i, :max(tq - 1 - i, 0)] = 0
         rows.backward(lib, dL1, G1, P1, b, dz1)
         for name, got, want in zip(["S", "g(1-g)", "P", "dS", "dz"], (S1, G1, P1, dL1, dz1), ref):
-            assert torch.allclose(got, want, rtol=1e-12, atol=1e-12), \
-                f"{name} ({Gn}, {tq}, {ke}, {npos}, b[top] {top_b})"
+            assert torch.allclose(got.double(), want, rtol=tol, atol=tol), \
+                f"{name} ({Gn}, {tq}, {ke}, {npos}, b[top] {top_b}, {dtype})"

@@ -28,8 +28,10 @@
  * There w = 0 and, with b[top] = 0 as the op builds b, the forward is S <- log2e S + z2[top]
  * (no running sum, no lookup: a loop the compiler vectorises) and the backward leaves dL as it
  * is and needs only the plain sum of dL for z'[top]. Both kernels take that path only where
- * b[top] == 0 (the general per-column loop otherwise) and give the same numbers as the loop (a
- * row with a NaN score, whose output is NaN either way, may keep other positions). The
+ * b[top] == 0 (the general per-column loop otherwise) and give the same numbers as the loop on
+ * finite inputs, up to the sign of a zero. A row with a NaN or infinite score or logit gradient
+ * (its output or gradient is not finite either way) may get other positions and other non-finite
+ * dz buckets than the loop would give it. The
  * backward finds the stretch by bisection on the (monotone) positions and sums four rows'
  * stretches side by side: one row's sum is a chain of dependent additions, four are independent.
  */
@@ -136,8 +138,8 @@ int64_t cope_rows_bwd_##SUF(T *dL, const T *G, const T *P, int64_t R, int64_t tq
             T *d = dL + ri * ke, *dzr = dz + g * zg + r * zr;                                     \
             const T *gp = G + ri * ke, *p = P + ri * ke, *bb = b + g * zg + r * zr;               \
             double *last1 = scratch + 2 * i * (npos + 1), *last2 = last1 + npos + 1;              \
-            /* Positions rise by at most 1 per column (gates <= 1): buckets above the last       */ \
-            /* column's, lo_max, get nothing but the w-share of lo_max + 1, so only buckets      */ \
+            /* Positions only rise along a row, so the last column's bucket lo_max is the       */ \
+            /* highest it reaches: buckets above get nothing but lo_max + 1's w-share, and only  */ \
             /* 0..K = lo_max + 2 are kept (a short row touches few of the npos buckets).         */ \
             int64_t lo_max = -1;                                                                  \
             if (ct[i] < ke) lo_max = npos - 1;                                                    \

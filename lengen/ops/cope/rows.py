@@ -62,5 +62,5 @@ def backward(lib, dL, G, P, b, dz):
     status = getattr(lib, f"cope_rows_bwd_{_SUFFIX[dL.dtype]}")(
         dL.data_ptr(), G.data_ptr(), P.data_ptr(), Gn * tq, tq, ke, bp, zp, bg, br, b.shape[-1])
     if status:                                   # never a silently wrong gradient
-        raise MemoryError(f"cope_rows backward: could not allocate {2 * (b.shape[-1] + 1)} "
-                          f"doubles of scratch")
+        raise MemoryError(f"cope_rows backward: could not allocate {2 * 4 * (b.shape[-1] + 1)} "
+                          f"doubles of scratch (4 rows x 2 x (npos + 1))")
