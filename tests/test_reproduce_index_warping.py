@@ -192,3 +192,17 @@ def test_a_column_that_did_not_fit_its_seen_lengths_is_marked():
     assert NOT_FIT not in rope and NOT_FIT in rpe
     assert "did not fit its training distribution" in md
     assert NOT_FIT not in table_a_markdown([rec("rope", 100.0)], ["copy"], ["rope"], "cap")
+
+
+def test_cpu_scale_gives_summation_its_own_budget():
+    """The cpu scale trains summation at the budget its search found (12,000 steps at lr 3e-4,
+    results/index-warping-summation/), every other task at the scale's; the caption says so."""
+    s = iw.SCALES["cpu"]
+    summ = iw.run_config("summation", "rope", "cpu", 0)["train"]
+    assert (summ["steps"], summ["lr"]) == (12_000, 3e-4)
+    assert summ["warmup_steps"] == s["warmup_steps"]
+    for task in ("copy", "reverse", "sort"):
+        tr = iw.run_config(task, "ours_sqrt", "cpu", 1)["train"]
+        assert (tr["steps"], tr["lr"]) == (s["steps"], s["lr"])
+    assert "Summation trains 12000 steps at lr 0.0003" in iw.caption("cpu", seeds=[0])
+    assert "instead" not in iw.caption("smoke", seeds=[0])

@@ -44,7 +44,9 @@ Scales:
   ``--estimate``; the lead runs it): the 4 tasks at the paper's M, 7 columns (``CPU_MODELS``:
   RoPE, RoPE+PI, ALiBi, R.P. (3M), ours (sqrt), head_only, tail_only; ``--models`` adds the
   others), one seed, a small decoder (3 layers, 4 heads, d_model 128), 3,000 steps at batch 64,
-  lr 1e-3, test lengths 2..5M strided (both ends, M and M + 1 kept), 64 sequences per length.
+  lr 1e-3 (summation: 12,000 steps at lr 3e-4, the budget at which RoPE fits its training
+  lengths, ``results/index-warping-summation/``), test lengths 2..5M strided (both ends, M and
+  M + 1 kept), 64 sequences per length.
   Its wall time and what fits at this size (which cells are marked ‡) are measured in
   ``results/index-warping-cpu/README.md``.
 * ``smoke``: seconds, for tests (copy with M = 3, a tiny model; numbers are meaningless).
@@ -126,7 +128,8 @@ def run_config(task: str, model: str, scale: str = "cpu", seed: int = 0, *,
         mc["positions_kwargs"] = dict(extra, length_unit=length_unit)
     train = train_section(s, seed, device, log_every=50,
                           copy=("lr", "warmup_steps", "min_lr_frac", "weight_decay"),
-                          betas=[0.9, 0.999], schedule="cosine")
+                          betas=[0.9, 0.999], schedule="cosine",
+                          **s.get("task_train", {}).get(task, {}))
     return {"name": name or run_name(task, model, seed), "model": mc,
             "task": {"name": task, "kwargs": task_kwargs}, "train": train,
             "eval": {"splits": length_splits(lengths), "sequences": eval_sequences(task, scale),
@@ -174,6 +177,10 @@ def caption(scale: str, *, seeds, length_unit: str = "tokens", rotary_fraction: 
            f"{n_eval}. M and L_te of PI count {length_unit}; randomized PE's L = k x the "
            f"longest training input in tokens, raised to the longest test input where smaller; "
            f"RoPE rotates {rotated}.")
+    for task, tt in s.get("task_train", {}).items():
+        cap += (f" {task.capitalize()} trains {tt.get('steps', s['steps'])} steps at lr "
+                f"{tt.get('lr', s['lr']):g} instead (the first budget of the search at which "
+                f"RoPE fitted its training lengths).")
     if wall_seconds is not None:
         cap += f" Wall time of this invocation: {wall_seconds / 60:.1f} min."
     return cap
