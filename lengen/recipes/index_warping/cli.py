@@ -12,7 +12,7 @@ from lengen.recipes.common import add_sweep_arguments, exit_code
 def add_arguments(q) -> None:
     add_sweep_arguments(q, "index-warping",
                         scale_help="smoke = seconds (tests), cpu = 4 tasks x 7 columns x 1 seed "
-                                   "with a small decoder, aimed at 90 min on 2 cores with "
+                                   "with a small decoder, about 1.8 h on 2 cores with "
                                    "--workers 2 (check with --estimate), paper = the T5-base "
                                    "decoder, 40k steps, 3 seeds (GPU)",
                         seeds_help="seeds (init and data order; default: the scale's)")

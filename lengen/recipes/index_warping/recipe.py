@@ -40,8 +40,8 @@ Scales:
   dropout 0.1; AdamW lr 3e-5, weight decay 0.05, batch 64, 40,000 steps, 6% warm-up; a fixed
   training set of 100K examples; every test length 2..5M with 10K test sequences in all
   (ceil(10000 / (5M - 1)) per length). GPU.
-* ``cpu``: sized for about 90 minutes on a 2-core CPU with ``--workers 2`` (check with
-  ``--estimate``; the lead runs it): the 4 tasks at the paper's M, 7 columns (``CPU_MODELS``:
+* ``cpu``: about 1.8 hours on a 2-core CPU with ``--workers 2`` (90 minutes before summation
+  got its own budget; check with ``--estimate``; the lead runs it): the 4 tasks at the paper's M, 7 columns (``CPU_MODELS``:
   RoPE, RoPE+PI, ALiBi, R.P. (3M), ours (sqrt), head_only, tail_only; ``--models`` adds the
   others), one seed, a small decoder (3 layers, 4 heads, d_model 128), 3,000 steps at batch 64,
   lr 1e-3 (summation: 12,000 steps at lr 3e-4, the budget at which RoPE fits its training
