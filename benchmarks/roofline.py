@@ -42,12 +42,13 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _common import lengen_revision, machine_info, machine_line  # noqa: E402
+from vs_commit import MODELS as _VS_MODELS  # noqa: E402  (the same five recipe models)
 
 import lengen  # noqa: E402
 from lengen.recipes import estimate  # noqa: E402
 from lengen.rundir.load import prepare  # noqa: E402
 
-MODELS = ("flipflop:TRA", "flipflop:FoT", "flipflop:NoPE", "addition:fire", "copy:rope")
+MODELS = tuple(_VS_MODELS)
 LINEAR = ("aten::mm", "aten::addmm")
 
 
