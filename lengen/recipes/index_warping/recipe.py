@@ -41,9 +41,9 @@ Scales:
   training set of 100K examples; every test length 2..5M with 10K test sequences in all
   (ceil(10000 / (5M - 1)) per length). GPU.
 * ``cpu``: about 1.8 hours on a 2-core CPU with ``--workers 2`` (90 minutes before summation
-  got its own budget; check with ``--estimate``; the lead runs it): the 4 tasks at the paper's M, 7 columns (``CPU_MODELS``:
-  RoPE, RoPE+PI, ALiBi, R.P. (3M), ours (sqrt), head_only, tail_only; ``--models`` adds the
-  others), one seed, a small decoder (3 layers, 4 heads, d_model 128), 3,000 steps at batch 64,
+  got its own budget; check with ``--estimate``; the lead runs it): the 4 tasks at the paper's
+  M, 7 columns (``CPU_MODELS``: RoPE, RoPE+PI, ALiBi, R.P. (3M), ours (sqrt), head_only,
+  tail_only; ``--models`` adds the others), one seed, a small decoder (3 layers, 4 heads, d_model 128), 3,000 steps at batch 64,
   lr 1e-3 (summation: 12,000 steps at lr 3e-4, the budget at which RoPE fits its training
   lengths, ``results/index-warping-summation/``), test lengths 2..5M strided (both ends, M and
   M + 1 kept), 64 sequences per length.
@@ -126,10 +126,10 @@ def run_config(task: str, model: str, scale: str = "cpu", seed: int = 0, *,
         mc["positions_kwargs"] = {"max_length": L}
     elif positions in ("interpolate", "warp"):
         mc["positions_kwargs"] = dict(extra, length_unit=length_unit)
-    train = train_section(s, seed, device, log_every=50,
+    st = {**s, **s.get("per_task", {}).get(task, {})}          # the task's own steps / lr
+    train = train_section(st, seed, device, log_every=50,
                           copy=("lr", "warmup_steps", "min_lr_frac", "weight_decay"),
-                          betas=[0.9, 0.999], schedule="cosine",
-                          **s.get("task_train", {}).get(task, {}))
+                          betas=[0.9, 0.999], schedule="cosine")
     return {"name": name or run_name(task, model, seed), "model": mc,
             "task": {"name": task, "kwargs": task_kwargs}, "train": train,
             "eval": {"splits": length_splits(lengths), "sequences": eval_sequences(task, scale),
@@ -177,7 +177,7 @@ def caption(scale: str, *, seeds, length_unit: str = "tokens", rotary_fraction: 
            f"{n_eval}. M and L_te of PI count {length_unit}; randomized PE's L = k x the "
            f"longest training input in tokens, raised to the longest test input where smaller; "
            f"RoPE rotates {rotated}.")
-    for task, tt in s.get("task_train", {}).items():
+    for task, tt in s.get("per_task", {}).items():
         cap += (f" {task.capitalize()} trains {tt.get('steps', s['steps'])} steps at lr "
                 f"{tt.get('lr', s['lr']):g} instead (the first budget of the search at which "
                 f"RoPE fitted its training lengths).")

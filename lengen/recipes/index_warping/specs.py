@@ -41,7 +41,7 @@ FIGC = ("rpe_3m", "rpe_5m", "rpe_10m")
 #: published randomized PE (3M) and Fig. 6's ablations; --models adds the others
 CPU_MODELS = ("rope", "rope_pi", "alibi", "rpe_3m", "ours_sqrt", "head_only", "tail_only")
 
-# --- sizes: one dict per scale (``task_train``: a task's own training steps / lr, if any) -------
+# --- sizes: one dict per scale (``per_task``: a task's own entries, as in randomized_pe) -------
 SCALES = {
     "smoke": dict(tasks=("copy",), M={"copy": 3}, models=tuple(MODELS), seeds=(0,),
                   model=dict(d_model=16, n_layers=1, n_heads=2, d_ff=32, dropout=0.0),
@@ -56,7 +56,7 @@ SCALES = {
                 # summation fits its training lengths only at a lower lr and 4x the steps
                 # (results/index-warping-summation/: RoPE at 3,000 x 1e-3 and 12,000 x 1e-3 sat
                 # near chance beyond K = 2 and 4; 12,000 x 3e-4 fitted seeds 0 and 1)
-                task_train={"summation": dict(steps=12_000, lr=3e-4)}),
+                per_task={"summation": dict(steps=12_000, lr=3e-4)}),
     "paper": dict(tasks=tuple(TASK_M), M=dict(TASK_M), models=tuple(MODELS), seeds=(0, 1, 2),
                   model=dict(d_model=768, n_layers=12, n_heads=12, d_ff=3072, dropout=0.1),
                   steps=40_000, batch_size=64, lr=3e-5, warmup_steps=2400, weight_decay=0.05,
