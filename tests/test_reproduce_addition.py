@@ -95,6 +95,35 @@ def test_every_cpu_and_smoke_config_builds():
     assert {s.tags["seed"] for s in chosen} == {3} and len(chosen) == len(add.SETTINGS)
 
 
+def test_gpu_scale_is_the_papers_5m_model_and_every_config_fits_its_inputs():
+    """The gpu scale (results/addition-gpu): the paper's 5M model in bf16, 3 trials for the
+    PEs with hints and 2 per ablation, FIRE also at N = 20; every randomized-positions config
+    draws from a range that holds the longest test input, and the caption names the stride."""
+    from lengen.tasks import build_task
+
+    g = add.SCALES["gpu"]
+    specs = add.build_specs("gpu")
+    assert len({s.name for s in specs}) == len(specs)
+    main = [s for s in specs if s.tags["group"] == "main"]
+    for setting in add.SETTINGS:
+        seeds = sorted(s.tags["seed"] for s in main if s.tags["setting"] == setting)
+        assert seeds == ([0, 1, 2] if setting in add.PES else [0, 1]), setting
+    assert sorted(s.tags["seed"] for s in specs if s.tags["N"] == 20) == [0, 1]
+    for s in specs:
+        cfg = resolve(s.config)
+        m = cfg.model
+        assert (m.n_layers, m.d_model, m.d_ff, m.n_heads) == (4, 256, 1024, 4)
+        assert cfg.train.precision == "bf16" and cfg.train.batch_size == 128
+        assert cfg.eval.splits[-1] == f"len={g['M']}" and cfg.eval.splits[:2] == ["len=1",
+                                                                                 "len=3"]
+        if m.positions == "randomized":
+            task = build_task(cfg.task.name, **cfg.task.kwargs)
+            longest = task.eval_batches(f"len={g['M']}", 1, 1, seed=0).__next__().inputs
+            assert m.positions_kwargs["max_length"] >= longest.shape[1]
+    cap = add.caption("gpu", n_runs=len(specs), trials=[0, 1], pe_trials=[0, 1, 2])
+    assert "5M model" in cap and "bf16 autocast" in cap and "in steps of 2" in cap
+
+
 def test_bad_input_through_the_recipe_configs():
     """Wrong options and parameters fail at resolve time, before any training."""
     from lengen.errors import ConfigError

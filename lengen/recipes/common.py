@@ -53,9 +53,9 @@ def add_corpus_arguments(q) -> None:
 
 
 def default_device(scale: str) -> str:
-    """cuda at the GPU-sized scales (paper, width) when a GPU is present, else cpu (cpu and smoke
-    scales are sized for a CPU)."""
-    return "cuda" if scale in ("paper", "width") and torch.cuda.is_available() else "cpu"
+    """cuda at the GPU-sized scales (paper, width, gpu) when a GPU is present, else cpu (cpu and
+    smoke scales are sized for a CPU)."""
+    return "cuda" if scale in ("paper", "width", "gpu") and torch.cuda.is_available() else "cpu"
 
 
 def select(given, valid, default, what: str) -> list:

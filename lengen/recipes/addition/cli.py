@@ -12,12 +12,15 @@ from lengen.recipes.common import add_sweep_arguments
 
 
 def add_arguments(q) -> None:
-    add_sweep_arguments(q, "addition",
+    add_sweep_arguments(q, "addition", scales=("smoke", "cpu", "gpu", "paper"),
                         scale_help="smoke = seconds (tests), cpu = a small model, train 1..10 "
                                    "digits, test 1..20, 2 trials for the four PEs with hints, 1 "
                                    "per ablation, FIRE also on a 2 x 2 init x data-order grid, "
                                    "about 1 h on 2 cores with "
-                                   "--workers 2 (results/addition-cpu), paper = the 25M model, "
+                                   "--workers 2 (results/addition-cpu), gpu = the paper's 5M "
+                                   "model, train 1..10, test to 50, 4,000 steps, 3 trials for "
+                                   "the PEs and 2 per ablation, sized for one GPU shared by "
+                                   "--workers 14 (results/addition-gpu), paper = the 25M model, "
                                    "1..40 -> 100 digits, 10 trials, 50k steps (GPU)",
                         seeds_help="trials = weight-initialisation seeds for every setting "
                                    "(default: the scale's, e.g. 0 1 for the four PEs and 0 for "

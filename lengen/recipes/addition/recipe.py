@@ -45,6 +45,11 @@ Scales (numbers in ``SCALES``; the captions of the written tables restate them):
   50,000 steps at batch 128, lr 3e-4; Fig. 13 at N = 10, 20, 30, 40 (5 trials, as Fig. C.13);
   Fig. 11 on 3 inits x 5 data orders; randomized positions from [0, 2048). A GPU job (lengen
   picks cuda when present).
+* ``gpu``: the paper's 5M preset (4 blocks x 256) on one GPU shared by the sweep's workers
+  (``--workers 14`` on an H100), N = 10, test lengths 1..50 in steps of 2, 4,000 steps at batch
+  128, lr 1e-3, bf16 autocast; three trials for the four PEs with hints, two per ablation, FIRE
+  also at N = 20 (two trials); randomized positions from [0, 640). Measured in
+  ``results/addition-gpu/README.md``.
 * ``cpu``: about an hour on a 2-core CPU with ``--workers 2`` (``--estimate`` times it on the
   machine); a small model of the paper's block (2 blocks, d_model 64, see ``SCALES['cpu']``), N =
   10, test lengths 1..20, 5,000 steps at batch 32 and lr 3e-3; two trials for the four PEs with

@@ -8,7 +8,7 @@ trains; the protocol is described in :mod:`.recipe`).
 * ``FIGURES``: each figure and the settings it compares; ``ERROR_SETTINGS``: the settings whose
   runs get the greedy-decoding error analysis;
 * ``SCALES``: sizes, steps, trial counts and evaluation budgets per scale (``smoke``, ``cpu``,
-  ``paper``); the protocol is the same at every scale;
+  ``gpu``, ``paper``); the protocol is the same at every scale;
 * :func:`run_config` (one run's config dict), :func:`build_specs` (the sweep's RunSpecs: settings
   x trials, FIRE at other training lengths, FIRE on the init x data-order grid) and
   :func:`caption` (the scale restated under every table).
@@ -86,6 +86,19 @@ SCALES = {
                 eval_batch_size=100, eval_every=500, track=(12, 15, 20), track_sequences=64,
                 error_lengths=(12, 15), error_sequences=100, L=256, spaces=0.2,
                 ckpt_every=1000),
+    # the paper's own 5M model (App. B.2: 4 blocks x 256) on one GPU, the sweep's workers sharing
+    # it: train 1..10 as the cpu scale does, test every other length to 50 so FIRE trained on
+    # 1..20 (Fig. 13's question: does the reach grow with N?) could show 2.5x; bf16 autocast;
+    # three trials for the four PEs with hints (Fig. 3), two for every ablation (means over the
+    # same seeds on both arms); 4,000 steps so that 14 runs sharing an H100 end inside one
+    # 10-minute device call (results/addition-gpu)
+    "gpu": dict(N=10, M=50, test_stride=2, steps=4000, batch_size=128, lr=1e-3,
+                warmup_steps=300, model={}, preset="5m", precision="bf16",
+                settings=tuple(SETTINGS), trials=(0, 1), pe_trials=(0, 1, 2),
+                train_lengths=(20,), train_length_trials=(0, 1), heatmap=((0,), (0,)),
+                eval_sequences=100, eval_batch_size=100, eval_every=500,
+                track=(5, 10, 15, 20, 30, 40), track_sequences=64, error_lengths=(15, 25),
+                error_sequences=100, L=640, spaces=0.2, ckpt_every=0),
     "paper": dict(N=40, M=100, test_stride=1, steps=ZHOU2024_TRAIN["steps"],
                   batch_size=ZHOU2024_TRAIN["batch_size"], lr=ZHOU2024_TRAIN["lr"],
                   warmup_steps=ZHOU2024_TRAIN["warmup_steps"], model={}, preset="25m",
@@ -149,7 +162,8 @@ def run_config(setting: str, scale: str = "cpu", seed: int = 0, data_seed: int =
     train = train_section(s, seed, device, log_every=max(1, min(50, s["steps"] // 20)),
                           base=ZHOU2024_TRAIN, copy=("lr", "warmup_steps", "eval_every"),
                           data_seed=data_seed, eval_splits=length_splits(s["track"]),
-                          eval_sequences=s["track_sequences"])
+                          eval_sequences=s["track_sequences"],
+                          **({"precision": s["precision"]} if "precision" in s else {}))
     return {"name": name or run_name(setting, seed, data_seed, N),
             "model": mc, "task": {"name": "addition", "kwargs": task_kwargs}, "train": train,
             "eval": {"splits": splits, "sequences": s["eval_sequences"],
@@ -218,8 +232,11 @@ def caption(scale: str, *, n_runs: int, trials, pe_trials=None) -> str:
         model = (f"a small model of the paper's block ({m['n_layers']} blocks, d_model "
                  f"{m['d_model']}, GeGLU FFN {m['d_ff']}, {m['n_heads']} heads)")
     text = (f"Scale `{scale}`: {n_runs} runs; {model}; train on 1..{s['N']} digits, "
-            f"{s['steps']:,} steps at batch {s['batch_size']}, lr {s['lr']:g}; EM at every length "
-            f"1..{s['M']} with {s['eval_sequences']} sequences; {_trials(trials)}"
+            f"{s['steps']:,} steps at batch {s['batch_size']}, lr {s['lr']:g}"
+            + (f", {s['precision']} autocast" if s.get("precision", "fp32") != "fp32" else "")
+            + (f"; EM at every length 1..{s['M']}" if s["test_stride"] == 1 else
+               f"; EM at lengths 1..{s['M']} in steps of {s['test_stride']} (and {s['M']})")
+            + f" with {s['eval_sequences']} sequences; {_trials(trials)}"
             + ("" if pe_trials == list(trials) else
                f" ({_trials(pe_trials)} for {', '.join(PE_LABELS.values())} with hints)")
             + f"; randomized positions from "
