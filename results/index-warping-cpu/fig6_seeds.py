@@ -28,11 +28,13 @@ FIT = 90.0                      # seen-length average (%) for a run to count
 NEED = 3                        # fitted seeds per column for a verdict (the issue's 3)
 
 
-def per_seed(rows):
+def per_seed(rows, tasks=TASKS, columns=COLUMNS):
+    """One record per task x column x seed: the Table A average (all lengths), the seen and
+    unseen averages (%), and whether the run fits (seen >= FIT)."""
     out = []
-    for task in TASKS:
+    for task in tasks:
         M = SCALES["cpu"]["M"][task]
-        for col, label in COLUMNS.items():
+        for col, label in columns.items():
             of = [r for r in rows if r["task"] == task and r["model"] == col]
             rec = {}
             for rng, lo, hi in (("all", 2, None), ("seen", 2, M), ("unseen", M + 1, None)):
@@ -46,10 +48,10 @@ def per_seed(rows):
     return out
 
 
-def verdict(a: list[float], b: list[float]) -> str:
+def verdict(a: list[float], b: list[float], need: int = NEED) -> str:
     """a above b, by the README's rule."""
-    if len(a) < NEED or len(b) < NEED:
-        return f"untested (fitted seeds {len(a)} / {len(b)} < {NEED})"
+    if len(a) < need or len(b) < need:
+        return f"untested (fitted seeds {len(a)} / {len(b)} < {need})"
     gap = statistics.fmean(a) - statistics.fmean(b)
     spread = max(statistics.stdev(a), statistics.stdev(b))
     if gap <= 0:
