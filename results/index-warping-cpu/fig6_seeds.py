@@ -4,6 +4,8 @@ orderings "head_tail is best" and "head_only beats tail_only" judged by the rule
 README (written before the runs of seeds 1 and 2 were read).
 
     PYTHONPATH=. python results/index-warping-cpu/fig6_seeds.py results.csv [MORE.csv ...]
+    PYTHONPATH=. python results/index-warping-cpu/fig6_seeds.py --tasks summation \
+        --out results/index-warping-summation/fig6_seeds ROWS.csv [MORE.csv ...]
 
 Reads every given ``results.csv`` (the recipe's rows; the committed one holds seed 0, the others
 the seeds run since), keeps the Fig. 6 columns of copy, reverse and sort, and writes
@@ -59,17 +61,17 @@ def verdict(a: list[float], b: list[float], need: int = NEED) -> str:
     return "reproduced" if gap > spread else "direction only"
 
 
-def main(paths) -> int:
+def main(paths, tasks=TASKS, stem=os.path.join(HERE, "fig6_seeds")) -> int:
     rows = []
     for p in paths:
         with open(p, newline="") as f:
             rows += [r for r in csv.DictReader(f) if r.get("status", "ok") in ("ok", "")]
-    recs = per_seed(rows)
-    write_csv_atomic(recs, os.path.join(HERE, "fig6_seeds.csv"))
+    recs = per_seed(rows, tasks)
+    write_csv_atomic(recs, stem + ".csv")
     lines = ["| task | column | seeds run | fitted | Table A average, fitted: mean ± std | "
              "unseen, fitted: mean ± std |", "|---|---|---|---|---|---|"]
     fitted = {}
-    for task in TASKS:
+    for task in tasks:
         for label in COLUMNS.values():
             rr = [r for r in recs if r["task"] == task and r["column"] == label]
             ok = [r for r in rr if r["fits"]]
@@ -85,17 +87,23 @@ def main(paths) -> int:
                          f" | {len(ok)} | {ms('all')} | {ms('unseen')} |")
     lines += ["", "| task | head_tail > head_only | head_tail > tail_only | head_tail best | "
               "head_only > tail_only |", "|---|---|---|---|---|"]
-    for task in TASKS:
+    for task in tasks:
         ht, ho, to = (fitted[task, c] for c in ("head_tail", "head_only", "tail_only"))
         v1, v2 = verdict(ht, ho), verdict(ht, to)
         order = ("reproduced", "direction only", "not reproduced")
         best = (v1 if v1.startswith("untested") else v2 if v2.startswith("untested") else
                 max(v1, v2, key=order.index))       # the weaker of the two comparisons
         lines.append(f"| {task} | {v1} | {v2} | {best} | {verdict(ho, to)} |")
-    write_text_atomic("\n".join(lines) + "\n", os.path.join(HERE, "fig6_seeds.md"))
+    write_text_atomic("\n".join(lines) + "\n", stem + ".md")
     print("\n".join(lines))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:] or [os.path.join(HERE, "results.csv")]))
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("rows", nargs="*", default=[os.path.join(HERE, "results.csv")])
+    ap.add_argument("--tasks", nargs="+", default=list(TASKS))
+    ap.add_argument("--out", default=os.path.join(HERE, "fig6_seeds"), help="output stem")
+    a = ap.parse_args()
+    sys.exit(main(a.rows, tuple(a.tasks), a.out))
