@@ -65,9 +65,9 @@ def weaker(*verdicts):
 
 def main(paths) -> int:
     ppl = load(paths)
-    models = sorted({m for m, _ in ppl}, key=lambda m: (MULT + ["ALiBi", "Ours", "head_only",
-                                                                "tail_only"]).index(m)
-                    if m in MULT + ["ALiBi", "Ours", "head_only", "tail_only"] else 99)
+    # Table 3's and Fig. 7's columns (Table B's alpha sweep has seed 0 only)
+    models = [m for m in MULT + ["ALiBi", "Ours", "head_only", "tail_only"]
+              if any(k == m for k, _ in ppl)]
     lengths = sorted({n for _, n in ppl})
     rows = []
     for m in models:
