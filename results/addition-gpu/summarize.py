@@ -1,21 +1,19 @@
-"""Addition ``gpu`` scale (issue 27 items 1-3): per-setting statistics over fitted runs, the
-verdicts by the rules in README.md, and the periodic evaluation curves.
+"""Addition ``gpu`` scale (issue 27 items 1-3): per-setting statistics over fitted runs, which
+the verdicts of README.md read.
 
-    PYTHONPATH=. python results/addition-gpu/summarize.py [RUN_DIR ...]
+    PYTHONPATH=. python results/addition-gpu/summarize.py
 
 Reads ``scores.csv`` / ``results.csv`` (the recipe's report, in this folder) and writes
 ``fitted.csv`` / ``fitted.md``: per setting, n, how many runs fit (mean EM >= 95 % over the
 evaluated lengths 1..N, the issue's rule), in-distribution EM, OOD EM (the evaluated lengths
 N+1..50) over the fitted runs, mean +- sample std, and the mean EM over lengths 5..N of every run
-(the dip at 1-3 digits of randomized FIRE left out). With run directories given it also writes
-``curves.csv``: every periodic evaluation (EM at lengths 5, 10, 15, 20, 30, 40 on 64 sequences
-every 500 steps) of every run, from each run's ``metrics.jsonl``.
+(the dip at 1-3 digits of randomized FIRE left out). The periodic evaluations (EM at 5, 10, 15,
+20, 30 and 40 digits every 500 steps) are the recipe's ``seq_acc_during_training`` rows of
+``results.csv``.
 """
 from __future__ import annotations
 
-import json
 import os
-import sys
 
 import pandas as pd
 
@@ -56,20 +54,6 @@ def fitted_table() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def curves(run_dirs) -> pd.DataFrame:
-    rows = []
-    for run in run_dirs:
-        name = os.path.basename(run.rstrip("/"))
-        for line in open(os.path.join(run, "metrics.jsonl")):
-            rec = json.loads(line)
-            for k, v in rec.items():
-                if k.startswith("eval/len=") and k.endswith("/seq_acc"):
-                    rows.append(dict(run=name, step=rec["step"],
-                                     digits=int(k.split("=")[1].split("/")[0]),
-                                     em=round(100 * v, 1)))
-    return pd.DataFrame(rows)
-
-
 if __name__ == "__main__":
     t = fitted_table()
     t.to_csv(os.path.join(HERE, "fitted.csv"), index=False)
@@ -80,7 +64,3 @@ if __name__ == "__main__":
                 "only.\n\n"
                 + markdown_table([list(t.columns)] + t.astype(str).values.tolist()) + "\n")
     print(t.to_string())
-    if sys.argv[1:]:
-        c = curves(sys.argv[1:])
-        c.to_csv(os.path.join(HERE, "curves.csv"), index=False)
-        print(f"{len(c)} curve points")
