@@ -50,6 +50,14 @@ def per_seed(rows, tasks=TASKS, columns=COLUMNS):
     return out
 
 
+def mean_std(v: list[float]) -> str:
+    """'mean ± sample std' (one decimal), the value alone for one run, '-' for none."""
+    if not v:
+        return "-"
+    return (f"{statistics.fmean(v):.1f} ± {statistics.stdev(v):.1f}" if len(v) > 1
+            else f"{v[0]:.1f}")
+
+
 def verdict(a: list[float], b: list[float], need: int = NEED) -> str:
     """a above b, by the README's rule."""
     if len(a) < need or len(b) < need:
@@ -77,12 +85,8 @@ def main(paths, tasks=TASKS, stem=os.path.join(HERE, "fig6_seeds")) -> int:
             ok = [r for r in rr if r["fits"]]
             fitted[task, label] = [r["all"] for r in ok]
 
-            def ms(key):
-                v = [r[key] for r in ok]
-                if not v:
-                    return "-"
-                return (f"{statistics.fmean(v):.1f} ± {statistics.stdev(v):.1f}" if len(v) > 1
-                        else f"{v[0]:.1f}")
+            def ms(key, ok=ok):
+                return mean_std([r[key] for r in ok])
             lines.append(f"| {task} | {label} | {len(rr)} ({', '.join(str(r['seed']) for r in rr)})"
                          f" | {len(ok)} | {ms('all')} | {ms('unseen')} |")
     lines += ["", "| task | head_tail > head_only | head_tail > tail_only | head_tail best | "

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import csv
 import os
-import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fig6_seeds import FIT, per_seed, verdict  # noqa: E402
+from fig6_seeds import FIT, mean_std, per_seed, verdict
 
-from lengen.fileio import write_csv_atomic, write_text_atomic  # noqa: E402
+from lengen.fileio import write_csv_atomic, write_text_atomic
 
 COLUMNS = {"rope": "RoPE", "rope_pi": "RoPE+PI", "alibi": "ALiBi", "rpe_3m": "R.P. (3M)",
            "ours_sqrt": "ours"}
@@ -45,12 +44,8 @@ def main(tasks: str, stem: str, paths) -> int:
             ok = [r for r in rr if r["fits"]]
             fitted[task, label] = [r["all"] for r in ok]
 
-            def ms(key):
-                v = [r[key] for r in ok]
-                if not v:
-                    return "-"
-                return (f"{statistics.fmean(v):.1f} ± {statistics.stdev(v):.1f}" if len(v) > 1
-                        else f"{v[0]:.1f}")
+            def ms(key, ok=ok):
+                return mean_std([r[key] for r in ok])
             lines.append(f"| {task} | {label} | {len(rr)} ({', '.join(str(r['seed']) for r in rr)})"
                          f" | {len(ok)} | {ms('all')} | {ms('unseen')} |")
     others = [c for c in COLUMNS.values() if c != "ours"]
