@@ -4,8 +4,9 @@
 For every tiled op (softmax causal / bidirectional, FoT, TRA, CoPE, Diff): outputs and the
 gradients of q, k, v, the kind's extra input and XL's parameters (u, v, W_r), float64 and
 float32, odd lengths, default and tiny tiles, two worker threads, identity / shifted / stepped
-positions. Also: the tiled form equals the dense hook, XL offers it exactly when the dense hook
-would take the Toeplitz table, and the modules take it in training.
+positions; both tiled forms (the Toeplitz window, ``path='table'``, and the low-rank trig form,
+``path='trig'``, which also takes positions that are no progression). Also: each tiled form equals
+the dense hook, XL offers the form its ``path`` names, and the modules take it in training.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from lengen.ops.fot import fot_attention_naive
 from lengen.ops.fot.fast_cpu import fot_attention_fast_cpu
 from lengen.ops.softmax import softmax_attention_naive
 from lengen.ops.softmax.fast_cpu import softmax_attention_fast_cpu
-from lengen.ops.tile_bias import BiasHook, tiled_bias
+from lengen.ops.tile_bias import BiasHook, LowRankBias, RelativeBias, tiled_bias
 from lengen.ops.tra import tra_attention_naive
 from lengen.ops.tra.fast_cpu import tra_attention_fast_cpu
 from lengen.posenc.xl import TransformerXLRelative
@@ -30,6 +31,7 @@ from lengen.posenc.xl import TransformerXLRelative
 B, H, D, RD = 2, 4, 4, 6
 TOL = {torch.float64: 1e-10, torch.float32: 3e-5}             # max error / max(|reference|, 1)
 TILES = {"default": {}, "tiny": dict(budget=700, qblock=16)}
+FORMS = {"table": RelativeBias, "trig": LowRankBias}      # XL path -> the tiled form it offers
 
 
 def _softmax(causal):
@@ -50,7 +52,11 @@ OPS = {   # kind -> (fast op, reference op, causal, extra input)
 
 def make_pos(kind, T):
     base = torch.arange(T, dtype=torch.float32)
-    return {"identity": base, "shifted": base + 5.0, "stepped": 3.0 * base - 2.0}[kind]
+    if kind == "sorted":                  # randomized positions: a sorted draw, no progression
+        g = torch.Generator().manual_seed(T)
+        return torch.randperm(4 * T, generator=g)[:T].sort().values.float()
+    return {"identity": base, "shifted": base + 5.0, "stepped": 3.0 * base - 2.0,
+            "fractional": 0.5 * base + 0.25}[kind]
 
 
 def make_inputs(kind, T, dtype, seed=0):
@@ -78,6 +84,8 @@ def run(kind, x, params, pos, mode, path="table", **tile_kw):
     with torch.no_grad():
         xl.u.copy_(params["u"]), xl.v.copy_(params["v"]), xl.w_r.weight.copy_(params["w_r"])
     q, k = x["q"], x["k"]
+    if mode == "tiled":                               # the form the path names is the one used
+        assert isinstance(xl.tiled_bias(pos, q, k), FORMS[path])
     tiled = (lambda: xl.tiled_bias(pos, q, k)) if mode == "tiled" else None
     hook = BiasHook(lambda s, e: xl.bias(pos[s:e], pos, q[:, :, s:e], k), tiled)
     args = (q, k, x["v"]) + ((x["extra"],) if extra else (None,))
@@ -104,22 +112,28 @@ def assert_matches(got, ref, dtype, what):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("T", [1, 37, 111])
 @pytest.mark.parametrize("tiles", list(TILES))
-def test_tiled_xl_matches_dense_reference(kind, dtype, T, tiles):
+@pytest.mark.parametrize("path", list(FORMS))
+def test_tiled_xl_matches_dense_reference(kind, dtype, T, tiles, path):
     x, params = make_inputs(kind, T, dtype)
     pos = make_pos("identity", T)
-    got = run(kind, x, params, pos, "tiled", **TILES[tiles])
-    assert_matches(got, run(kind, x, params, pos, "reference"), dtype, f"{kind} T={T} {tiles}")
+    got = run(kind, x, params, pos, "tiled", path, **TILES[tiles])
+    assert_matches(got, run(kind, x, params, pos, "reference", path), dtype,
+                   f"{kind} T={T} {tiles} {path}")
     if dtype == torch.float64:              # and the same op reading the dense bias
-        assert_matches(got, run(kind, x, params, pos, "dense", **TILES[tiles]), dtype, "dense")
+        assert_matches(got, run(kind, x, params, pos, "dense", path, **TILES[tiles]), dtype,
+                       "dense")
 
 
 @pytest.mark.parametrize("kind", ["softmax_causal", "softmax_bidir", "tra", "cope"])
-@pytest.mark.parametrize("pos_kind", ["shifted", "stepped"])
-def test_tiled_xl_other_progressions(kind, pos_kind):
+@pytest.mark.parametrize("pos_kind, path", [("shifted", "table"), ("stepped", "table"),
+                                            ("stepped", "trig"), ("sorted", "trig"),
+                                            ("fractional", "trig")])
+def test_tiled_xl_other_positions(kind, pos_kind, path):
     x, params = make_inputs(kind, 45, torch.float64, seed=1)
     pos = make_pos(pos_kind, 45)
-    assert_matches(run(kind, x, params, pos, "tiled", budget=700, qblock=16),
-                   run(kind, x, params, pos, "reference"), torch.float64, f"{kind} {pos_kind}")
+    assert_matches(run(kind, x, params, pos, "tiled", path, budget=700, qblock=16),
+                   run(kind, x, params, pos, "reference", path), torch.float64,
+                   f"{kind} {pos_kind} {path}")
 
 
 @pytest.fixture
@@ -131,13 +145,16 @@ def two_threads():
 
 
 @pytest.mark.parametrize("kind", list(OPS))
-def test_tiled_xl_worker_threads(kind, two_threads):
-    """Groups of different batch indices on two worker threads add into one table gradient."""
+@pytest.mark.parametrize("path", list(FORMS))
+def test_tiled_xl_worker_threads(kind, path, two_threads):
+    """Groups of different batch indices on two worker threads add into one table gradient
+    (Toeplitz) or write their own rows of ``left``'s gradient (low rank)."""
     x, params = make_inputs(kind, 70, torch.float64, seed=2)
     pos = make_pos("identity", 70)
-    got = run(kind, x, params, pos, "tiled", budget=700, qblock=16)
+    got = run(kind, x, params, pos, "tiled", path, budget=700, qblock=16)
     assert torch.get_num_threads() == 2
-    assert_matches(got, run(kind, x, params, pos, "reference"), torch.float64, f"{kind} threads")
+    assert_matches(got, run(kind, x, params, pos, "reference", path), torch.float64,
+                   f"{kind} threads {path}")
 
 
 def make_xl(path="auto", rel_dim=RD):
@@ -149,30 +166,39 @@ def make_xl(path="auto", rel_dim=RD):
     return xl
 
 
-@pytest.mark.parametrize("pos_kind", ["identity", "shifted", "stepped"])
-def test_relative_bias_dense_equals_hook(pos_kind):
+@pytest.mark.parametrize("pos_kind, path", [("identity", "table"), ("shifted", "table"),
+                                            ("stepped", "table"), ("identity", "trig"),
+                                            ("sorted", "trig"), ("fractional", "trig")])
+def test_tiled_form_dense_equals_hook(pos_kind, path):
     T = 29
-    xl = make_xl("table")
+    xl = make_xl(path)
     pos = make_pos(pos_kind, T)
     q, k = (torch.randn(B, H, T, D, dtype=torch.float64) for _ in range(2))
     rb = xl.tiled_bias(pos, q, k)
-    assert rb is not None
+    assert isinstance(rb, FORMS[path])
     torch.testing.assert_close(rb.dense(), xl.bias(pos, pos, q, k), atol=1e-12, rtol=1e-10)
 
 
-def test_tiled_form_offered_only_where_the_hook_takes_the_toeplitz_table():
+def test_tiled_form_each_path_offers():
     T = 20
     q, k = (torch.randn(B, H, T, D, dtype=torch.float64) for _ in range(2))
-    ident = make_pos("identity", T)
-    # auto takes the table when distinct distances * hd <= keys * rel_dim: 39 * 4 <= 20 * 16
-    assert make_xl(rel_dim=16).tiled_bias(ident, q, k) is not None
-    assert make_xl(rel_dim=6).tiled_bias(ident, q, k) is None          # 39 * 4 > 20 * 6: trig
-    assert make_xl("table", rel_dim=6).tiled_bias(ident, q, k) is not None
-    assert make_xl("trig", rel_dim=16).tiled_bias(ident, q, k) is None
-    for pos in (ident * 0.5 + 0.25,                                 # fractional
-                torch.tensor([0.0, 2.0, 3.0, 7.0] + [8.0 + i for i in range(T - 4)]),
-                ident.expand(B, T)):                                # per sequence [B, T]
+    ident, sorted_, frac = (make_pos(kind, T) for kind in ("identity", "sorted", "fractional"))
+    # auto: the Toeplitz window where toeplitz_tiles_cheaper (3 x 2 x hd < 2 x rel_dim), else
+    # the low-rank form; positions that are no progression always take the low-rank form
+    assert isinstance(make_xl(rel_dim=16).tiled_bias(ident, q, k), RelativeBias)   # 24 < 32
+    assert isinstance(make_xl(rel_dim=6).tiled_bias(ident, q, k), LowRankBias)     # 24 > 12
+    for pos in (sorted_, frac):
+        assert isinstance(make_xl(rel_dim=16).tiled_bias(pos, q, k), LowRankBias)
+    assert isinstance(make_xl("table", rel_dim=6).tiled_bias(ident, q, k), RelativeBias)
+    assert isinstance(make_xl("trig", rel_dim=16).tiled_bias(ident, q, k), LowRankBias)
+    # table with no progression, per-sequence positions, rank distances off a progression: dense
+    for pos in (sorted_, frac):
         assert make_xl("table").tiled_bias(pos, q, k) is None
+    assert make_xl("trig").tiled_bias(ident.expand(B, T), q, k) is None
+    rank = make_xl("trig")
+    rank.relative = "rank"
+    assert rank.tiled_bias(sorted_, q, k) is None
+    assert rank.tiled_bias(ident, q, k) is None
     # the op-side accessor: plain callables and non-square calls have no tiled form
     hook = BiasHook(lambda s, e: None, lambda: make_xl("table").tiled_bias(ident, q, k))
     assert tiled_bias(lambda s, e: None, T, T) is None
@@ -181,7 +207,8 @@ def test_tiled_form_offered_only_where_the_hook_takes_the_toeplitz_table():
 
 
 @pytest.mark.parametrize("attention", ["softmax", "fot", "tra", "cope", "diff"])
-def test_model_training_step_tiled_equals_naive(attention, monkeypatch):
+@pytest.mark.parametrize("path", list(FORMS))
+def test_model_training_step_tiled_equals_naive(attention, path, monkeypatch):
     """A 2-layer XL model trained with impl='auto' (tiled ops, tiled XL) gives the logits and
     parameter gradients of impl='naive' (dense hook, dense references); the tiled form is used."""
     import lengen.posenc.xl as xl_module
@@ -194,6 +221,7 @@ def test_model_training_step_tiled_equals_naive(attention, monkeypatch):
         torch.manual_seed(0)
         model = Transformer(ModelConfig(vocab_size=7, d_model=16, n_layers=2, n_heads=4,
                                         posenc="xl", attention=attention, attn_impl=impl,
+                                        posenc_kwargs={"path": path},
                                         init_std=0.3)).double().train()
         with torch.no_grad():
             g = torch.Generator().manual_seed(1)

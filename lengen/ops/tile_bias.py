@@ -27,11 +27,23 @@ window filled from the logit gradient, two matmuls for the gradients of ``qv`` a
 of ``P``. The per-key column is the ops' ``col`` (its gradient is a column sum of the logit
 gradient). No ``[B, H, T, T]`` tensor is made.
 
+A bias of the form
+
+    bias[b, h, i, j] = left[b, h, i] . right[j]  +  content[b, h, j]
+
+(a rank-r product with constant key features -- Transformer-XL's (b) + (d) terms in their trig
+form, ``R(a - b)`` split by the angle-difference identities, for any positions shared by the
+batch) goes in as :class:`LowRankBias`: each tile adds one ``[G tq, r] x [r, ke]`` matmul straight
+into its logits, and in backward one ``[G tq, ke] x [ke, r]`` matmul gives the gradient of its
+rows of ``left``; no window, strided view or table gradient (``right`` has none).
+
 The dense hook stays the definition: the ops' tests compare both (values and every gradient).
 
 How ops ask for it: attention modules hand their ops a :class:`BiasHook` as ``bias_fn``;
 ``bias_fn(s, e)`` is the dense bias as always, :func:`tiled_bias` asks the scheme for the tiled
-form (``None`` when the scheme has none for these positions; then the dense bias is used).
+form (``None`` when the scheme has none for these positions; then the dense bias is used). The ops
+carry either form as two tensors, ``(qv, P)`` or ``(left, right)``; :class:`TileTerms` tells them
+apart by ``P``'s rank (a 3-D table or 2-D key features).
 """
 from __future__ import annotations
 
@@ -63,6 +75,22 @@ class RelativeBias:
         return out if self.content is None else out + self.content[:, :, None, :]
 
 
+@dataclass
+class LowRankBias:
+    """``bias[b, h, i, j] = left[b, h, i] . right[j] + content[b, h, j]`` (i, j < T).
+
+    left: [B, H, T, r] (may carry a gradient); right: [T, r], constant key features (no
+    gradient is returned for it); content: [B, H, T] or None."""
+    left: torch.Tensor
+    right: torch.Tensor
+    content: torch.Tensor | None = None
+
+    def dense(self) -> torch.Tensor:
+        """The full [B, H, T, T] bias (for tests and the dense ops)."""
+        out = self.left @ self.right.to(self.left.dtype).T
+        return out if self.content is None else out + self.content[:, :, None, :]
+
+
 class BiasHook:
     """The ``bias_fn`` of an attention call: ``bias_fn(s, e)`` returns the dense bias of query
     rows ``s..e-1`` (what every op may call); ``tiled()`` returns the scheme's
@@ -87,6 +115,13 @@ def tiled_bias(bias_fn, T: int, Tk: int) -> RelativeBias | None:
     rb = get()
     if rb is None:
         return None
+    if isinstance(rb, LowRankBias):
+        if rb.left.shape[-2] != T or rb.right.shape[0] != T or rb.right.dim() != 2 or \
+                rb.right.shape[-1] != rb.left.shape[-1]:
+            raise ValueError(f"tiled low-rank bias for T={T} has left {tuple(rb.left.shape)} "
+                             f"and right {tuple(rb.right.shape)}; expected [.., {T}, r] and "
+                             f"[{T}, r]")
+        return rb
     if rb.qv.shape[-2] != T or rb.P.shape[-2] != 2 * T - 1:
         raise ValueError(f"tiled relative bias for T={T} has qv {tuple(rb.qv.shape)} and "
                          f"P {tuple(rb.P.shape)}; expected [.., {T}, hd] and [H, {2 * T - 1}, hd]")
@@ -171,15 +206,59 @@ class ToeplitzTiles:
         return self.dqv.to(self.in_dtypes[0]), dP.to(self.in_dtypes[1])
 
 
+class LowRankTiles:
+    """Per-tile forward and backward of ``left_i . right_j`` (:class:`LowRankBias`) for the tiled
+    ops: the same interface as :class:`ToeplitzTiles`. A tile's rows of ``left`` are copied to one
+    ``[G tq, r]`` block (rows of different (batch, head) pairs are ``T`` rows apart), so the tile
+    is a single 2-D matmul whichever group it belongs to. ``reverse``: tile columns hold keys in
+    reverse order (``right`` is read flipped). ``dleft`` rows are written once each."""
+
+    def __init__(self, left: torch.Tensor, right: torch.Tensor, *, reverse: bool = False,
+                 need_grad: bool = False, dtype: torch.dtype | None = None):
+        self.in_dtype = left.dtype
+        dtype = dtype or left.dtype
+        self.left = left.to(dtype).contiguous()                      # [B, H, T, r]
+        right = right.to(dtype)
+        self.right = (right.flip(0) if reverse else right).contiguous()   # [T, r]
+        self.T, self.r = self.left.shape[-2], self.left.shape[-1]
+        self.reverse = reverse
+        self.dleft = torch.empty_like(self.left) if need_grad else None
+
+    def _keys(self, ke):
+        k0 = self.T - ke if self.reverse else 0          # the tile's ke key columns
+        return self.right[k0:k0 + ke]                                          # [ke, r]
+
+    def add(self, S, b0, b1, h0, h1, s, e, ke, alpha=1.0):
+        """S[G, tq, ke] += alpha * (left_i . right_j) over the tile's pairs."""
+        G, tq = S.shape[0], e - s
+        L = scratch("lowrank.L", (G, tq, self.r), S.dtype, S.device)
+        L.copy_(flat(self.left, b0, b1, h0, h1)[:, s:e])
+        S.view(G * tq, ke).addmm_(L.view(G * tq, self.r), self._keys(ke).T, alpha=alpha)
+
+    def grad(self, dL, b0, b1, h0, h1, s, e, ke):
+        """Write the gradient of ``left``'s rows s..e-1 of the group from the tile's logit
+        gradient dL [G, tq, ke]."""
+        G, tq = dL.shape[0], e - s
+        dLt = scratch("lowrank.dL", (G, tq, self.r), dL.dtype, dL.device)
+        torch.mm(dL.reshape(G * tq, ke), self._keys(ke), out=dLt.view(G * tq, self.r))
+        flat(self.dleft, b0, b1, h0, h1)[:, s:e].copy_(dLt)
+
+    def grads(self):
+        """-> (dleft [B, H, T, r] in left's dtype, None: ``right`` is constant)."""
+        return self.dleft.to(self.in_dtype), None
+
+
 def bias_inputs(bias_fn, T: int, Tk: int, col: torch.Tensor | None = None):
     """The bias inputs of a tiled op's autograd Function: -> (bias, col, qv, P). A hook with a
-    tiled form (:func:`tiled_bias`) gives ``qv`` and ``P``, its per-key ``content`` added to
-    ``col``; otherwise the dense ``bias_fn(0, T)`` is called once (the full [.., T, Tk] bias
+    tiled form (:func:`tiled_bias`) gives ``qv`` and ``P`` (or ``left`` and ``right``), its
+    per-key ``content`` added to ``col``; otherwise the dense ``bias_fn(0, T)`` is called once (the full [.., T, Tk] bias
     exists in training anyway; its gradient flows back through whatever made it)."""
     rb = tiled_bias(bias_fn, T, Tk)
     if rb is not None:
         if rb.content is not None:
             col = rb.content if col is None else col + rb.content
+        if isinstance(rb, LowRankBias):
+            return None, col, rb.left, rb.right.detach()
         return None, col, rb.qv, rb.P
     bias = None if bias_fn is None else bias_fn(0, T)[..., :Tk]
     return bias, col, None, None
@@ -234,7 +313,8 @@ class BiasGrad:
 class TileTerms:
     """The additive logit terms of one tiled op call (module docstring), in the op's compute
     dtype: ``bias`` (broadcastable to [B, H, T, Tk]), ``col`` ([B, H, Tk]) and the relative term
-    ``qv``, ``P`` (:class:`ToeplitzTiles`); any may be None.
+    ``qv``, ``P`` (:class:`ToeplitzTiles`, or ``left``, ``right``: :class:`LowRankTiles`); any
+    may be None.
 
     ``reverse``: the op stores keys in reverse order (the terms are read, and their gradients
     returned, in the caller's order). ``center_col``: each tile adds ``col`` minus its value at
@@ -253,8 +333,10 @@ class TileTerms:
             col = col.to(dtype)
             col = (col.flip(-1) if reverse else col).contiguous()         # [B, H, Tk]
         self.col = col
+        # a 3-D P is a Toeplitz table (RelativeBias), a 2-D one constant key features (LowRankBias)
+        rel = ToeplitzTiles if P is not None and P.dim() == 3 else LowRankTiles
         self.rel = (None if qv is None else
-                    ToeplitzTiles(qv, P, reverse=reverse, need_grad=need_grad, dtype=dtype))
+                    rel(qv, P, reverse=reverse, need_grad=need_grad, dtype=dtype))
         self.empty = bias is None and col is None and qv is None
         self.reverse, self.center_col = reverse, center_col
         self.dbias = self.dcol = None

@@ -95,7 +95,8 @@ class PositionalScheme(nn.Module):
     def tiled_bias(self, pos: torch.Tensor, q: torch.Tensor, k: torch.Tensor):
         """Optional: ``bias(pos, pos, q, k)`` of a whole self-attention square as a
         :class:`lengen.ops.tile_bias.RelativeBias` (per-query vectors scored against a table of
-        relative distances, plus a per-key column), which the tiled CPU training ops evaluate
+        relative distances, plus a per-key column) or a :class:`lengen.ops.tile_bias.LowRankBias`
+        (a per-query factor times constant key features), which the tiled CPU training ops evaluate
         tile by tile instead of reading a [B, H, T, T] tensor; None (the default) when the scheme
         or these positions have no such form. Must equal ``bias`` (values and gradients)."""
         return None

@@ -42,12 +42,14 @@ Two exact evaluation paths for the (q + v).W_r R term, chosen per call by cost:
   fractional positions, or when U is so large (randomized positions over a big L) that the table
   would cost more than the trig matmul.
 
-Training on CPU (the tiled ``fast_cpu`` ops of every attention kind): when the table path would
-take the Toeplitz view, :meth:`TransformerXLRelative.tiled_bias` hands the ops ``(q + v) * scale``,
-the table and ``u.k * scale`` instead of the [B, H, T, T] bias, and each tile scores its rows
-against its window of the table (:mod:`lengen.ops.tile_bias`): no attention-sized tensor, its
-gradient or its page faults per layer (step times before and after in benchmarks/RESULTS.md,
-"Training step time").
+Training on CPU (the tiled ``fast_cpu`` ops of every attention kind): for positions shared by
+the batch, :meth:`TransformerXLRelative.tiled_bias` hands the ops the pieces of the bias instead of
+the [B, H, T, T] tensor (:mod:`lengen.ops.tile_bias`): no attention-sized tensor, its gradient or
+its page faults per layer. Evenly stepped positions can take the table (each tile scores its rows
+against its window of the table); any positions can take the trig form (each tile is one matmul
+of the per-query factor with the key features), which is how randomized positions (Ruoss et al.'s
+"Rand. Relative") reach the tiled ops at all. Step times of both forms and of the dense hook:
+``benchmarks/xl_tiles.py`` (benchmarks/RESULTS.md).
 
 Per-sequence positions (``[B, T]`` for either side): the bias is ``[B, H, tq, Tk]`` as always
 here. The Toeplitz view needs one progression shared by the batch, so such positions take the
@@ -61,7 +63,7 @@ import torch
 from torch import nn
 
 from lengen.checks import Float, Int
-from lengen.ops.tile_bias import RelativeBias
+from lengen.ops.tile_bias import LowRankBias, RelativeBias
 from lengen.posenc.base import PositionalScheme
 from lengen.posenc.distance import integer_progression, progression_distances, rank_relative
 
@@ -132,18 +134,40 @@ class TransformerXLRelative(PositionalScheme):
         return qv, content
 
     def tiled_bias(self, pos, q, k):
-        """``bias(pos, pos, q, k)`` as a :class:`lengen.ops.tile_bias.RelativeBias` when the
-        dense hook would take the Toeplitz table (positions shared by the batch, stepping evenly by
-        an integer, and ``path`` table or auto with the table the cheaper): the same table ``P``
-        of projected distances, the same ``(q + v) * scale`` and ``u.k * scale``; the CPU training
-        ops then score each tile against its window of the table. None otherwise (dense hook)."""
-        if self.path == "trig" or pos.dim() != 1:
+        """``bias(pos, pos, q, k)`` in a form the CPU training ops evaluate tile by tile, for
+        positions shared by the batch (``[T]``); None for ``[B, T]`` positions (dense hook).
+
+        * :class:`lengen.ops.tile_bias.RelativeBias` (``path='table'``, or ``auto`` where
+          :meth:`toeplitz_tiles_cheaper`), for positions stepping evenly by an integer: the dense
+          hook's table ``P`` of projected distances; each tile scores its rows against its window
+          of the table.
+        * :class:`lengen.ops.tile_bias.LowRankBias` otherwise (``path='trig'`` or ``auto``, any
+          positions): the trig path's per-query ``[B, H, T, d_rel]`` factor and ``[T, d_rel]``
+          key features (:meth:`trig_factors`); each tile is one matmul. ``relative='rank'`` has
+          no trig form, so positions that are no progression get None there (dense hook).
+
+        Both carry the same ``(q + v) * scale`` and ``u.k * scale`` as the dense hook."""
+        if pos.dim() != 1:
             return None
-        r = self.toeplitz_distances(pos, pos, q.device)
-        if r is None or self.trig_cheaper(r.numel(), pos.shape[-1]):
-            return None
+        T = pos.shape[-1]
+        r = None if self.path == "trig" else self.toeplitz_distances(pos, pos, q.device)
         qv, content = self.query_and_content(q, k)
-        return RelativeBias(qv, self.projected(r, qv.dtype), content.to(qv.dtype))
+        content = content.to(qv.dtype)
+        if r is not None and (self.path == "table" or self.toeplitz_tiles_cheaper(T)):
+            return RelativeBias(qv, self.projected(r, qv.dtype), content)
+        if self.path == "table" or (self.relative == "rank" and r is None):
+            return None
+        left, right = self.trig_factors(qv, pos, pos)
+        return LowRankBias(left.to(qv.dtype), right.to(qv.dtype), content)
+
+    def toeplitz_tiles_cheaper(self, T: int) -> bool:
+        """``path='auto'``'s choice between the two tiled forms for T evenly stepped positions, a
+        flop count: per query row the Toeplitz window costs three ``head_dim``-wide products over
+        about ``2 T`` distances (forward; ``qv`` and table gradients), the low-rank form two
+        ``rel_dim``-wide ones over ``T`` keys (forward; ``left`` gradient). The low-rank form
+        also pays elementwise passes over its ``[B, H, T, rel_dim]`` factor outside the tiles,
+        which this count leaves out; ``benchmarks/xl_tiles.py`` times both forms."""
+        return 3 * 2 * self.head_dim < 2 * self.rel_dim
 
     def trig_cheaper(self, n_distances: int, Tk: int) -> bool:
         """``path='auto'``'s cost rule, used by every path choice: per (query, head) the table
@@ -209,8 +233,10 @@ class TransformerXLRelative(PositionalScheme):
         P = self.projected(r, qv.dtype)                                    # [H, U, hd]
         return _BandedScores.apply(qv, P, content.to(qv.dtype), idx, table_block_rows(qv))
 
-    def position_term_trig(self, qv, pos_q, pos_k, content):
-        # fp32 at least: the identity subtracts products of sines, which half precision would blur
+    def trig_factors(self, qv, pos_q, pos_k):
+        """-> (left [B, H, tq, d_rel], right [Tk, d_rel] or [B, 1, Tk, d_rel] per sequence) with
+        ``qv_i . W_r R(pos_i - pos_j) = left_i . right_j``, in fp32 at least: the identity
+        subtracts products of sines, which half precision would blur."""
         acc = torch.promote_types(qv.dtype, torch.float32)
         d2 = self.rel_dim // 2
         w = self.w_r.weight.view(self.n_heads, self.head_dim, self.rel_dim).to(acc)
@@ -223,7 +249,10 @@ class TransformerXLRelative(PositionalScheme):
         # a_sin.sin((a-b)w) + a_cos.cos((a-b)w)
         #     = (a_sin sq + a_cos cq).ck + (a_cos sq - a_sin cq).sk
         left = torch.cat([a_sin * sq + a_cos * cq, a_cos * sq - a_sin * cq], dim=-1)
-        right = torch.cat([ck, sk], dim=-1)                                # [(B, 1,) Tk, d_rel]
+        return left, torch.cat([ck, sk], dim=-1)
+
+    def position_term_trig(self, qv, pos_q, pos_k, content):
+        left, right = self.trig_factors(qv, pos_q, pos_k)
         out = (left @ right.transpose(-1, -2)).to(qv.dtype)                # [B, H, tq, Tk]
         return out.add_(content.to(qv.dtype)[:, :, None, :])   # in place: one [.., tq, Tk] tensor
 
