@@ -23,7 +23,7 @@ from lengen.ops.fot import fot_attention_naive
 from lengen.ops.fot.fast_cpu import fot_attention_fast_cpu
 from lengen.ops.softmax import softmax_attention_naive
 from lengen.ops.softmax.fast_cpu import softmax_attention_fast_cpu
-from lengen.ops.tile_bias import BiasHook, LowRankBias, RelativeBias, tiled_bias
+from lengen.ops.tile_bias import BiasHook, LowRankBias, RelativeBias, bias_inputs, tiled_bias
 from lengen.ops.tra import tra_attention_naive
 from lengen.ops.tra.fast_cpu import tra_attention_fast_cpu
 from lengen.posenc.xl import TransformerXLRelative
@@ -191,14 +191,19 @@ def test_tiled_form_each_path_offers():
         assert isinstance(make_xl(rel_dim=16).tiled_bias(pos, q, k), LowRankBias)
     assert isinstance(make_xl("table", rel_dim=6).tiled_bias(ident, q, k), RelativeBias)
     assert isinstance(make_xl("trig", rel_dim=16).tiled_bias(ident, q, k), LowRankBias)
-    # table with no progression, per-sequence positions, rank distances off a progression: dense
+    # table with no progression, per-sequence positions: dense
     for pos in (sorted_, frac):
         assert make_xl("table").tiled_bias(pos, q, k) is None
     assert make_xl("trig").tiled_bias(ident.expand(B, T), q, k) is None
-    rank = make_xl("trig")
+    # rank distances have no trig form: the Toeplitz window on a progression, else dense
+    for path, rel_dim in (("trig", 16), ("auto", 6)):
+        rank = make_xl(path, rel_dim)
+        rank.relative = "rank"
+        assert rank.tiled_bias(sorted_, q, k) is None
+        assert rank.tiled_bias(ident, q, k) is None
+    rank = make_xl("auto", 16)
     rank.relative = "rank"
-    assert rank.tiled_bias(sorted_, q, k) is None
-    assert rank.tiled_bias(ident, q, k) is None
+    assert isinstance(rank.tiled_bias(ident, q, k), RelativeBias)
     # the op-side accessor: plain callables and non-square calls have no tiled form
     hook = BiasHook(lambda s, e: None, lambda: make_xl("table").tiled_bias(ident, q, k))
     assert tiled_bias(lambda s, e: None, T, T) is None
@@ -235,3 +240,29 @@ def test_model_training_step_tiled_equals_naive(attention, path, monkeypatch):
     assert len(calls) == 2                                  # once per layer, auto only
     for a, b in zip(res["auto"], res["naive"]):
         torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-8)
+
+
+@pytest.mark.parametrize("path", list(FORMS))
+def test_fp32_bias_at_large_positions(path):
+    """Angles are formed in float64, so fp32 keeps its own rounding even where an fp32 angle
+    (a position or distance in the thousands) would be off by ~1e-4 rad: the dense hook and
+    the tiled form in fp32 match the float64 bias (both fail with fp32 angles)."""
+    T = 64
+    xl64 = make_xl(path, rel_dim=16)
+    xl32 = make_xl(path, rel_dim=16).float()
+    pos = 300.0 * torch.arange(T, dtype=torch.float64) + 8000.0   # distances up to 18,900
+    q, k = (torch.randn(B, H, T, D, dtype=torch.float64) for _ in range(2))
+    ref = xl64.bias(pos, pos, q, k)
+    scale = max(ref.abs().max().item(), 1.0)
+    for got in (xl32.bias(pos.float(), pos.float(), q.float(), k.float()),
+                xl32.tiled_bias(pos.float(), q.float(), k.float()).dense()):
+        assert (got.double() - ref).abs().max().item() <= 1e-5 * scale
+
+
+def test_low_rank_key_features_must_be_constant():
+    T = 9
+    left = torch.randn(1, H, T, 3, requires_grad=True)
+    right = torch.randn(T, 3, requires_grad=True)
+    hook = BiasHook(lambda s, e: None, lambda: LowRankBias(left, right))
+    with pytest.raises(ValueError, match="constant"):
+        bias_inputs(hook, T, T)

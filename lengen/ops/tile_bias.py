@@ -94,7 +94,7 @@ class LowRankBias:
 class BiasHook:
     """The ``bias_fn`` of an attention call: ``bias_fn(s, e)`` returns the dense bias of query
     rows ``s..e-1`` (what every op may call); ``tiled()`` returns the scheme's
-    :class:`RelativeBias` for the whole square, or None."""
+    :class:`RelativeBias` or :class:`LowRankBias` for the whole square, or None."""
 
     def __init__(self, dense, tiled=None):
         self._dense, self._tiled = dense, tiled
@@ -106,7 +106,7 @@ class BiasHook:
         return None if self._tiled is None else self._tiled()
 
 
-def tiled_bias(bias_fn, T: int, Tk: int) -> RelativeBias | None:
+def tiled_bias(bias_fn, T: int, Tk: int) -> RelativeBias | LowRankBias | None:
     """The tiled form of ``bias_fn`` for a T x Tk self-attention square, or None (no hook, no
     tiled form, or a non-square call)."""
     get = getattr(bias_fn, "tiled", None)
@@ -258,7 +258,10 @@ def bias_inputs(bias_fn, T: int, Tk: int, col: torch.Tensor | None = None):
         if rb.content is not None:
             col = rb.content if col is None else col + rb.content
         if isinstance(rb, LowRankBias):
-            return None, col, rb.left, rb.right.detach()
+            if rb.right.requires_grad:        # the tiles return no gradient for it
+                raise ValueError("LowRankBias.right must be constant (no gradient): put what "
+                                 "carries a gradient in left")
+            return None, col, rb.left, rb.right
         return None, col, rb.qv, rb.P
     bias = None if bias_fn is None else bias_fn(0, T)[..., :Tk]
     return bias, col, None, None
@@ -374,8 +377,9 @@ class TileTerms:
             self.rel.grad(dL, g.b0, g.b1, g.h0, g.h1, t.s, t.e, t.ke)
 
     def grads(self):
-        """-> (dbias, dcol, dqv, dP) after every tile's :meth:`grad`, None where not asked for,
-        in the caller's key order and the shapes (col, qv, P: also dtypes) they came in."""
+        """-> (dbias, dcol, dqv, dP) after every tile's :meth:`grad`, None where not asked for
+        (dP always None for the low-rank form: its key features are constant), in the caller's
+        key order and the shapes (col, qv, P: also dtypes) they came in."""
         dbias = dcol = dqv = dP = None
         if self.dbias is not None:
             d = self.dbias.total()

@@ -115,9 +115,10 @@ class TransformerXLRelative(PositionalScheme):
         return r.to(dtype)[..., None] * inv.to(dtype)
 
     def sinusoid(self, r: torch.Tensor, dtype=torch.float32) -> torch.Tensor:
-        """r: [...] relative positions -> R(r): [..., d_rel] = [sin(r w), cos(r w)]."""
-        ang = self.angles(r, dtype)
-        return torch.cat([ang.sin(), ang.cos()], dim=-1)
+        """r: [...] relative positions -> R(r): [..., d_rel] = [sin(r w), cos(r w)] in ``dtype``,
+        from float64 angles (an fp32 angle of a distance in the thousands is off by ~1e-4 rad)."""
+        ang = self.angles(r, torch.float64)
+        return torch.cat([ang.sin(), ang.cos()], dim=-1).to(dtype)
 
     def bias(self, pos_q, pos_k, q=None, k=None):
         if q is None or k is None:
@@ -142,31 +143,33 @@ class TransformerXLRelative(PositionalScheme):
           hook's table ``P`` of projected distances; each tile scores its rows against its window
           of the table.
         * :class:`lengen.ops.tile_bias.LowRankBias` otherwise (``path='trig'`` or ``auto``, any
-          positions): the trig path's per-query ``[B, H, T, d_rel]`` factor and ``[T, d_rel]``
-          key features (:meth:`trig_factors`); each tile is one matmul. ``relative='rank'`` has
-          no trig form, so positions that are no progression get None there (dense hook).
+          positions, ``relative='difference'``): the trig path's per-query
+          ``[B, H, T, d_rel]`` factor and ``[T, d_rel]`` key features (:meth:`trig_factors`);
+          each tile is one matmul. ``relative='rank'`` distances are no difference ``a - b``,
+          so they have no trig form: None there (dense hook), as for ``path='table'`` on
+          positions that are no progression.
 
         Both carry the same ``(q + v) * scale`` and ``u.k * scale`` as the dense hook."""
         if pos.dim() != 1:
             return None
-        T = pos.shape[-1]
         r = None if self.path == "trig" else self.toeplitz_distances(pos, pos, q.device)
+        toeplitz = r is not None and (self.path == "table" or self.toeplitz_tiles_cheaper())
+        if not toeplitz and (self.path == "table" or self.relative == "rank"):
+            return None
         qv, content = self.query_and_content(q, k)
         content = content.to(qv.dtype)
-        if r is not None and (self.path == "table" or self.toeplitz_tiles_cheaper(T)):
+        if toeplitz:
             return RelativeBias(qv, self.projected(r, qv.dtype), content)
-        if self.path == "table" or (self.relative == "rank" and r is None):
-            return None
         left, right = self.trig_factors(qv, pos, pos)
         return LowRankBias(left.to(qv.dtype), right.to(qv.dtype), content)
 
-    def toeplitz_tiles_cheaper(self, T: int) -> bool:
-        """``path='auto'``'s choice between the two tiled forms for T evenly stepped positions, a
+    def toeplitz_tiles_cheaper(self) -> bool:
+        """``path='auto'``'s choice between the two tiled forms for evenly stepped positions, a
         flop count: per query row the Toeplitz window costs three ``head_dim``-wide products over
         about ``2 T`` distances (forward; ``qv`` and table gradients), the low-rank form two
-        ``rel_dim``-wide ones over ``T`` keys (forward; ``left`` gradient). The low-rank form
-        also pays elementwise passes over its ``[B, H, T, rel_dim]`` factor outside the tiles,
-        which this count leaves out; ``benchmarks/xl_tiles.py`` times both forms."""
+        ``rel_dim``-wide ones over ``T`` keys (forward; ``left`` gradient); T cancels. The
+        low-rank form also pays elementwise passes over its ``[B, H, T, rel_dim]`` factor
+        outside the tiles, which this count leaves out; ``benchmarks/xl_tiles.py`` times both."""
         return 3 * 2 * self.head_dim < 2 * self.rel_dim
 
     def trig_cheaper(self, n_distances: int, Tk: int) -> bool:
