@@ -2,7 +2,8 @@
 as old / new ratios of step time taken in one interleaved run (issue 31 item 4).
 
 Each model is built by its recipe's own config function at each commit (``tra_flipflop``'s
-``model_config``, ``addition``'s ``run_config``, ``index_warping``'s ``run_config``), seed 0, and
+``model_config``, ``addition``'s, ``index_warping``'s and ``randomized_pe``'s ``run_config``;
+the last two models are Ruoss et al.'s Transformer-XL columns on reverse string), seed 0, and
 timed through that commit's ``lengen.recipes.estimate.time_training_steps`` (the training loop's
 own step: batch, positions, forward, loss, backward, clipping, AdamW, schedule). Every
 measurement is a fresh process with the other commit's tree out of ``sys.path``; a round times
@@ -52,6 +53,9 @@ MODELS = {
     "flipflop:NoPE": ("flipflop", "NoPE"),
     "addition:fire": ("addition", "fire"),
     "copy:rope": ("copy", "rope"),
+    # Ruoss et al.'s Transformer-XL columns on reverse string (randomized-pe's cpu scale)
+    "reverse:relative": ("randomized", "relative"),
+    "reverse:rand_relative": ("randomized", "rand_relative"),
 }
 
 CHILD = r'''
@@ -72,6 +76,9 @@ if kind == "flipflop":
 elif kind == "addition":
     from lengen.recipes.addition.specs import run_config
     cfg = run_config(name, "cpu", 0)
+elif kind == "randomized":
+    from lengen.recipes.randomized_pe.recipe import run_config
+    cfg = run_config("reverse_string", name, "cpu", 0)
 else:
     from lengen.recipes.index_warping.recipe import run_config
     cfg = run_config(kind, name, "cpu", 0)
