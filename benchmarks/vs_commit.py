@@ -106,6 +106,7 @@ with torch.no_grad():
 pos = ref.sample_positions(T, batch_size=B, device="cpu",
                            generator=torch.Generator().manual_seed(0), batch=batch)
 from lengen.train.step import forward_loss
+torch.manual_seed(0)     # dropout masks: building may draw a different number of numbers first
 loss = forward_loss(ref, batch, pos, tc, torch.device("cpu"), getattr(task, "output_slice", None))
 loss.backward()
 gn = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in ref.parameters() if p.grad is not None))
