@@ -5,8 +5,11 @@ rule in README.md (written before the runs).
 
 Reads the final EM rows (``seq_acc`` at ``len=1..20``) and the error-analysis rows of
 ``results.csv`` (this folder: the runs made for it, concatenated from the recipe's outputs) and
-of ``../addition-cpu/results.csv`` (the reused seed-0 runs and FIRE seed 1), and writes
-``runs.csv`` (one row per run and arm), ``verdicts.csv`` and ``seeds.md``.
+of ``../addition-cpu/results.csv`` (the committed runs the rule first meant to reuse: seed 0 of
+four arms and FIRE seed 1). Every one of those has a rerun here, and the rerun replaces it
+unless the two agree within 5 points at every length (README: "The reuse check failed"). Writes
+``runs.csv`` (one row per run and arm), ``verdicts.csv``, ``carry.csv``, ``reuse_check.csv``
+and ``seeds.md``.
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ NEW = os.path.join(HERE, "results.csv")
 PASS = 95.0           # both readings' threshold, % EM
 SEEDS = (0, 1, 2)
 ARMS = ("fire", "fire-nohints", "fire-standard", "fire-norand", "fire-spaces")
-#: runs taken from ../addition-cpu (same config at that scale); every other run is this folder's
+#: committed runs of ../addition-cpu the rule first reused; each is checked against its rerun here
 REUSED = ("fire-s0-d0", "fire-s1-d0", "fire-nohints-s0-d0", "fire-norand-s0-d0",
           "fire-spaces-s0-d0")
 READINGS = {"fits": (1, 10), "learns": (6, 10)}   # name -> digits whose mean EM must pass
@@ -49,9 +52,15 @@ def reuse_check(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
     """Per reused run with a rerun here: the largest EM difference over 1..20 and whether it is
     within the rule's 5 points."""
     rows = []
-    for run in sorted(set(new.run) & set(REUSED)):
+    missing = sorted(set(REUSED) - set(new.run))
+    if missing:       # the amendment reruns every one: never mix in an unchecked committed row
+        raise SystemExit(f"no rerun here of {', '.join(missing)} (README: every reused row is "
+                         f"run again)")
+    for run in sorted(REUSED):
         a = old[old.run == run].set_index("digits").em
         b = new[new.run == run].set_index("digits").em
+        if sorted(a.index) != list(range(1, 21)) or sorted(b.index) != list(range(1, 21)):
+            raise SystemExit(f"{run}: EM missing at some length 1..20")
         d = float((a - b.reindex(a.index)).abs().max())
         rows.append({"run": run, "max_diff": d, "reproduces": d <= 5.0})
     return pd.DataFrame(rows, columns=["run", "max_diff", "reproduces"])
@@ -62,6 +71,10 @@ def load() -> tuple[pd.DataFrame, pd.DataFrame]:
     when the check fails (README: "The reuse check failed, and what follows")."""
     old = em_by_length(OLD, REUSED).assign(source="addition-cpu")
     new = em_by_length(NEW).assign(source="this folder")
+    for name, d in (("../addition-cpu", old), ("this folder", new)):
+        dup = d.groupby(["run", "digits"]).size()
+        if (dup > 1).any():
+            raise SystemExit(f"{name}: a run appears twice in results.csv")
     check = reuse_check(old, new)
     replaced = set(check.run[~check.reproduces])
     use = pd.concat([old[~old.run.isin(replaced)], new[~new.run.isin(set(REUSED) - replaced)]],
