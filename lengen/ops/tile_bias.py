@@ -251,8 +251,9 @@ class LowRankTiles:
 def bias_inputs(bias_fn, T: int, Tk: int, col: torch.Tensor | None = None):
     """The bias inputs of a tiled op's autograd Function: -> (bias, col, qv, P). A hook with a
     tiled form (:func:`tiled_bias`) gives ``qv`` and ``P`` (or ``left`` and ``right``), its
-    per-key ``content`` added to ``col``; otherwise the dense ``bias_fn(0, T)`` is called once (the full [.., T, Tk] bias
-    exists in training anyway; its gradient flows back through whatever made it)."""
+    per-key ``content`` added to ``col``; otherwise the dense ``bias_fn(0, T)`` is called once
+    (the full [.., T, Tk] bias exists in training anyway; its gradient flows back through
+    whatever made it)."""
     rb = tiled_bias(bias_fn, T, Tk)
     if rb is not None:
         if rb.content is not None:

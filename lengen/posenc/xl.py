@@ -245,11 +245,14 @@ class TransformerXLRelative(PositionalScheme):
         w = self.w_r.weight.view(self.n_heads, self.head_dim, self.rel_dim).to(acc)
         a = torch.einsum("bhtd,hdr->bhtr", qv.to(acc), w)     # (q+v) W_r: [B, H, tq, d_rel]
         a_sin, a_cos = a[..., :d2], a[..., d2:]
-        # [tq | Tk, d_rel/2], or [B, 1, tq | Tk, d_rel/2] (broadcast over heads) per sequence;
-        # angles in float64: an fp32 angle of a position in the thousands is off by ~1e-4 rad
-        ang_q, ang_k = (self.angles(p, torch.float64) if p.dim() == 1 else
-                        self.angles(p, torch.float64).unsqueeze(1) for p in (pos_q, pos_k))
-        sq, cq, sk, ck = (f.to(acc) for f in (ang_q.sin(), ang_q.cos(), ang_k.sin(), ang_k.cos()))
+
+        def sin_cos(p):   # [tq | Tk, d_rel/2] each, or [B, 1, ..] (broadcast over heads)
+            R = self.sinusoid(p, acc)
+            R = R if p.dim() == 1 else R.unsqueeze(1)
+            return R[..., :d2], R[..., d2:]
+
+        sq, cq = sin_cos(pos_q)
+        sk, ck = (sq, cq) if pos_k is pos_q else sin_cos(pos_k)     # self-attention: once
         # a_sin.sin((a-b)w) + a_cos.cos((a-b)w)
         #     = (a_sin sq + a_cos cq).ck + (a_cos sq - a_sin cq).sk
         left = torch.cat([a_sin * sq + a_cos * cq, a_cos * sq - a_sin * cq], dim=-1)
