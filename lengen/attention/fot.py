@@ -5,8 +5,8 @@ decay ``c_i - c_j`` (``c = cumsum(log f)``) to the logits. Following the public 
 bias starts at 0 (gates ~0.5) and no other positional scheme is needed (``posenc: nope``).
 
 Paths (``impl``, see :mod:`lengen.attention.base`): training with ``auto`` uses the fast CPU op
-(:mod:`lengen.ops.fot.fast_cpu`: one fused SDPA call with the decay folded into two extra head
-dims) for CPU tensors; ``naive`` always uses the dense reference; evaluation with ``auto`` and
+(:mod:`lengen.ops.fot.fast_cpu`: softmax attention with the decay as a per-key bias) for CPU
+tensors; ``naive`` always uses the dense reference; evaluation with ``auto`` and
 ``lean`` use the query-blocked op, whose memory grows linearly in T.
 """
 from __future__ import annotations

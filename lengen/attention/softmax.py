@@ -1,7 +1,9 @@
 """Standard softmax attention (Vaswani et al. 2017).
 
 Uses ``F.scaled_dot_product_attention`` whenever the positional scheme adds no bias (NoPE,
-learned, sin/cos, RoPE), which is both the fast and the memory-lean path. With a bias (ALiBi,
+learned, sin/cos, RoPE), which is both the fast and the memory-lean path, except in causal CPU
+training with ``impl='auto'``, which runs the per-row C kernel of :mod:`lengen.ops.fused_rows`
+where it applies (faster than SDPA's CPU kernel at small head dims). With a bias (ALiBi,
 T5, ...) training with ``impl='auto'`` on CPU uses the tiled op of
 :mod:`lengen.ops.softmax.fast_cpu` (SDPA would take its unfused math path to give the bias a
 gradient); evaluation uses the query-blocked SDPA op.
@@ -9,6 +11,7 @@ gradient); evaluation uses the query-blocked SDPA op.
 from __future__ import annotations
 
 from lengen.attention.base import Attention
+from lengen.ops.fused_rows import fused_applies, fused_attention
 from lengen.ops.softmax import softmax_attention_chunked, softmax_attention_naive
 from lengen.ops.softmax.fast_cpu import softmax_attention_fast_cpu
 
@@ -20,6 +23,11 @@ class SoftmaxAttention(Attention):
                                                       return_weights=True))
         if self.impl == "naive":
             return softmax_attention_naive(q, k, v, causal=self.causal, bias_fn=bias_fn)
+        if (bias_fn is None and self.impl == "auto" and not self.use_lean()
+                and fused_applies(q, k, v, q.shape[-1] ** -0.5, None, None, self.causal)):
+            # CPU training: one C pass per query row beats SDPA's CPU kernels at small head
+            # dims (benchmarks/RESULTS.md); cuda tensors never get here (fused_applies: CPU)
+            return fused_attention(q, k, v, scale=q.shape[-1] ** -0.5)
         if bias_fn is None or self.use_lean():
             return softmax_attention_chunked(q, k, v, causal=self.causal, bias_fn=bias_fn,
                                              block_size=self.block_size)

@@ -25,6 +25,7 @@ import torch
 
 from lengen.ops.cpu_tiles import (LOG2E, TiledAttention, exp2_floor, future_mask,
                                   numerators)
+from lengen.ops.fused_rows import fused_applies, fused_attention
 from lengen.ops.softmax.naive import softmax_attention_naive
 from lengen.ops.tile_bias import TileTerms, bias_inputs
 
@@ -89,7 +90,10 @@ def softmax_attention_fast_cpu(q, k, v, *, causal=True, bias_fn=None, scale=None
     bias ``col_bias`` [B, H, Tk]. ``bias_fn(0, T)`` is called once; its gradient flows back. A
     ``bias_fn`` with a tiled form (:func:`lengen.ops.tile_bias.tiled_bias`) is evaluated per tile
     instead, never as a [.., T, Tk] tensor.
-    ``return_weights`` and bf16/fp16 inputs use the dense reference (without ``col_bias``)."""
+    ``return_weights`` and bf16/fp16 inputs use the dense reference (without ``col_bias``).
+    Causal float32 self-attention without a tiled relative term runs the per-row C kernel
+    (:mod:`lengen.ops.fused_rows`) when it is available and no tile size is given; ``budget`` /
+    ``qblock`` select the tiled path."""
     if return_weights or q.dtype not in (torch.float32, torch.float64):
         if col_bias is not None:
             raise NotImplementedError("col_bias needs float32/float64 and no return_weights")
@@ -101,4 +105,6 @@ def softmax_attention_fast_cpu(q, k, v, *, causal=True, bias_fn=None, scale=None
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     # a tiled relative term's per-key part goes into col
     bias, col, rqv, rP = bias_inputs(bias_fn, T, Tk, col_bias)
+    if budget is None and qblock is None and fused_applies(q, k, v, scale, bias, rqv, causal):
+        return fused_attention(q, k, v, scale=scale, bias=bias, col=col)
     return _SoftmaxFastCPU.apply(q, k, v, bias, col, scale, causal, budget, qblock, rqv, rP)

@@ -41,6 +41,7 @@ from __future__ import annotations
 import torch
 
 from lengen.ops.cpu_tiles import BIG, LOG2E, TiledAttention, exp2_floor, numerators
+from lengen.ops.fused_rows import fused_applies, fused_attention
 from lengen.ops.tile_bias import TileTerms, bias_inputs
 from lengen.ops.tra.naive import tra_attention_naive
 
@@ -127,7 +128,9 @@ def tra_attention_fast_cpu(q, k, v, log_gate, *, bias_fn=None, scale=None, retur
     ``bias_fn(0, T)`` is called once (the full [.., T, T] bias exists in training anyway); its
     gradient flows back through whatever made it. A ``bias_fn`` with a tiled form
     (:func:`lengen.ops.tile_bias.tiled_bias`) is evaluated per tile instead. ``return_weights``
-    and bf16/fp16 inputs use the dense reference.
+    and bf16/fp16 inputs use the dense reference. Float32 without a tiled relative term runs the
+    per-row C kernel (:mod:`lengen.ops.fused_rows`) when it is available and no tile size is
+    given; ``budget`` / ``qblock`` select the tiled path.
     """
     if return_weights or q.dtype not in (torch.float32, torch.float64):
         return tra_attention_naive(q, k, v, log_gate, bias_fn=bias_fn, scale=scale,
@@ -135,4 +138,6 @@ def tra_attention_fast_cpu(q, k, v, log_gate, *, bias_fn=None, scale=None, retur
     T = q.shape[-2]
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     bias, col, rqv, rP = bias_inputs(bias_fn, T, k.shape[-2])
+    if budget is None and qblock is None and fused_applies(q, k, v, scale, bias, rqv):
+        return fused_attention(q, k, v, scale=scale, bias=bias, col=col, log_gate=log_gate)
     return _TRAFastCPU.apply(q, k, v, log_gate, bias, scale, budget, qblock, col, rqv, rP)

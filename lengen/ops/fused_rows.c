@@ -1,0 +1,358 @@
+/* Causal attention for CPU training, one query row at a time: scores, softmax and the value
+ * product of a row in one pass over its keys, with every intermediate in L1 (bound in
+ * lengen/ops/fused_rows.py). Compiled at first use by lengen/ops/ckernels.py; without a compiler
+ * the ops run their tiled PyTorch path (lengen/ops/cpu_tiles.py), which the tests hold to the same
+ * dense references as this kernel.
+ *
+ * Why: with the head dims of the cpu-scale models (16) a tile of the PyTorch path does 2 x 16 flops
+ * per score it writes, and every pass (matmul, row max, exp, sum, value product) streams the
+ * tile through memory again (benchmarks/RESULTS.md, "Where the step goes"). Here one (batch, head)
+ * pair's q, k, v (T x D floats each) and a row of T logits stay in L1 for the whole row.
+ *
+ * Logits of query i, key j <= i (natural-log units; the kernel works in base 2, times log2 e, so
+ * that the weights come from a polynomial 2^x):
+ *   softmax:  L_ij = scale q_i . k_j  [+ col_j - col_i]  [+ bias_ij]
+ *   TRA:      keys with q_i . k_j > 0 survive (TRA eqs. 4-12); Dbar_ij = survivors in j..i;
+ *             L_ij = scale q_i . k_j + (Dbar_ij - 1) g_i  [+ bias_ij] on survivors, others excluded
+ *             (g = log delta; the row constants -col_i and -g_i drop out of the softmax).
+ *   P_ij = 2^(min(0, max(L2_ij - m_i, FLOOR2))) / l_i, m_i the row max, l_i the row sum (the floor
+ *          keeps exp out of denormals, as cpu_tiles.exp_floor); excluded keys get exactly 0; a row
+ *          with no key outputs 0 (l_i = 0).
+ * Forward writes out_i = sum_j P_ij v_j and keeps m_i, l_i. Backward recomputes each row's logits
+ * with the same code (the same bits) and, with dL_ij = P_ij (dO_i . v_j - dO_i . O_i):
+ *   dq_i = scale sum_j dL_ij k_j,  dk_j += scale dL_ij q_i,  dv_j += P_ij dO_i,
+ *   dbias_ij += dL_ij,  dcol_j += dL_ij,  dg_i = sum_j dL_ij Dbar_ij.
+ * (For TRA dL is 0 off the survivors, where relu' would block it; on them relu' = 1.)
+ *
+ * Layout: q, k, v, out, dout, dq, dk, dv are [n, T, D] (pair p = b * H + h), col / g / m / l /
+ * dcol / dg [n, T]; bias for pair p starts at bias + b * sb + h * sh (strides in floats; 0 where
+ * the bias is shared) with rows of T floats, and dbias likewise with dsb, dsh. Loops over keys
+ * are written 8 at a time so that the compiler keeps them in vector registers; on x86-64 the
+ * exported functions also have an AVX2 + FMA build, picked at run time.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LOG2E 1.4426950408889634f
+#define FLOOR2 (-60.0f * LOG2E) /* cpu_tiles.exp2_floor(float32) */
+#define BIG 1e30f               /* excluded keys: -BIG */
+#define VL 8                    /* keys per vector step */
+
+/* a * b + c may be one fused multiply-add (ISO C modes turn that off by default) */
+#if defined(__clang__)
+#pragma clang fp contract(fast)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=fast")
+#endif
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define X86_AVX2 1
+#pragma GCC diagnostic ignored "-Wpsabi" /* 32-byte vectors pass only between inlined helpers */
+#endif
+#define INLINE static inline __attribute__((always_inline))
+
+/* GCC / Clang vector extensions: 8 floats (one AVX register; two SSE registers in the default
+ * build). vu: the same with 4-byte alignment, for loads and stores at any float offset. */
+typedef float v8 __attribute__((vector_size(32)));
+typedef float vu __attribute__((vector_size(32), aligned(4)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+
+INLINE v8 load8(const float *x) { return *(const vu *)x; }
+INLINE void store8(float *x, v8 y) { *(vu *)x = y; }
+INLINE v8 splat(float x) { return (v8){0} + x; } /* a broadcast */
+INLINE v8 select8(v8i mask, v8 a, v8 b) { return (v8)((mask & (v8i)a) | (~mask & (v8i)b)); }
+
+int64_t fused_rows_version(void) { return 1; }
+
+/* 2^x on 8 lanes, x in [FLOOR2, 0]: 2^n (n = round(x), built in the exponent bits) times the
+ * degree-7 Taylor polynomial of 2^f = e^(f ln 2) on f in [-1/2, 1/2] (truncation error < 5e-9
+ * relative, under fp32 rounding). */
+INLINE v8 exp2_poly8(v8 x) {
+    v8 t = x + 0.5f;
+    v8i n = __builtin_convertvector(t, v8i);
+    n += (v8i)(__builtin_convertvector(n, v8) > t); /* true is -1: floor(t) */
+    v8 f = x - __builtin_convertvector(n, v8);
+    v8 p = splat(1.5252733804059841e-05f);
+    p = p * f + 1.5403530393381606e-04f;
+    p = p * f + 1.3333558146428443e-03f;
+    p = p * f + 9.6181291076284770e-03f;
+    p = p * f + 5.5504108664821580e-02f;
+    p = p * f + 2.4022650695910071e-01f;
+    p = p * f + 6.9314718055994531e-01f;
+    p = p * f + 1.0f;
+    return p * (v8)((n + 127) << 23);
+}
+
+/* xt [D, Tp] <- x [T, D] transposed, columns T..Tp-1 zero */
+INLINE void transpose(const float *x, float *xt, int64_t T, int64_t Tp, const int64_t D) {
+    for (int64_t d = 0; d < D; d++) {
+        float *row = xt + d * Tp;
+        for (int64_t j = 0; j < T; j++) row[j] = x[j * D + d];
+        for (int64_t j = T; j < Tp; j++) row[j] = 0.0f;
+    }
+}
+
+/* s[j] = alpha a . x_j for j < len (rounded up to VL; xt: [D, Tp]) */
+INLINE void dots(const float *a, const float *xt, int64_t Tp, int64_t len, float alpha, float *s,
+                 const int64_t D) {
+    for (int64_t j0 = 0; j0 < len; j0 += VL) {
+        v8 acc = splat(0.0f);
+        for (int64_t d = 0; d < D; d++) acc += a[d] * load8(xt + d * Tp + j0);
+        store8(s + j0, alpha * acc);
+    }
+}
+
+/* y[0..D) += a x[0..D) (whole vectors when D is a multiple of VL) */
+INLINE void axpy(float *y, float a, const float *x, const int64_t D) {
+    if (D % VL == 0) {
+        const v8 va = splat(a);
+        for (int64_t d = 0; d < D; d += VL) store8(y + d, load8(y + d) + va * load8(x + d));
+    } else {
+        for (int64_t d = 0; d < D; d++) y[d] += a * x[d];
+    }
+}
+
+typedef struct {
+    int64_t T, Tp, H;
+    float alpha; /* scale * log2 e */
+    const float *bias, *col, *g;
+    int64_t sb, sh;
+} Args;
+
+/* Base-2 logits of row i of pair p into s[0..i] (excluded keys: -BIG); TRA also fills dbar.
+ * Returns the number of keys the row attends. */
+INLINE int64_t row_logits(const Args *a, int64_t p, int64_t i, const float *qi, const float *kt,
+                          float *s, float *dbar, const int64_t D) {
+    const int64_t len = i + 1, T = a->T;
+    dots(qi, kt, a->Tp, len, a->alpha, s, D);
+    for (int64_t j = len; j < (len + VL - 1) / VL * VL; j++) s[j] = -BIG; /* vector padding */
+    int64_t count = len;
+    if (a->g) { /* TRA: survivors and their contextual distance, from the query leftwards */
+        const float g2 = a->g[p * T + i] * LOG2E;
+        int32_t c = 0;
+        for (int64_t j = i; j >= 0; j--) { /* branch-free: survival is a coin flip per key */
+            const int32_t keep = s[j] > 0.0f;
+            c += keep;
+            dbar[j] = (float)(c * keep);
+        }
+        for (int64_t j = len; j < (len + VL - 1) / VL * VL; j++) dbar[j] = 0.0f; /* padding */
+        const v8 zero = splat(0.0f), one = splat(1.0f), vg = splat(g2), none = splat(-BIG);
+        for (int64_t j = 0; j < len; j += VL) {
+            const v8 db = load8(dbar + j);
+            store8(s + j, select8(db > zero, load8(s + j) + (db - one) * vg, none));
+        }
+        count = c;
+    }
+    if (a->col) {
+        const float *cp = a->col + p * T, ci = cp[i];
+        for (int64_t j = 0; j < len; j++) s[j] += (cp[j] - ci) * LOG2E;
+    }
+    if (a->bias) {
+        const float *br = a->bias + (p / a->H) * a->sb + (p % a->H) * a->sh + i * T;
+        for (int64_t j = 0; j < len; j++) s[j] += br[j] * LOG2E;
+    }
+    return count;
+}
+
+/* Row max of s[0..len) (padded with -BIG up to a multiple of VL by row_logits) */
+INLINE float row_max(float *s, int64_t len) {
+    const int64_t lenp = (len + VL - 1) / VL * VL;
+    v8 m = splat(-BIG);
+    for (int64_t j = 0; j < lenp; j += VL) {
+        v8 x = load8(s + j);
+        m = select8(x > m, x, m);
+    }
+    float r = m[0];
+    for (int u = 1; u < VL; u++) r = m[u] > r ? m[u] : r;
+    return r;
+}
+
+/* s[j] <- 2^(clamped s[j] - m), exactly 0 for excluded keys (s <= -BIG / 2, the padding
+ * included); returns the sum over the row. */
+INLINE float row_weights(float *s, int64_t len, float m) {
+    const int64_t lenp = (len + VL - 1) / VL * VL;
+    const v8 lo = splat(FLOOR2), zero = splat(0.0f), vm = splat(m), cut = splat(-0.5f * BIG);
+    v8 acc = zero;
+    for (int64_t j = 0; j < lenp; j += VL) {
+        v8 x = load8(s + j), e = x - vm;
+        e = select8(e < lo, lo, e);
+        e = select8(e > zero, zero, e);
+        v8 w = select8(x <= cut, zero, exp2_poly8(e));
+        store8(s + j, w);
+        acc += w;
+    }
+    float l = 0.0f;
+    for (int u = 0; u < VL; u++) l += acc[u];
+    return l;
+}
+
+INLINE void fwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, const float *k,
+                      const float *v, float *out, float *mrow, float *lrow, float *work,
+                      const int64_t D) {
+    const int64_t T = a->T, Tp = a->Tp;
+    float *kt = work, *s = kt + D * Tp, *dbar = s + Tp;
+    for (int64_t p = p0; p < p1; p++) {
+        const float *qp = q + p * T * D, *vp = v + p * T * D;
+        float *op = out + p * T * D;
+        transpose(k + p * T * D, kt, T, Tp, D);
+        for (int64_t i = 0; i < T; i++) {
+            float *oi = op + i * D, acc[D]; /* acc: in registers for the D of DISPATCH */
+            for (int64_t d = 0; d < D; d++) acc[d] = oi[d] = 0.0f;
+            const int64_t len = i + 1;
+            if (row_logits(a, p, i, qp + i * D, kt, s, dbar, D) == 0) {
+                mrow[p * T + i] = 0.0f;
+                lrow[p * T + i] = 0.0f;
+                continue;
+            }
+            const float m = row_max(s, len), l = row_weights(s, len, m);
+            for (int64_t j = 0; j < len; j++) axpy(acc, s[j], vp + j * D, D);
+            const float inv = 1.0f / l;
+            for (int64_t d = 0; d < D; d++) oi[d] = acc[d] * inv;
+            mrow[p * T + i] = m;
+            lrow[p * T + i] = l;
+        }
+    }
+}
+
+INLINE void bwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, const float *k,
+                      const float *v, const float *out, const float *dout, const float *mrow,
+                      const float *lrow, float *dq, float *dk, float *dv, float *dbias,
+                      int64_t dsb, int64_t dsh, float *dcol, float *dg, float *work,
+                      const int64_t D) {
+    const int64_t T = a->T, Tp = a->Tp, H = a->H;
+    const float scale = a->alpha / LOG2E;
+    float *kt = work, *vt = kt + D * Tp, *s = vt + D * Tp, *dp = s + Tp, *dbar = dp + Tp;
+    for (int64_t p = p0; p < p1; p++) {
+        const int64_t off = p * T * D;
+        const float *qp = q + off, *kp = k + off;
+        float *dqp = dq + off, *dkp = dk + off, *dvp = dv + off;
+        transpose(kp, kt, T, Tp, D);
+        transpose(v + off, vt, T, Tp, D);
+        memset(dkp, 0, sizeof(float) * T * D);
+        memset(dvp, 0, sizeof(float) * T * D);
+        float *db = dbias ? dbias + (p / H) * dsb + (p % H) * dsh : NULL;
+        for (int64_t i = 0; i < T; i++) {
+            const float *qi = qp + i * D, *doi = dout + off + i * D, *oi = out + off + i * D;
+            float *dqi = dqp + i * D, acc[D];
+            for (int64_t d = 0; d < D; d++) acc[d] = dqi[d] = 0.0f;
+            const float l = lrow[p * T + i];
+            if (dg) dg[p * T + i] = 0.0f;
+            if (l == 0.0f) continue; /* a row with no key: zero output, zero gradient */
+            const int64_t len = i + 1;
+            row_logits(a, p, i, qi, kt, s, dbar, D);
+            row_weights(s, len, mrow[p * T + i]);
+            const float inv = 1.0f / l;
+            float delta = 0.0f;
+            for (int64_t d = 0; d < D; d++) delta += doi[d] * oi[d];
+            dots(doi, vt, Tp, len, 1.0f, dp, D);
+            float gsum = 0.0f;
+            for (int64_t j = 0; j < len; j++) {
+                const float pj = s[j] * inv;
+                s[j] = pj;
+                dp[j] = pj * (dp[j] - delta); /* dL_ij */
+            }
+            if (db)
+                for (int64_t j = 0; j < len; j++) db[i * T + j] += dp[j];
+            if (dcol)
+                for (int64_t j = 0; j < len; j++) dcol[p * T + j] += dp[j];
+            if (dg) { /* sum_j dL_ij Dbar_ij, 8 partial sums (a single chain would not vectorise) */
+                v8 acc8 = splat(0.0f);
+                int64_t j = 0;
+                for (; j + VL <= len; j += VL) acc8 += load8(dp + j) * load8(dbar + j);
+                for (; j < len; j++) gsum += dp[j] * dbar[j];
+                for (int u = 0; u < VL; u++) gsum += acc8[u];
+                dg[p * T + i] = gsum;
+            }
+            for (int64_t j = 0; j < len; j++) {
+                const float ds = scale * dp[j];
+                axpy(acc, ds, kp + j * D, D);
+                axpy(dkp + j * D, ds, qi, D);
+                axpy(dvp + j * D, s[j], doi, D);
+            }
+            for (int64_t d = 0; d < D; d++) dqi[d] = acc[d];
+        }
+    }
+}
+
+/* The head dims the models use get a copy with D known at compile time (unrolled vector loops). */
+#define DISPATCH(CALL)                                                                             \
+    switch (D) {                                                                                   \
+    case 8: CALL(8); break;                                                                        \
+    case 16: CALL(16); break;                                                                      \
+    case 32: CALL(32); break;                                                                      \
+    case 64: CALL(64); break;                                                                      \
+    default: CALL(D); break;                                                                       \
+    }
+
+static int64_t round_up(int64_t x) { return (x + VL - 1) / VL * VL; }
+
+/* The exported functions run one of two builds of the same code: AVX2 + FMA where the CPU has
+ * them (checked at run time, so the cached library also runs on older x86-64), else the
+ * compiler's baseline. */
+#define FWD_ARGS                                                                                   \
+    int64_t p0, int64_t p1, int64_t T, int64_t D, int64_t H, double scale, const float *q,         \
+        const float *k, const float *v, const float *bias, int64_t sb, int64_t sh,                 \
+        const float *col, const float *g, float *out, float *mrow, float *lrow
+#define FWD_CALL p0, p1, T, D, H, scale, q, k, v, bias, sb, sh, col, g, out, mrow, lrow
+#define BWD_ARGS                                                                                   \
+    int64_t p0, int64_t p1, int64_t T, int64_t D, int64_t H, double scale, const float *q,         \
+        const float *k, const float *v, const float *bias, int64_t sb, int64_t sh,                 \
+        const float *col, const float *g, const float *out, const float *dout, const float *mrow,  \
+        const float *lrow, float *dq, float *dk, float *dv, float *dbias, int64_t dsb, int64_t dsh, \
+        float *dcol, float *dg
+#define BWD_CALL                                                                                   \
+    p0, p1, T, D, H, scale, q, k, v, bias, sb, sh, col, g, out, dout, mrow, lrow, dq, dk, dv,      \
+        dbias, dsb, dsh, dcol, dg
+
+INLINE int64_t fwd_impl(FWD_ARGS) {
+    const int64_t Tp = round_up(T);
+    float *work = malloc(sizeof(float) * (D * Tp + 2 * Tp));
+    if (!work) return 1;
+    Args a = {T, Tp, H, (float)(scale * 1.4426950408889634), bias, col, g, sb, sh};
+#define FWD(DD) fwd_pairs(p0, p1, &a, q, k, v, out, mrow, lrow, work, DD)
+    DISPATCH(FWD)
+#undef FWD
+    free(work);
+    return 0;
+}
+
+INLINE int64_t bwd_impl(BWD_ARGS) {
+    const int64_t Tp = round_up(T);
+    float *work = malloc(sizeof(float) * (2 * D * Tp + 3 * Tp));
+    if (!work) return 1;
+    Args a = {T, Tp, H, (float)(scale * 1.4426950408889634), bias, col, g, sb, sh};
+#define BWD(DD)                                                                                    \
+    bwd_pairs(p0, p1, &a, q, k, v, out, dout, mrow, lrow, dq, dk, dv, dbias, dsb, dsh, dcol, dg,  \
+              work, DD)
+    DISPATCH(BWD)
+#undef BWD
+    free(work);
+    return 0;
+}
+
+static int64_t fwd_base(FWD_ARGS) { return fwd_impl(FWD_CALL); }
+static int64_t bwd_base(BWD_ARGS) { return bwd_impl(BWD_CALL); }
+#ifdef X86_AVX2
+__attribute__((target("avx2,fma"))) static int64_t fwd_avx2(FWD_ARGS) { return fwd_impl(FWD_CALL); }
+__attribute__((target("avx2,fma"))) static int64_t bwd_avx2(BWD_ARGS) { return bwd_impl(BWD_CALL); }
+static int has_avx2(void) { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+#endif
+
+/* Forward of pairs p0..p1-1. Returns 0, or 1 when its scratch cannot be allocated (nothing
+ * written). */
+int64_t fused_rows_fwd(FWD_ARGS) {
+#ifdef X86_AVX2
+    if (has_avx2()) return fwd_avx2(FWD_CALL);
+#endif
+    return fwd_base(FWD_CALL);
+}
+
+/* Backward of pairs p0..p1-1: writes dq, dk, dv (and dg) of those pairs, adds into dbias and dcol
+ * (which the caller zeroes). Returns 0, or 1 when its scratch cannot be allocated (nothing
+ * written). */
+int64_t fused_rows_bwd(BWD_ARGS) {
+#ifdef X86_AVX2
+    if (has_avx2()) return bwd_avx2(BWD_CALL);
+#endif
+    return bwd_base(BWD_CALL);
+}

@@ -1,0 +1,167 @@
+"""Causal softmax / forgetting / TRA attention for CPU training in one C kernel per query row
+(``fused_rows.c``, built by :mod:`lengen.ops.ckernels`): the fast path the tiled ops
+(:mod:`lengen.ops.softmax.fast_cpu`, :mod:`lengen.ops.tra.fast_cpu`) take when it applies.
+
+Why a second path: with small heads (the cpu-scale models have head dim 16) the tiled path is
+bound by its passes over each [tq, T] tile (matmul, max, exp, sum, value product, and in
+backward as many again), not by arithmetic. The kernel does a row's scores, softmax and value
+product in one pass with the row in L1, and its backward recomputes the row from ``q``, ``k``
+and the kept row max and sum (as flash attention does) instead of keeping the [T, T] weights.
+The maths is the same as the references' (the C file's header has the equations); the tests
+compare both paths with the dense references, values and gradients.
+
+It applies (:func:`fused_applies`) to float32 causal self-attention on CPU tensors (as many keys as queries,
+``v``'s width equal to ``q``'s, ``scale > 0``) with no bias or a dense bias that broadcasts to
+[B, H, T, T], an optional per-key column ``col`` [B, H, T] (forgetting attention) and, for TRA,
+the per-query ``log_gate``. A tiled relative term (Transformer-XL) and float64 stay on the tiled
+path. ``LENGEN_FUSED_ROWS=0`` (or ``LENGEN_C_KERNELS=0``, or no C compiler) turns it off.
+Pairs of (batch, head) are split among the worker threads of
+:func:`lengen.ops.cpu_workspace.run_groups` (ctypes releases the GIL during a call).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+
+import torch
+
+from lengen.ops.ckernels import load
+from lengen.ops.cpu_workspace import group_target, run_groups
+from lengen.ops.tile_bias import as_4d, reduce_to
+
+SOURCE = Path(__file__).with_name("fused_rows.c")
+VERSION = 1
+_P, _I, _D = ctypes.c_void_p, ctypes.c_int64, ctypes.c_double
+
+
+def enabled() -> bool:
+    return os.environ.get("LENGEN_FUSED_ROWS", "1").strip().lower() not in ("0", "false", "no",
+                                                                           "off")
+
+
+def kernels():
+    """The loaded library with typed entry points, or None (off, no compiler, failed build)."""
+    if not enabled():
+        return None
+    lib = load(SOURCE, VERSION)
+    if lib is not None and not getattr(lib, "_lengen_typed", False):
+        lib.fused_rows_fwd.argtypes = [_I, _I, _I, _I, _I, _D, _P, _P, _P, _P, _I, _I, _P, _P,
+                                       _P, _P, _P]
+        lib.fused_rows_fwd.restype = _I
+        lib.fused_rows_bwd.argtypes = [_I, _I, _I, _I, _I, _D, _P, _P, _P, _P, _I, _I, _P, _P,
+                                       _P, _P, _P, _P, _P, _P, _P, _P, _I, _I, _P, _P]
+        lib.fused_rows_bwd.restype = _I
+        lib._lengen_typed = True
+    return lib
+
+
+def fused_applies(q, k, v, scale, bias, rqv, causal=True) -> bool:
+    """Whether :func:`fused_attention` takes these inputs (and the kernel is available)."""
+    T, D = q.shape[-2], q.shape[-1]
+    return (causal and q.device.type == k.device.type == v.device.type == "cpu"
+            and q.dtype == torch.float32 and k.dtype == v.dtype == torch.float32
+            and q.dim() == 4 and k.shape == q.shape and v.shape == q.shape and rqv is None
+            and scale > 0 and T > 0 and D > 0
+            and (bias is None or (bias.dim() <= 4 and bias.shape[-2:] == (T, T)))
+            and kernels() is not None)
+
+
+def _ptr(x):
+    return None if x is None else x.data_ptr()
+
+
+def _chunks(n: int) -> list[tuple[int, int]]:
+    w = max(1, min(group_target(), n))
+    step = -(-n // w)
+    return [(p, min(n, p + step)) for p in range(0, n, step)]
+
+
+def _check(status: int, what: str) -> None:
+    if status:                                   # never a silently missing result
+        raise MemoryError(f"fused_rows {what}: could not allocate its per-call scratch")
+
+
+class _FusedRows(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, bias, col, log_gate, scale):
+        B, H, T, D = q.shape
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+        lib = kernels()
+        b4 = None
+        if bias is not None:
+            b4 = as_4d(bias.to(torch.float32), H, T)                 # [Bb, H, T, T] view
+            if b4.stride(-1) != 1 or b4.stride(-2) != T:
+                b4 = b4.contiguous()
+        sb = 0 if b4 is None or b4.shape[0] == 1 else b4.stride(0)
+        sh = 0 if b4 is None else b4.stride(1)
+        colc = None if col is None else col.to(torch.float32).contiguous()        # [B, H, T]
+        gc = None if log_gate is None else log_gate.to(torch.float32).contiguous()  # [B, H, T]
+        out = torch.empty_like(q)
+        m = torch.empty(B, H, T, dtype=torch.float32)
+        l = torch.empty(B, H, T, dtype=torch.float32)
+        chunks = _chunks(B * H)
+
+        def run(ci):
+            p0, p1 = chunks[ci]
+            _check(lib.fused_rows_fwd(p0, p1, T, D, H, scale, q.data_ptr(), k.data_ptr(),
+                                      v.data_ptr(), _ptr(b4), sb, sh, _ptr(colc), _ptr(gc),
+                                      out.data_ptr(), m.data_ptr(), l.data_ptr()), "forward")
+
+        run_groups(run, len(chunks))
+        ctx.save_for_backward(q, k, v, b4, colc, gc, out, m, l)
+        ctx.meta = (scale, sb, sh, None if bias is None else bias.shape,
+                    None if bias is None else bias.dtype,
+                    None if col is None else col.dtype,
+                    None if log_gate is None else log_gate.dtype)
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, k, v, b4, colc, gc, out, m, l = ctx.saved_tensors
+        scale, sb, sh, bshape, bdtype, cdtype, gdtype = ctx.meta
+        needs = ctx.needs_input_grad
+        B, H, T, D = q.shape
+        lib = kernels()
+        dout = dout.to(torch.float32).contiguous()
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        chunks = _chunks(B * H)
+        dcol = torch.zeros(B, H, T) if colc is not None and needs[4] else None
+        dg = torch.empty(B, H, T) if gc is not None else None
+        dbias, dsb, dsh = [None] * len(chunks), 0, 0
+        if b4 is not None and needs[3]:
+            # shaped like the bias's own extent; one accumulator per chunk where chunks would
+            # add into the same rows (a bias shared by the batch or the heads)
+            Bb, Hb = (B if sb else 1), (H if sh else 1)
+            dsb, dsh = (Hb * T * T if sb else 0), (T * T if sh else 0)
+            shared = not (sb and sh)
+            first = torch.zeros(Bb, Hb, T, T)
+            dbias = [first] + [torch.zeros_like(first) if shared else first
+                               for _ in chunks[1:]]
+
+        def run(ci):
+            p0, p1 = chunks[ci]
+            _check(lib.fused_rows_bwd(p0, p1, T, D, H, scale, q.data_ptr(), k.data_ptr(),
+                                      v.data_ptr(), _ptr(b4), sb, sh, _ptr(colc), _ptr(gc),
+                                      out.data_ptr(), dout.data_ptr(), m.data_ptr(),
+                                      l.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
+                                      _ptr(dbias[ci]), dsb, dsh, _ptr(dcol), _ptr(dg)),
+                   "backward")
+
+        run_groups(run, len(chunks))
+        db = None
+        if dbias[0] is not None:
+            total = dbias[0]
+            for extra in dbias[1:]:
+                if extra is not total:
+                    total = total + extra
+            db = reduce_to(total, bshape).to(bdtype)
+        return (dq, dk, dv, db, None if dcol is None else dcol.to(cdtype),
+                None if dg is None else dg.to(gdtype), None)
+
+
+def fused_attention(q, k, v, *, scale: float, bias=None, col=None, log_gate=None):
+    """Causal attention of q, k, v [B, H, T, D] (float32; check :func:`fused_applies` first):
+    softmax over ``scale q.k + col_j + bias`` (``col`` [B, H, T], ``bias`` broadcastable to
+    [B, H, T, T]), or TRA's thresholded logits when ``log_gate`` [B, H, T] is given."""
+    return _FusedRows.apply(q, k, v, bias, col, log_gate, float(scale))

@@ -1,0 +1,205 @@
+"""The per-row C kernel (``lengen/ops/fused_rows.c``) against the dense references.
+
+``test_fast_cpu.py`` already runs the float32 default-tile cases through it (the ops take it
+whenever it applies); here: every bias layout it reads, head dims on each of its code paths
+(the compile-time 8 / 16 / 32 / 64, a multiple of 8 it does not specialise, and widths that are
+no multiple of 8), lengths around its 8-key vector steps, worker threads adding into a shared
+bias gradient, wide logits (the polynomial exp2 and its floor), the module paths that select it,
+and the switches that turn it off.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from lengen.attention.softmax import SoftmaxAttention
+from lengen.ops import fused_rows
+from lengen.ops.fot import fot_attention_naive
+from lengen.ops.fused_rows import fused_applies, fused_attention
+from lengen.ops.softmax import softmax_attention_naive
+from lengen.ops.softmax.fast_cpu import softmax_attention_fast_cpu
+from lengen.ops.tra import tra_attention_naive
+
+pytestmark = pytest.mark.skipif(fused_rows.kernels() is None,
+                                reason="no C compiler: the ops use their tiled path")
+
+
+def inputs(B, H, T, D, seed=0, spread=1.0):
+    g = torch.Generator().manual_seed(seed)
+    r = lambda *s: torch.randn(*s, generator=g)               # noqa: E731
+    return dict(q=spread * r(B, H, T, D), k=r(B, H, T, D), v=r(B, H, T, D),
+                gate=F.logsigmoid(r(B, H, T)), go=r(B, H, T, D))
+
+
+def grads(fn, x, names):
+    """fn(**leaves) -> out; returns out and the gradients of ``names`` for sum(out * go)."""
+    leaves = {n: x[n].clone().requires_grad_(True) for n in names}
+    out = fn(**leaves)
+    (out * x["go"]).sum().backward()
+    return [out.detach()] + [torch.zeros_like(leaves[n]) if leaves[n].grad is None
+                             else leaves[n].grad for n in names]
+
+
+def close(got, ref, what, tol=2e-5):
+    for i, (a, b) in enumerate(zip(got, ref)):
+        assert torch.isfinite(a).all(), f"{what}: item {i} not finite"
+        err = (a - b).abs().max().item()
+        scale = max(b.abs().max().item(), 1.0)
+        assert err <= tol * scale, f"{what}: item {i} off by {err:.2e} (scale {scale:.2e})"
+
+
+KINDS = ["softmax", "fot", "tra"]
+
+
+def pair(kind, bias_shape=None):
+    """(fused op, reference op) taking q, k, v, gate and optionally bias."""
+    def bias_fn(bias):
+        return None if bias is None else (lambda s, e: bias[..., s:e, :])
+
+    def fused(q, k, v, gate, bias=None):
+        sc = q.shape[-1] ** -0.5
+        if kind == "softmax":
+            return fused_attention(q, k, v, scale=sc, bias=bias)
+        if kind == "fot":
+            return fused_attention(q, k, v, scale=sc, bias=bias, col=-gate.cumsum(-1))
+        return fused_attention(q, k, v, scale=sc, bias=bias, log_gate=gate)
+
+    def ref(q, k, v, gate, bias=None):
+        if kind == "softmax":
+            return softmax_attention_naive(q, k, v, causal=True, bias_fn=bias_fn(bias))
+        if kind == "fot":
+            return fot_attention_naive(q, k, v, gate, bias_fn=bias_fn(bias))
+        return tra_attention_naive(q, k, v, gate, bias_fn=bias_fn(bias))
+    return fused, ref
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("D", [8, 16, 32, 64, 24, 12, 5])
+@pytest.mark.parametrize("T", [1, 7, 8, 9, 130])
+def test_matches_reference(kind, D, T):
+    x = inputs(2, 3, T, D, seed=D * 1000 + T)
+    fused, ref = pair(kind)
+    names = ["q", "k", "v", "gate"]
+    close(grads(fused, x, names), grads(ref, x, names), f"{kind} D={D} T={T}")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("shape", ["T T", "H T T", "1 H T T", "B H T T", "B 1 T T", "1 1 T T"])
+def test_bias_layouts(kind, shape):
+    B, H, T, D = 2, 3, 37, 16
+    x = inputs(B, H, T, D, seed=7)
+    dims = [dict(B=B, H=H, T=T)[s] if s in "BHT" else int(s) for s in shape.split()]
+    x["bias"] = 0.5 * torch.randn(*dims, generator=torch.Generator().manual_seed(3))
+    fused, ref = pair(kind)
+    names = ["q", "k", "v", "gate", "bias"]
+    got, want = grads(fused, x, names), grads(ref, x, names)
+    assert got[-1].shape == x["bias"].shape
+    close(got, want, f"{kind} bias {shape}")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("shape", ["H T T", "B 1 T T", "B H T T"])
+def test_two_worker_threads(kind, shape):
+    """Pairs are split between two workers; a bias shared by the batch (or the heads) gets one
+    gradient accumulator per worker, summed after."""
+    B, H, T, D = 3, 2, 50, 16
+    x = inputs(B, H, T, D, seed=11)
+    dims = [dict(B=B, H=H, T=T)[s] if s in "BHT" else int(s) for s in shape.split()]
+    x["bias"] = 0.5 * torch.randn(*dims, generator=torch.Generator().manual_seed(4))
+    fused, ref = pair(kind)
+    names = ["q", "k", "v", "gate", "bias"]
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        got = grads(fused, x, names)
+    finally:
+        torch.set_num_threads(before)
+    close(got, grads(ref, x, names), f"{kind} two threads bias {shape}")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_wide_logits_as_accurate_as_reference(kind):
+    """Scores spread over +-100: most weights of a row hit the exp2 floor or underflow. Against
+    the float64 reference the kernel is no worse than the float32 reference (or 2e-6)."""
+    x = inputs(2, 2, 97, 16, seed=5, spread=25.0)
+    fused, ref = pair(kind)
+    names = ["q", "k", "v", "gate"]
+    x64 = {n: t.double() for n, t in x.items()}
+    leaves = {n: x64[n].clone().requires_grad_(True) for n in names}
+    out = ref(**leaves)
+    (out * x64["go"]).sum().backward()
+    exact = [out.detach()] + [torch.zeros_like(leaves[n]) if leaves[n].grad is None
+                              else leaves[n].grad for n in names]
+
+    def errors(fn):
+        return [((a.double() - b).abs().max() / max(b.abs().max(), 1.0)).item()
+                for a, b in zip(grads(fn, x, names), exact)]
+    for i, (e_f, e_r) in enumerate(zip(errors(fused), errors(ref))):
+        assert e_f <= max(3 * e_r, 2e-6), f"{kind} item {i}: {e_f:.1e} vs reference {e_r:.1e}"
+
+
+def test_future_keys_never_read():
+    x = inputs(1, 2, 40, 16, seed=2)
+    k2, v2 = x["k"].clone(), x["v"].clone()
+    k2[:, :, 25:], v2[:, :, 25:] = float("nan"), float("inf")
+    for kind in KINDS:
+        fused, _ = pair(kind)
+        a = fused(x["q"], x["k"], x["v"], x["gate"])
+        b = fused(x["q"], k2, v2, x["gate"])
+        assert torch.equal(a[:, :, :25], b[:, :, :25]), kind
+
+
+def test_when_it_applies(monkeypatch):
+    q = torch.randn(1, 2, 5, 8)
+    assert fused_applies(q, q, q, 0.3, None, None)
+    assert fused_applies(q, q, q, 0.3, torch.zeros(2, 5, 5), None)
+    assert not fused_applies(q, q, q, 0.3, None, None, causal=False)
+    assert not fused_applies(q.double(), q.double(), q.double(), 0.3, None, None)
+    assert not fused_applies(q, q[:, :, :3], q[:, :, :3], 0.3, None, None)     # cross-attention
+    assert not fused_applies(q, q, q[..., :4], 0.3, None, None)                 # v narrower
+    assert not fused_applies(q, q, q, 0.3, None, torch.zeros(1, 2, 5, 8))       # tiled term
+    assert not fused_applies(q, q, q, 0.3, torch.zeros(2, 5, 4), None)          # bias not T x T
+    monkeypatch.setenv("LENGEN_FUSED_ROWS", "0")
+    assert not fused_applies(q, q, q, 0.3, None, None)
+
+
+def test_ops_take_it_unless_told(monkeypatch):
+    """The tiled op's own calls: default tiles take the kernel, an explicit tile size or
+    LENGEN_FUSED_ROWS=0 the tiled path; all three agree."""
+    x = inputs(2, 2, 45, 16, seed=9)
+    calls = []
+    real = fused_rows._FusedRows.apply
+    monkeypatch.setattr(fused_rows._FusedRows, "apply",
+                        staticmethod(lambda *a: calls.append(1) or real(*a)))
+    q, k, v = x["q"], x["k"], x["v"]
+    a = softmax_attention_fast_cpu(q, k, v)
+    assert calls == [1]
+    b = softmax_attention_fast_cpu(q, k, v, budget=600, qblock=16)
+    monkeypatch.setenv("LENGEN_FUSED_ROWS", "0")
+    c = softmax_attention_fast_cpu(q, k, v)
+    assert calls == [1]
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(a, c, rtol=1e-5, atol=1e-6)
+
+
+def test_softmax_module_trains_with_it_and_evaluates_with_sdpa(monkeypatch):
+    """No bias: training on CPU takes the kernel, evaluation SDPA (as before), same values."""
+    att = SoftmaxAttention(d_model=32, n_heads=2, causal=True)
+    x = inputs(2, 2, 21, 16, seed=1)
+    calls = []
+    real = fused_rows._FusedRows.apply
+    monkeypatch.setattr(fused_rows._FusedRows, "apply",
+                        staticmethod(lambda *a: calls.append(1) or real(*a)))
+    att.train()
+    out = att.attend(x["q"], x["k"], x["v"], None, None)
+    assert calls == [1]
+    att.eval()
+    ref = att.attend(x["q"], x["k"], x["v"], None, None)
+    assert calls == [1]
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+    att.train()
+    att.impl = "naive"
+    torch.testing.assert_close(att.attend(x["q"], x["k"], x["v"], None, None), ref, rtol=1e-5,
+                               atol=1e-6)
+    assert calls == [1]
