@@ -64,6 +64,14 @@ INLINE v8 select8(v8i mask, v8 a, v8 b) { return (v8)((mask & (v8i)a) | (~mask &
 
 int64_t fused_rows_version(void) { return 1; }
 
+/* lane u <- x[u + n], zeros shifted in from the top (n = 1, 2, 4) */
+INLINE v8 shift_down(v8 x, int n) {
+    const v8 z = splat(0.0f);
+    if (n == 1) return __builtin_shufflevector(x, z, 1, 2, 3, 4, 5, 6, 7, 8);
+    if (n == 2) return __builtin_shufflevector(x, z, 2, 3, 4, 5, 6, 7, 8, 8);
+    return __builtin_shufflevector(x, z, 4, 5, 6, 7, 8, 8, 8, 8);
+}
+
 /* 2^x on 8 lanes, x in [FLOOR2, 0]: 2^n (n = round(x), built in the exponent bits) times the
  * degree-7 Taylor polynomial of 2^f = e^(f ln 2) on f in [-1/2, 1/2] (truncation error < 5e-9
  * relative, under fp32 rounding). */
@@ -95,7 +103,25 @@ INLINE void transpose(const float *x, float *xt, int64_t T, int64_t Tp, const in
 /* s[j] = alpha a . x_j for j < len (rounded up to VL; xt: [D, Tp]) */
 INLINE void dots(const float *a, const float *xt, int64_t Tp, int64_t len, float alpha, float *s,
                  const int64_t D) {
-    for (int64_t j0 = 0; j0 < len; j0 += VL) {
+    int64_t j0 = 0;
+    /* four vectors of keys at once: four independent chains of multiply-adds (one chain waits
+     * for each add's latency) */
+    for (; j0 + 4 * VL <= len; j0 += 4 * VL) {
+        v8 c0 = splat(0.0f), c1 = c0, c2 = c0, c3 = c0;
+        for (int64_t d = 0; d < D; d++) {
+            const float *xr = xt + d * Tp + j0;
+            const v8 ad = splat(a[d]);
+            c0 += ad * load8(xr);
+            c1 += ad * load8(xr + VL);
+            c2 += ad * load8(xr + 2 * VL);
+            c3 += ad * load8(xr + 3 * VL);
+        }
+        store8(s + j0, alpha * c0);
+        store8(s + j0 + VL, alpha * c1);
+        store8(s + j0 + 2 * VL, alpha * c2);
+        store8(s + j0 + 3 * VL, alpha * c3);
+    }
+    for (; j0 < len; j0 += VL) {
         v8 acc = splat(0.0f);
         for (int64_t d = 0; d < D; d++) acc += a[d] * load8(xt + d * Tp + j0);
         store8(s + j0, alpha * acc);
@@ -129,18 +155,25 @@ INLINE int64_t row_logits(const Args *a, int64_t p, int64_t i, const float *qi, 
     int64_t count = len;
     if (a->g) { /* TRA: survivors and their contextual distance, from the query leftwards */
         const float g2 = a->g[p * T + i] * LOG2E;
-        int32_t c = 0;
-        for (int64_t j = i; j >= 0; j--) { /* branch-free: survival is a coin flip per key */
-            const int32_t keep = s[j] > 0.0f;
-            c += keep;
-            dbar[j] = (float)(c * keep);
-        }
-        for (int64_t j = len; j < (len + VL - 1) / VL * VL; j++) dbar[j] = 0.0f; /* padding */
+        /* Dbar_ij = survivors in j..i: a suffix count, 8 keys at a time from the query leftwards
+         * (within a vector by three shifted adds, then the count of the vectors to its right).
+         * The padding right of the query is -BIG, so it never survives. Counts are exact in fp32. */
         const v8 zero = splat(0.0f), one = splat(1.0f), vg = splat(g2), none = splat(-BIG);
-        for (int64_t j = 0; j < len; j += VL) {
-            const v8 db = load8(dbar + j);
-            store8(s + j, select8(db > zero, load8(s + j) + (db - one) * vg, none));
+        v8 carry = zero;
+        for (int64_t j = (len + VL - 1) / VL * VL - VL; j >= 0; j -= VL) {
+            const v8 x = load8(s + j);
+            const v8i keep = x > zero;
+            v8 c = select8(keep, one, zero);
+            c += shift_down(c, 1);
+            c += shift_down(c, 2);
+            c += shift_down(c, 4);
+            c += carry;
+            carry = splat(c[0]);
+            const v8 db = select8(keep, c, zero);
+            store8(dbar + j, db);
+            store8(s + j, select8(keep, x + (db - one) * vg, none));
         }
+        const int64_t c = (int64_t)carry[0];
         count = c;
     }
     if (a->col) {
@@ -214,6 +247,61 @@ INLINE void fwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, con
     }
 }
 
+/* y[0..D) += a0 x0[0..D) + a1 x1[0..D) */
+INLINE void axpy2(float *y, float a0, const float *x0, float a1, const float *x1,
+                  const int64_t D) {
+    if (D % VL == 0) {
+        const v8 v0 = splat(a0), v1 = splat(a1);
+        for (int64_t d = 0; d < D; d += VL)
+            store8(y + d, load8(y + d) + v0 * load8(x0 + d) + v1 * load8(x1 + d));
+    } else {
+        for (int64_t d = 0; d < D; d++) y[d] += a0 * x0[d] + a1 * x1[d];
+    }
+}
+
+/* Backward of row i over keys 0..len-1 (len <= i + 2): its weights P into s and logit gradients
+ * dL into dl (both 0 right of the query and on a row with no key), and its terms of dbias, dcol
+ * and dg. */
+INLINE void row_grad(const Args *a, int64_t p, int64_t i, int64_t len, const float *qi,
+                     const float *doi, const float *oi, const float *kt, const float *vt,
+                     float m, float l, float *s, float *dl, float *dbar, float *db, float *dcol,
+                     float *dg, const int64_t D) {
+    const int64_t T = a->T, n = i + 1;
+    if (dg) dg[p * T + i] = 0.0f;
+    if (l == 0.0f) { /* a row with no key: zero output, zero gradient */
+        for (int64_t j = 0; j < len; j++) s[j] = dl[j] = 0.0f;
+        return;
+    }
+    row_logits(a, p, i, qi, kt, s, dbar, D);
+    row_weights(s, n, m);
+    const float inv = 1.0f / l;
+    float delta = 0.0f;
+    for (int64_t d = 0; d < D; d++) delta += doi[d] * oi[d];
+    dots(doi, vt, a->Tp, n, 1.0f, dl, D);
+    for (int64_t j = 0; j < n; j++) {
+        const float pj = s[j] * inv;
+        s[j] = pj;
+        dl[j] = pj * (dl[j] - delta); /* dL_ij */
+    }
+    for (int64_t j = n; j < len; j++) s[j] = dl[j] = 0.0f;
+    if (db)
+        for (int64_t j = 0; j < n; j++) db[i * T + j] += dl[j];
+    if (dcol)
+        for (int64_t j = 0; j < n; j++) dcol[p * T + j] += dl[j];
+    if (dg) { /* sum_j dL_ij Dbar_ij, 8 partial sums (a single chain would not vectorise) */
+        v8 acc8 = splat(0.0f);
+        float gsum = 0.0f;
+        int64_t j = 0;
+        for (; j + VL <= n; j += VL) acc8 += load8(dl + j) * load8(dbar + j);
+        for (; j < n; j++) gsum += dl[j] * dbar[j];
+        for (int u = 0; u < VL; u++) gsum += acc8[u];
+        dg[p * T + i] = gsum;
+    }
+}
+
+/* Query rows go two at a time: each key's rows of dk and dv are read and written once for both
+ * (those read-modify-writes were the largest cost of a row at a time). An odd last row is paired
+ * with a row of zero weights. */
 INLINE void bwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, const float *k,
                       const float *v, const float *out, const float *dout, const float *mrow,
                       const float *lrow, float *dq, float *dk, float *dv, float *dbias,
@@ -221,55 +309,42 @@ INLINE void bwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, con
                       const int64_t D) {
     const int64_t T = a->T, Tp = a->Tp, H = a->H;
     const float scale = a->alpha / LOG2E;
-    float *kt = work, *vt = kt + D * Tp, *s = vt + D * Tp, *dp = s + Tp, *dbar = dp + Tp;
+    float *kt = work, *vt = kt + D * Tp, *s0 = vt + D * Tp, *s1 = s0 + Tp, *dl0 = s1 + Tp,
+          *dl1 = dl0 + Tp, *dbar = dl1 + Tp;
     for (int64_t p = p0; p < p1; p++) {
         const int64_t off = p * T * D;
-        const float *qp = q + off, *kp = k + off;
+        const float *qp = q + off, *kp = k + off, *dop = dout + off, *op = out + off;
+        const float *mp = mrow + p * T, *lp = lrow + p * T;
         float *dqp = dq + off, *dkp = dk + off, *dvp = dv + off;
         transpose(kp, kt, T, Tp, D);
         transpose(v + off, vt, T, Tp, D);
         memset(dkp, 0, sizeof(float) * T * D);
         memset(dvp, 0, sizeof(float) * T * D);
         float *db = dbias ? dbias + (p / H) * dsb + (p % H) * dsh : NULL;
-        for (int64_t i = 0; i < T; i++) {
-            const float *qi = qp + i * D, *doi = dout + off + i * D, *oi = out + off + i * D;
-            float *dqi = dqp + i * D, acc[D];
-            for (int64_t d = 0; d < D; d++) acc[d] = dqi[d] = 0.0f;
-            const float l = lrow[p * T + i];
-            if (dg) dg[p * T + i] = 0.0f;
-            if (l == 0.0f) continue; /* a row with no key: zero output, zero gradient */
-            const int64_t len = i + 1;
-            row_logits(a, p, i, qi, kt, s, dbar, D);
-            row_weights(s, len, mrow[p * T + i]);
-            const float inv = 1.0f / l;
-            float delta = 0.0f;
-            for (int64_t d = 0; d < D; d++) delta += doi[d] * oi[d];
-            dots(doi, vt, Tp, len, 1.0f, dp, D);
-            float gsum = 0.0f;
+        for (int64_t i = 0; i < T; i += 2) {
+            const int two = i + 1 < T;
+            const int64_t len = i + 1 + two, i1 = two ? i + 1 : i;
+            const float *q0 = qp + i * D, *q1 = qp + i1 * D;
+            const float *do0 = dop + i * D, *do1 = dop + i1 * D;
+            row_grad(a, p, i, len, q0, do0, op + i * D, kt, vt, mp[i], lp[i], s0, dl0, dbar, db,
+                     dcol, dg, D);
+            if (two)
+                row_grad(a, p, i1, len, q1, do1, op + i1 * D, kt, vt, mp[i1], lp[i1], s1, dl1,
+                         dbar, db, dcol, dg, D);
+            else
+                for (int64_t j = 0; j < len; j++) s1[j] = dl1[j] = 0.0f;
+            float acc0[D], acc1[D];
+            for (int64_t d = 0; d < D; d++) acc0[d] = acc1[d] = 0.0f;
             for (int64_t j = 0; j < len; j++) {
-                const float pj = s[j] * inv;
-                s[j] = pj;
-                dp[j] = pj * (dp[j] - delta); /* dL_ij */
+                const float ds0 = scale * dl0[j], ds1 = scale * dl1[j], *kj = kp + j * D;
+                axpy(acc0, ds0, kj, D);
+                axpy(acc1, ds1, kj, D);
+                axpy2(dkp + j * D, ds0, q0, ds1, q1, D);
+                axpy2(dvp + j * D, s0[j], do0, s1[j], do1, D);
             }
-            if (db)
-                for (int64_t j = 0; j < len; j++) db[i * T + j] += dp[j];
-            if (dcol)
-                for (int64_t j = 0; j < len; j++) dcol[p * T + j] += dp[j];
-            if (dg) { /* sum_j dL_ij Dbar_ij, 8 partial sums (a single chain would not vectorise) */
-                v8 acc8 = splat(0.0f);
-                int64_t j = 0;
-                for (; j + VL <= len; j += VL) acc8 += load8(dp + j) * load8(dbar + j);
-                for (; j < len; j++) gsum += dp[j] * dbar[j];
-                for (int u = 0; u < VL; u++) gsum += acc8[u];
-                dg[p * T + i] = gsum;
-            }
-            for (int64_t j = 0; j < len; j++) {
-                const float ds = scale * dp[j];
-                axpy(acc, ds, kp + j * D, D);
-                axpy(dkp + j * D, ds, qi, D);
-                axpy(dvp + j * D, s[j], doi, D);
-            }
-            for (int64_t d = 0; d < D; d++) dqi[d] = acc[d];
+            for (int64_t d = 0; d < D; d++) dqp[i * D + d] = acc0[d];
+            if (two)
+                for (int64_t d = 0; d < D; d++) dqp[i1 * D + d] = acc1[d];
         }
     }
 }
@@ -318,7 +393,7 @@ INLINE int64_t fwd_impl(FWD_ARGS) {
 
 INLINE int64_t bwd_impl(BWD_ARGS) {
     const int64_t Tp = round_up(T);
-    float *work = malloc(sizeof(float) * (2 * D * Tp + 3 * Tp));
+    float *work = malloc(sizeof(float) * (2 * D * Tp + 5 * Tp));
     if (!work) return 1;
     Args a = {T, Tp, H, (float)(scale * 1.4426950408889634), bias, col, g, sb, sh};
 #define BWD(DD)                                                                                    \
