@@ -1,10 +1,10 @@
 """Standard softmax attention (Vaswani et al. 2017).
 
 Uses ``F.scaled_dot_product_attention`` whenever the positional scheme adds no bias (NoPE,
-learned, sin/cos, RoPE), which is both the fast and the memory-lean path, except in causal CPU
-training with ``impl='auto'``, which runs the per-row C kernel of :mod:`lengen.ops.fused_rows`
-where it applies (faster than SDPA's CPU kernel at small head dims). With a bias (ALiBi,
-T5, ...) training with ``impl='auto'`` on CPU uses the tiled op of
+learned, sin/cos, RoPE), which is both the fast and the memory-lean path. The exception is
+causal CPU training with ``impl='auto'`` and a head dim of at most 32: it runs the per-row C
+kernel of :mod:`lengen.ops.fused_rows` where that applies (faster than SDPA's CPU kernel
+there). With a bias (ALiBi, T5, ...) training with ``impl='auto'`` on CPU uses
 :mod:`lengen.ops.softmax.fast_cpu` (SDPA would take its unfused math path to give the bias a
 gradient); evaluation uses the query-blocked SDPA op.
 """
@@ -16,6 +16,11 @@ from lengen.ops.softmax import softmax_attention_chunked, softmax_attention_naiv
 from lengen.ops.softmax.fast_cpu import softmax_attention_fast_cpu
 
 
+#: widest head for which training without a bias takes the C kernel instead of SDPA (measured
+#: faster at 16 and 32, slower at 64: benchmarks/RESULTS.md, "Fused rows")
+FUSED_MAX_HEAD_DIM = 32
+
+
 class SoftmaxAttention(Attention):
     def attend(self, q, k, v, x, bias_fn):
         if self.record_weights:
@@ -24,9 +29,10 @@ class SoftmaxAttention(Attention):
         if self.impl == "naive":
             return softmax_attention_naive(q, k, v, causal=self.causal, bias_fn=bias_fn)
         if (bias_fn is None and self.impl == "auto" and not self.use_lean()
+                and q.shape[-1] <= FUSED_MAX_HEAD_DIM
                 and fused_applies(q, k, v, q.shape[-1] ** -0.5, None, None, self.causal)):
-            # CPU training: one C pass per query row beats SDPA's CPU kernels at small head
-            # dims (benchmarks/RESULTS.md); cuda tensors never get here (fused_applies: CPU)
+            # CPU training: one C pass per query row beats SDPA's CPU kernel at small head dims
+            # (benchmarks/RESULTS.md, "Fused rows"); CUDA tensors never get here (fused_applies)
             return fused_attention(q, k, v, scale=q.shape[-1] ** -0.5)
         if bias_fn is None or self.use_lean():
             return softmax_attention_chunked(q, k, v, causal=self.causal, bias_fn=bias_fn,

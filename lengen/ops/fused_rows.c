@@ -66,10 +66,16 @@ int64_t fused_rows_version(void) { return 1; }
 
 /* lane u <- x[u + n], zeros shifted in from the top (n = 1, 2, 4) */
 INLINE v8 shift_down(v8 x, int n) {
+#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
     const v8 z = splat(0.0f);
     if (n == 1) return __builtin_shufflevector(x, z, 1, 2, 3, 4, 5, 6, 7, 8);
     if (n == 2) return __builtin_shufflevector(x, z, 2, 3, 4, 5, 6, 7, 8, 8);
     return __builtin_shufflevector(x, z, 4, 5, 6, 7, 8, 8, 8, 8);
+#else /* older GCC: through memory */
+    float buf[2 * VL] = {0};
+    store8(buf, x);
+    return load8(buf + n);
+#endif
 }
 
 /* 2^x on 8 lanes, x in [FLOOR2, 0]: 2^n (n = round(x), built in the exponent bits) times the
@@ -121,10 +127,18 @@ INLINE void dots(const float *a, const float *xt, int64_t Tp, int64_t len, float
         store8(s + j0 + 2 * VL, alpha * c2);
         store8(s + j0 + 3 * VL, alpha * c3);
     }
-    for (; j0 < len; j0 += VL) {
-        v8 acc = splat(0.0f);
-        for (int64_t d = 0; d < D; d++) acc += a[d] * load8(xt + d * Tp + j0);
-        store8(s + j0, alpha * acc);
+    for (; j0 < len; j0 += VL) { /* the last 1-3 vectors: four chains over d instead */
+        v8 c0 = splat(0.0f), c1 = c0, c2 = c0, c3 = c0;
+        int64_t d = 0;
+        for (; d + 4 <= D; d += 4) {
+            const float *xr = xt + d * Tp + j0;
+            c0 += a[d] * load8(xr);
+            c1 += a[d + 1] * load8(xr + Tp);
+            c2 += a[d + 2] * load8(xr + 2 * Tp);
+            c3 += a[d + 3] * load8(xr + 3 * Tp);
+        }
+        for (; d < D; d++) c0 += a[d] * load8(xt + d * Tp + j0);
+        store8(s + j0, alpha * ((c0 + c1) + (c2 + c3)));
     }
 }
 
@@ -135,6 +149,33 @@ INLINE void axpy(float *y, float a, const float *x, const int64_t D) {
         for (int64_t d = 0; d < D; d += VL) store8(y + d, load8(y + d) + va * load8(x + d));
     } else {
         for (int64_t d = 0; d < D; d++) y[d] += a * x[d];
+    }
+}
+
+/* y[0..D) = sum_{j < len} w[j] x[j, 0..D). With D a multiple of VL (at most MAXV vectors) the
+ * sums stay in registers, in two chains (even and odd j): accumulating into memory would chain
+ * every key through a store and a load. */
+#define MAXV 8
+INLINE void weighted_sum(float *y, const float *w, const float *x, int64_t len, const int64_t D) {
+    if (D % VL == 0 && D <= MAXV * VL) {
+        const int64_t nv = D / VL;
+        v8 a0[MAXV], a1[MAXV];
+        for (int64_t u = 0; u < nv; u++) a0[u] = a1[u] = splat(0.0f);
+        int64_t j = 0;
+        for (; j + 2 <= len; j += 2) {
+            const v8 w0 = splat(w[j]), w1 = splat(w[j + 1]);
+            const float *x0 = x + j * D, *x1 = x0 + D;
+            for (int64_t u = 0; u < nv; u++) {
+                a0[u] += w0 * load8(x0 + u * VL);
+                a1[u] += w1 * load8(x1 + u * VL);
+            }
+        }
+        if (j < len)
+            for (int64_t u = 0; u < nv; u++) a0[u] += splat(w[j]) * load8(x + j * D + u * VL);
+        for (int64_t u = 0; u < nv; u++) store8(y + u * VL, a0[u] + a1[u]);
+    } else {
+        for (int64_t d = 0; d < D; d++) y[d] = 0.0f;
+        for (int64_t j = 0; j < len; j++) axpy(y, w[j], x + j * D, D);
     }
 }
 
@@ -229,8 +270,8 @@ INLINE void fwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, con
         float *op = out + p * T * D;
         transpose(k + p * T * D, kt, T, Tp, D);
         for (int64_t i = 0; i < T; i++) {
-            float *oi = op + i * D, acc[D]; /* acc: in registers for the D of DISPATCH */
-            for (int64_t d = 0; d < D; d++) acc[d] = oi[d] = 0.0f;
+            float *oi = op + i * D, acc[D];
+            for (int64_t d = 0; d < D; d++) oi[d] = 0.0f;
             const int64_t len = i + 1;
             if (row_logits(a, p, i, qp + i * D, kt, s, dbar, D) == 0) {
                 mrow[p * T + i] = 0.0f;
@@ -238,7 +279,7 @@ INLINE void fwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, con
                 continue;
             }
             const float m = row_max(s, len), l = row_weights(s, len, m);
-            for (int64_t j = 0; j < len; j++) axpy(acc, s[j], vp + j * D, D);
+            weighted_sum(acc, s, vp, len, D);
             const float inv = 1.0f / l;
             for (int64_t d = 0; d < D; d++) oi[d] = acc[d] * inv;
             mrow[p * T + i] = m;
@@ -333,18 +374,14 @@ INLINE void bwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, con
                          dbar, db, dcol, dg, D);
             else
                 for (int64_t j = 0; j < len; j++) s1[j] = dl1[j] = 0.0f;
-            float acc0[D], acc1[D];
-            for (int64_t d = 0; d < D; d++) acc0[d] = acc1[d] = 0.0f;
             for (int64_t j = 0; j < len; j++) {
-                const float ds0 = scale * dl0[j], ds1 = scale * dl1[j], *kj = kp + j * D;
-                axpy(acc0, ds0, kj, D);
-                axpy(acc1, ds1, kj, D);
-                axpy2(dkp + j * D, ds0, q0, ds1, q1, D);
+                dl0[j] *= scale; /* now the gradient of the score q . k */
+                dl1[j] *= scale;
+                axpy2(dkp + j * D, dl0[j], q0, dl1[j], q1, D);
                 axpy2(dvp + j * D, s0[j], do0, s1[j], do1, D);
             }
-            for (int64_t d = 0; d < D; d++) dqp[i * D + d] = acc0[d];
-            if (two)
-                for (int64_t d = 0; d < D; d++) dqp[i1 * D + d] = acc1[d];
+            weighted_sum(dqp + i * D, dl0, kp, len, D);
+            if (two) weighted_sum(dqp + i1 * D, dl1, kp, len, D);
         }
     }
 }

@@ -10,11 +10,13 @@ and the kept row max and sum (as flash attention does) instead of keeping the [T
 The maths is the same as the references' (the C file's header has the equations); the tests
 compare both paths with the dense references, values and gradients.
 
-It applies (:func:`fused_applies`) to float32 causal self-attention on CPU tensors (as many keys as queries,
-``v``'s width equal to ``q``'s, ``scale > 0``) with no bias or a dense bias that broadcasts to
-[B, H, T, T], an optional per-key column ``col`` [B, H, T] (forgetting attention) and, for TRA,
-the per-query ``log_gate``. A tiled relative term (Transformer-XL) and float64 stay on the tiled
-path. ``LENGEN_FUSED_ROWS=0`` (or ``LENGEN_C_KERNELS=0``, or no C compiler) turns it off.
+It applies (:func:`fused_applies`) to float32 causal self-attention on CPU tensors (as many
+keys as queries, ``v``'s width equal to ``q``'s, ``scale > 0``) with no bias or a dense bias
+that broadcasts to [B, H, T, T], an optional per-key column ``col`` [B, H, T] (forgetting
+attention) and, for TRA, the per-query ``log_gate``. A tiled relative term (Transformer-XL) and
+float64 stay on the tiled path. ``LENGEN_FUSED_ROWS=0`` (or ``LENGEN_C_KERNELS=0``, or no C
+compiler) turns it off. Memory: it keeps two floats per query row for backward, where the tiled
+path keeps the [T, T] weights.
 Pairs of (batch, head) are split among the worker threads of
 :func:`lengen.ops.cpu_workspace.run_groups` (ctypes releases the GIL during a call).
 """
@@ -98,18 +100,18 @@ class _FusedRows(torch.autograd.Function):
         colc = None if col is None else col.to(torch.float32).contiguous()        # [B, H, T]
         gc = None if log_gate is None else log_gate.to(torch.float32).contiguous()  # [B, H, T]
         out = torch.empty_like(q)
-        m = torch.empty(B, H, T, dtype=torch.float32)
-        l = torch.empty(B, H, T, dtype=torch.float32)
+        m = torch.empty(B, H, T, dtype=torch.float32)        # row max of the base-2 logits
+        lsum = torch.empty(B, H, T, dtype=torch.float32)     # row sum of the weights (0: no key)
         chunks = _chunks(B * H)
 
         def run(ci):
             p0, p1 = chunks[ci]
             _check(lib.fused_rows_fwd(p0, p1, T, D, H, scale, q.data_ptr(), k.data_ptr(),
                                       v.data_ptr(), _ptr(b4), sb, sh, _ptr(colc), _ptr(gc),
-                                      out.data_ptr(), m.data_ptr(), l.data_ptr()), "forward")
+                                      out.data_ptr(), m.data_ptr(), lsum.data_ptr()), "forward")
 
         run_groups(run, len(chunks))
-        ctx.save_for_backward(q, k, v, b4, colc, gc, out, m, l)
+        ctx.save_for_backward(q, k, v, b4, colc, gc, out, m, lsum)
         ctx.meta = (scale, sb, sh, None if bias is None else bias.shape,
                     None if bias is None else bias.dtype,
                     None if col is None else col.dtype,
@@ -118,7 +120,7 @@ class _FusedRows(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout):
-        q, k, v, b4, colc, gc, out, m, l = ctx.saved_tensors
+        q, k, v, b4, colc, gc, out, m, lsum = ctx.saved_tensors
         scale, sb, sh, bshape, bdtype, cdtype, gdtype = ctx.meta
         needs = ctx.needs_input_grad
         B, H, T, D = q.shape
@@ -144,7 +146,7 @@ class _FusedRows(torch.autograd.Function):
             _check(lib.fused_rows_bwd(p0, p1, T, D, H, scale, q.data_ptr(), k.data_ptr(),
                                       v.data_ptr(), _ptr(b4), sb, sh, _ptr(colc), _ptr(gc),
                                       out.data_ptr(), dout.data_ptr(), m.data_ptr(),
-                                      l.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
+                                      lsum.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
                                       _ptr(dbias[ci]), dsb, dsh, _ptr(dcol), _ptr(dg)),
                    "backward")
 
