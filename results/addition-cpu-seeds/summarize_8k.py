@@ -1,0 +1,89 @@
+"""Randomized positions and random spaces at the Fig. 3 search's budget (8,000 steps x batch 128),
+judged by the rule in README.md ("At the Fig. 3 search's budget"), written before the runs.
+
+    PYTHONPATH=. python results/addition-cpu-seeds/summarize_8k.py
+
+Reads FIRE's runs at that budget from ``../addition-fig3-search/search-cpu.jsonl`` (seeds 0 and 3)
+and the ablation runs from ``probes-8k.jsonl`` (this folder: the probe script's output lines).
+Writes ``runs-8k.csv`` (one row per run) and ``verdicts-8k.csv`` (one row per claim and reading).
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import pandas as pd
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SEARCH = os.path.join(HERE, "..", "addition-fig3-search", "search-cpu.jsonl")
+NEW = os.path.join(HERE, "probes-8k.jsonl")
+PASS = 95.0
+SEEDS = (0, 3)
+READINGS = {"fits": (1, 10), "learns": (6, 10)}   # name -> digits whose mean EM must pass
+#: claim -> (base arm, other arm, sign of the paper's effect on OOD EM of `other - base`)
+CLAIMS = {"randomized positions help FIRE (Fig. 8)": ("fire", "fire-norand", -1),
+          "random spaces hurt FIRE (Fig. 7)": ("fire", "fire-spaces", -1)}
+
+
+def read(path: str, settings) -> list[dict]:
+    rows = []
+    with open(path) as f:
+        for line in f:
+            r = json.loads(line)
+            if (r["setting"] in settings and r["seed"] in SEEDS and r["steps"] == 8000
+                    and r["batch"] == 128 and r["status"] == "done"):
+                rows.append(r)
+    return rows
+
+
+def per_run(rec: dict, source: str) -> dict:
+    em = {int(k[4:]): v for k, v in rec["em"].items()}
+    if sorted(em) != list(range(1, 21)):
+        raise SystemExit(f"{rec['name']}: EM missing at some length 1..20")
+    mean = lambda lo, hi: sum(em[d] for d in range(lo, hi + 1)) / (hi - lo + 1)  # noqa: E731
+    row = {"run": rec["name"], "setting": rec["setting"], "seed": rec["seed"], "source": source,
+           "minutes": rec["minutes"], "em_1": em[1], "em_1_10": mean(1, 10),
+           "em_6_10": mean(6, 10), "ood": mean(11, 20)}
+    for name, (lo, hi) in READINGS.items():
+        row[name] = bool(mean(lo, hi) >= PASS)
+    return row
+
+
+def verdict(runs: pd.DataFrame, base: str, other: str, sign: int, reading: str) -> dict:
+    b = runs[runs.setting == base].set_index("seed")
+    o = runs[runs.setting == other].set_index("seed")
+    both = [s for s in SEEDS if s in b.index and s in o.index and b.loc[s, reading]
+            and o.loc[s, reading]]
+    out = {"reading": reading, "base_passed": int(b[reading].sum()),
+           "other_passed": int(o[reading].sum()), "n_seeds": len(SEEDS),
+           "common_seeds": " ".join(map(str, both)), "n_common": len(both)}
+    if len(both) < 2:
+        return dict(out, verdict="untested")
+    xb, xo = b.loc[both, "ood"], o.loc[both, "ood"]
+    diff = xo.mean() - xb.mean()
+    spread = max(xb.std(), xo.std())
+    out.update(base_ood_mean=xb.mean(), base_ood_std=xb.std(), other_ood_mean=xo.mean(),
+               other_ood_std=xo.std(), diff=diff, larger_std=spread)
+    effect = sign * diff
+    return dict(out, verdict="reproduced" if effect > spread else
+                "direction only" if effect > 0 else "not reproduced")
+
+
+def main() -> None:
+    rows = [per_run(r, "addition-fig3-search") for r in read(SEARCH, {"fire"})]
+    rows += [per_run(r, "this folder") for r in read(NEW, {"fire-norand", "fire-spaces"})]
+    runs = pd.DataFrame(rows).sort_values(["setting", "seed"]).reset_index(drop=True)
+    if runs.duplicated(["setting", "seed"]).any():
+        raise SystemExit("a setting and seed appear twice")
+    runs.to_csv(os.path.join(HERE, "runs-8k.csv"), index=False)
+    verdicts = [dict(claim=c, **verdict(runs, *spec, reading))
+                for c, spec in CLAIMS.items() for reading in READINGS]
+    pd.DataFrame(verdicts).to_csv(os.path.join(HERE, "verdicts-8k.csv"), index=False)
+    with pd.option_context("display.width", 200, "display.max_columns", 20):
+        print(runs.drop(columns=["run"]).round(1).to_string(index=False))
+        print(pd.DataFrame(verdicts)[["claim", "reading", "base_passed", "other_passed",
+                                      "common_seeds", "verdict"]].to_string(index=False))
+
+
+if __name__ == "__main__":
+    main()
