@@ -46,6 +46,8 @@ def build(kind, posenc, positions, form, args):
         kw = dict(posenc_kwargs={"path": FORMS[form]})
         if positions == "randomized":
             kw.update(positions="randomized", positions_kwargs={"max_length": 4 * args.T})
+    if posenc == "nope":                 # the baseline: through SDPA ('auto' would take the
+        kw = dict(attn_impl="lean")      # fused-rows C kernel at small head dims)
     model = Transformer(ModelConfig(vocab_size=8, d_model=args.d_model, n_layers=args.layers,
                                     n_heads=args.heads, attention=kind, posenc=posenc, **kw))
     if form == "dense":                  # no tiled form: the ops read the dense hook's bias
