@@ -16,10 +16,11 @@ import torch.nn.functional as F
 from lengen.attention.softmax import SoftmaxAttention
 from lengen.ops import fused_rows
 from lengen.ops.fot import fot_attention_naive
-from lengen.ops.fused_rows import fused_applies, fused_attention
+from lengen.ops.fused_rows import fused_applies, fused_attention, grad_buffers
 from lengen.ops.softmax import softmax_attention_naive
 from lengen.ops.softmax.fast_cpu import softmax_attention_fast_cpu
 from lengen.ops.tra import tra_attention_naive
+from lengen.ops.tra.fast_cpu import tra_attention_fast_cpu
 
 pytestmark = pytest.mark.skipif(fused_rows.kernels() is None,
                                 reason="no C compiler: the ops use their tiled path")
@@ -75,7 +76,7 @@ def pair(kind, bias_shape=None):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("D", [8, 16, 32, 64, 24, 12, 5])
+@pytest.mark.parametrize("D", [8, 16, 32, 64, 24, 72, 128, 12, 5])
 @pytest.mark.parametrize("T", [1, 7, 8, 9, 130])
 def test_matches_reference(kind, D, T):
     x = inputs(2, 3, T, D, seed=D * 1000 + T)
@@ -203,3 +204,100 @@ def test_softmax_module_trains_with_it_and_evaluates_with_sdpa(monkeypatch):
     torch.testing.assert_close(att.attend(x["q"], x["k"], x["v"], None, None), ref, rtol=1e-5,
                                atol=1e-6)
     assert calls == [1]
+
+
+@pytest.fixture
+def baseline_build():
+    """The kernel's baseline (non-AVX2) build, which CPUs without AVX2 + FMA run."""
+    lib = fused_rows.kernels()
+    lib.fused_rows_force_baseline(1)
+    yield
+    lib.fused_rows_force_baseline(0)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("D,T", [(16, 45), (12, 9), (64, 20)])
+def test_baseline_build_matches_reference(kind, D, T, baseline_build):
+    x = inputs(2, 2, T, D, seed=D + T)
+    x["bias"] = 0.5 * torch.randn(2, T, T, generator=torch.Generator().manual_seed(6))
+    fused, ref = pair(kind)
+    names = ["q", "k", "v", "gate", "bias"]
+    close(grads(fused, x, names), grads(ref, x, names), f"baseline {kind} D={D} T={T}")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_expanded_bias_gets_its_full_gradient(kind):
+    """A [B, H, T, T] bias that is an ``expand`` of [1, H, T, T] (as FIRE returns for [B, T]
+    positions with equal rows) reads one slice for every batch index, but its gradient is the
+    full [B, H, T, T] of the expanded tensor."""
+    B, H, T, D = 3, 2, 19, 16
+    x = inputs(B, H, T, D, seed=8)
+    base = 0.5 * torch.randn(1, H, T, T, generator=torch.Generator().manual_seed(2))
+    fused, ref = pair(kind)
+    got, want = [], []
+    for fn, acc in ((fused, got), (ref, want)):
+        b = base.clone().requires_grad_(True)
+        expanded = b.expand(B, H, T, T)
+        expanded.retain_grad()
+        leaves = {n: x[n].clone().requires_grad_(True) for n in ("q", "k", "v", "gate")}
+        out = fn(**leaves, bias=expanded)
+        (out * x["go"]).sum().backward()
+        acc += [out.detach(), expanded.grad, b.grad]
+    assert got[1].shape == (B, H, T, T)
+    close(got, want, f"{kind} expanded bias")
+
+
+def test_grad_buffers_per_chunk_where_slices_are_shared():
+    """Chunks of (batch, head) pairs add into one accumulator only when no slice of the bias is
+    shared between them; a bias shared by the batch or by the heads gets one per chunk."""
+    B, H, T = 3, 2, 5
+    for shape, shared, strides in [((H, T, T), True, (0, T * T)),
+                                   ((T, T), True, (0, 0)),
+                                   ((B, 1, T, T), True, (T * T, 0)),
+                                   ((B, H, T, T), False, (H * T * T, T * T))]:
+        bufs, dsb, dsh = grad_buffers(shape, B, H, T, 3)
+        assert (dsb, dsh) == strides, shape
+        distinct = len({id(b) for b in bufs})
+        assert distinct == (3 if shared else 1), shape
+        assert all(b.abs().sum() == 0 for b in bufs)
+
+
+def test_double_backward_raises():
+    x = inputs(1, 2, 9, 16, seed=3)
+    q = x["q"].clone().requires_grad_(True)
+    out = fused_attention(q, x["k"], x["v"], scale=0.25)
+    with pytest.raises(RuntimeError, match="no double backward"):
+        torch.autograd.grad((out ** 2).sum(), q, create_graph=True)
+
+
+def test_other_shapes_go_to_the_other_paths():
+    """A gate, column or bias the kernel cannot index is not handed to it (the callers' other
+    paths broadcast it or raise)."""
+    B, H, T, D = 2, 3, 11, 8
+    q = torch.randn(B, H, T, D)
+    assert not fused_applies(q, q, q, 0.3, None, None, log_gate=torch.zeros(B, 1, T))
+    assert not fused_applies(q, q, q, 0.3, None, None, col=torch.zeros(B, 1, T))
+    assert not fused_applies(q, q, q, 0.3, torch.zeros(2 * B, H, T, T), None)
+    assert not fused_applies(q, q, q, 0.3, torch.zeros(B, 2, T, T), None)
+    assert fused_applies(q, q, q, 0.3, torch.zeros(B, 1, T, T), None,
+                         log_gate=torch.zeros(B, H, T), col=torch.zeros(B, H, T))
+    gate = F.logsigmoid(torch.randn(B, 1, T))
+    torch.testing.assert_close(tra_attention_fast_cpu(q, q, q, gate.expand(B, H, T)),
+                               tra_attention_naive(q, q, q, gate), rtol=1e-5, atol=1e-6)
+
+
+def test_tra_row_whose_survivors_are_all_masked_outputs_zero():
+    """Keys that survive the threshold but carry a -inf bias leave the row without a key: zero
+    output and gradient, as the reference, not 0 / 0."""
+    g = torch.Generator().manual_seed(0)
+    B, H, T, D = 1, 1, 6, 4
+    q, k, v = (torch.randn(B, H, T, D, generator=g) for _ in range(3))
+    q[0, 0, 0] = k[0, 0, 0]                                  # row 0's only key survives ...
+    bias = torch.zeros(T, T)
+    bias[:, 0] = float("-inf")                               # ... and is masked by the bias
+    gate = F.logsigmoid(torch.randn(B, H, T, generator=g))
+    out = fused_attention(q, k, v, scale=D ** -0.5, bias=bias, log_gate=gate)
+    ref = tra_attention_naive(q, k, v, gate, bias_fn=lambda s, e: bias[s:e])
+    assert torch.isfinite(out).all()
+    assert (out[0, 0, 0] == 0).all()
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)

@@ -62,7 +62,7 @@ INLINE void store8(float *x, v8 y) { *(vu *)x = y; }
 INLINE v8 splat(float x) { return (v8){0} + x; } /* a broadcast */
 INLINE v8 select8(v8i mask, v8 a, v8 b) { return (v8)((mask & (v8i)a) | (~mask & (v8i)b)); }
 
-int64_t fused_rows_version(void) { return 1; }
+int64_t fused_rows_version(void) { return 2; }
 
 /* lane u <- x[u + n], zeros shifted in from the top (n = 1, 2, 4) */
 INLINE v8 shift_down(v8 x, int n) {
@@ -279,6 +279,11 @@ INLINE void fwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, con
                 continue;
             }
             const float m = row_max(s, len), l = row_weights(s, len, m);
+            if (l == 0.0f) { /* every surviving key at -inf (a bias): no key, as the reference */
+                mrow[p * T + i] = 0.0f;
+                lrow[p * T + i] = 0.0f;
+                continue;
+            }
             weighted_sum(acc, s, vp, len, D);
             const float inv = 1.0f / l;
             for (int64_t d = 0; d < D; d++) oi[d] = acc[d] * inv;
@@ -442,12 +447,18 @@ INLINE int64_t bwd_impl(BWD_ARGS) {
     return 0;
 }
 
+/* tests run the baseline build on AVX2 machines too */
+static int force_baseline = 0;
+void fused_rows_force_baseline(int64_t on) { force_baseline = (int)on; }
+
 static int64_t fwd_base(FWD_ARGS) { return fwd_impl(FWD_CALL); }
 static int64_t bwd_base(BWD_ARGS) { return bwd_impl(BWD_CALL); }
 #ifdef X86_AVX2
 __attribute__((target("avx2,fma"))) static int64_t fwd_avx2(FWD_ARGS) { return fwd_impl(FWD_CALL); }
 __attribute__((target("avx2,fma"))) static int64_t bwd_avx2(BWD_ARGS) { return bwd_impl(BWD_CALL); }
-static int has_avx2(void) { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+static int has_avx2(void) {
+    return !force_baseline && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
 #endif
 
 /* Forward of pairs p0..p1-1. Returns 0, or 1 when its scratch cannot be allocated (nothing

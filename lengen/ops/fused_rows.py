@@ -33,7 +33,7 @@ from lengen.ops.cpu_workspace import group_target, run_groups
 from lengen.ops.tile_bias import as_4d, reduce_to
 
 SOURCE = Path(__file__).with_name("fused_rows.c")
-VERSION = 1
+VERSION = 2
 _P, _I, _D = ctypes.c_void_p, ctypes.c_int64, ctypes.c_double
 
 
@@ -54,19 +54,51 @@ def kernels():
         lib.fused_rows_bwd.argtypes = [_I, _I, _I, _I, _I, _D, _P, _P, _P, _P, _I, _I, _P, _P,
                                        _P, _P, _P, _P, _P, _P, _P, _P, _I, _I, _P, _P]
         lib.fused_rows_bwd.restype = _I
+        lib.fused_rows_force_baseline.argtypes = [_I]
+        lib.fused_rows_force_baseline.restype = None
         lib._lengen_typed = True
     return lib
 
 
-def fused_applies(q, k, v, scale, bias, rqv, causal=True) -> bool:
-    """Whether :func:`fused_attention` takes these inputs (and the kernel is available)."""
-    T, D = q.shape[-2], q.shape[-1]
+def _bias_extent(bias, H: int):
+    """(batch, head) sizes of ``bias`` as a 4-d tensor before broadcasting (1 where shared)."""
+    shape = (1,) * (4 - bias.dim()) + tuple(bias.shape)
+    return shape[0], shape[1]
+
+
+def fused_applies(q, k, v, scale, bias, rqv, causal=True, col=None, log_gate=None) -> bool:
+    """Whether :func:`fused_attention` takes these inputs (and the kernel is available): any
+    other shape of ``bias`` (than broadcastable to [B, H, T, T]), ``col`` or ``log_gate`` (than
+    [B, H, T]) goes to the callers' other paths, which broadcast or raise."""
+    if q.dim() != 4 or k.shape != q.shape or v.shape != q.shape:
+        return False
+    B, H, T, D = q.shape
+    if bias is not None:
+        if bias.dim() > 4 or tuple(bias.shape[-2:]) != (T, T):
+            return False
+        Bb, Hb = _bias_extent(bias, H)
+        if Bb not in (1, B) or Hb not in (1, H):
+            return False
+    if any(x is not None and tuple(x.shape) != (B, H, T) for x in (col, log_gate)):
+        return False
     return (causal and q.device.type == k.device.type == v.device.type == "cpu"
             and q.dtype == torch.float32 and k.dtype == v.dtype == torch.float32
-            and q.dim() == 4 and k.shape == q.shape and v.shape == q.shape and rqv is None
-            and scale > 0 and T > 0 and D > 0
-            and (bias is None or (bias.dim() <= 4 and bias.shape[-2:] == (T, T)))
-            and kernels() is not None)
+            and rqv is None and scale > 0 and T > 0 and D > 0 and kernels() is not None)
+
+
+def grad_buffers(bias_shape, B: int, H: int, T: int, n_chunks: int):
+    """The bias gradient's accumulators, one per chunk of (batch, head) pairs, and their strides
+    (floats between batch and head slices; 0 where shared): [Bb, Hb, T, T] as the bias's own
+    extent (``bias_shape`` before broadcasting, so an ``expand``-ed bias gets its full gradient).
+    Chunks share one tensor only when no two of them add into the same slice (neither batch nor
+    heads shared); otherwise each gets its own, summed afterwards."""
+    Bb, Hb = _bias_extent(torch.empty(bias_shape, device="meta"), H)
+    dsb = Hb * T * T if Bb > 1 else 0
+    dsh = T * T if Hb > 1 else 0
+    shared = (Bb == 1 and B > 1) or (Hb == 1 and H > 1)
+    first = torch.zeros(Bb, Hb, T, T)
+    bufs = [first] + [torch.zeros_like(first) if shared else first for _ in range(n_chunks - 1)]
+    return bufs, dsb, dsh
 
 
 def _ptr(x):
@@ -120,6 +152,9 @@ class _FusedRows(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout):
+        if torch.is_grad_enabled():    # create_graph=True: the kernel's backward has no graph
+            raise RuntimeError("fused_rows attention has no double backward (create_graph=True); "
+                               "use attention impl='naive' for that, or LENGEN_FUSED_ROWS=0")
         q, k, v, b4, colc, gc, out, m, lsum = ctx.saved_tensors
         scale, sb, sh, bshape, bdtype, cdtype, gdtype = ctx.meta
         needs = ctx.needs_input_grad
@@ -132,14 +167,7 @@ class _FusedRows(torch.autograd.Function):
         dg = torch.empty(B, H, T) if gc is not None else None
         dbias, dsb, dsh = [None] * len(chunks), 0, 0
         if b4 is not None and needs[3]:
-            # shaped like the bias's own extent; one accumulator per chunk where chunks would
-            # add into the same rows (a bias shared by the batch or the heads)
-            Bb, Hb = (B if sb else 1), (H if sh else 1)
-            dsb, dsh = (Hb * T * T if sb else 0), (T * T if sh else 0)
-            shared = not (sb and sh)
-            first = torch.zeros(Bb, Hb, T, T)
-            dbias = [first] + [torch.zeros_like(first) if shared else first
-                               for _ in chunks[1:]]
+            dbias, dsb, dsh = grad_buffers(bshape, B, H, T, len(chunks))
 
         def run(ci):
             p0, p1 = chunks[ci]

@@ -105,6 +105,7 @@ def softmax_attention_fast_cpu(q, k, v, *, causal=True, bias_fn=None, scale=None
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     # a tiled relative term's per-key part goes into col
     bias, col, rqv, rP = bias_inputs(bias_fn, T, Tk, col_bias)
-    if budget is None and qblock is None and fused_applies(q, k, v, scale, bias, rqv, causal):
+    if budget is None and qblock is None and fused_applies(q, k, v, scale, bias, rqv, causal,
+                                                           col=col):
         return fused_attention(q, k, v, scale=scale, bias=bias, col=col)
     return _SoftmaxFastCPU.apply(q, k, v, bias, col, scale, causal, budget, qblock, rqv, rP)

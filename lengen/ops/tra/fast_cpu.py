@@ -138,6 +138,7 @@ def tra_attention_fast_cpu(q, k, v, log_gate, *, bias_fn=None, scale=None, retur
     T = q.shape[-2]
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     bias, col, rqv, rP = bias_inputs(bias_fn, T, k.shape[-2])
-    if budget is None and qblock is None and fused_applies(q, k, v, scale, bias, rqv):
+    if budget is None and qblock is None and fused_applies(q, k, v, scale, bias, rqv, col=col,
+                                                           log_gate=log_gate):
         return fused_attention(q, k, v, scale=scale, bias=bias, col=col, log_gate=log_gate)
     return _TRAFastCPU.apply(q, k, v, log_gate, bias, scale, budget, qblock, col, rqv, rP)
