@@ -53,13 +53,16 @@ LINEAR = ("aten::mm", "aten::addmm")
 
 
 def build(key: str):
-    recipe, name = key.split(":")
+    recipe, name = _VS_MODELS[key]                 # e.g. reverse:relative -> randomized-PE's
     if recipe == "flipflop":
         from lengen.recipes.tra_flipflop import recipe as r
         cfg = r.model_config(name, "cpu", 0)
     elif recipe == "addition":
         from lengen.recipes.addition.specs import run_config
         cfg = run_config(name, "cpu", 0)
+    elif recipe == "randomized":
+        from lengen.recipes.randomized_pe.recipe import run_config
+        cfg = run_config("reverse_string", name, "cpu", 0)
     else:
         from lengen.recipes.index_warping.recipe import run_config
         cfg = run_config(recipe, name, "cpu", 0)
@@ -84,7 +87,7 @@ def _timed(fn) -> float:
 
 
 def is_attention(name: str) -> bool:
-    return "FastCPU" in name or "scaled_dot_product" in name
+    return "FastCPU" in name or "FusedRows" in name or "scaled_dot_product" in name
 
 
 def split_profile(prof, steps: int) -> dict:
