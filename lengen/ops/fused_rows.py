@@ -15,7 +15,9 @@ keys as queries, ``v``'s width equal to ``q``'s, ``scale > 0``) with no bias or 
 that broadcasts to [B, H, T, T], an optional per-key column ``col`` [B, H, T] (forgetting
 attention) and, for TRA, the per-query ``log_gate``. A tiled relative term (Transformer-XL) and
 float64 stay on the tiled path. ``LENGEN_FUSED_ROWS=0`` (or ``LENGEN_C_KERNELS=0``, or no C
-compiler) turns it off. Memory: it keeps two floats per query row for backward, where the tiled
+compiler) turns it off, and so does ``torch.compile`` (``train.compile``): traced through the
+ctypes calls, the compiled graph's replay of the q / k / v views broke (tests/test_precision.py),
+so compiled models keep SDPA and the tiled ops. Memory: it keeps two floats per query row for backward, where the tiled
 path keeps the [T, T] weights.
 Pairs of (batch, head) are split among the worker threads of
 :func:`lengen.ops.cpu_workspace.run_groups` (ctypes releases the GIL during a call).
@@ -81,7 +83,8 @@ def fused_applies(q, k, v, scale, bias, rqv, causal=True, col=None, log_gate=Non
             return False
     if any(x is not None and tuple(x.shape) != (B, H, T) for x in (col, log_gate)):
         return False
-    return (causal and q.device.type == k.device.type == v.device.type == "cpu"
+    return (causal and not torch.compiler.is_compiling()
+            and q.device.type == k.device.type == v.device.type == "cpu"
             and q.dtype == torch.float32 and k.dtype == v.dtype == torch.float32
             and rqv is None and scale > 0 and T > 0 and D > 0 and kernels() is not None)
 
