@@ -96,11 +96,12 @@ def per_run(em: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows).sort_values(["setting", "seed"]).reset_index(drop=True)
 
 
-def verdict(runs: pd.DataFrame, base: str, other: str, kind: str, sign, reading: str) -> dict:
+def verdict(runs: pd.DataFrame, base: str, other: str, kind: str, sign, reading: str,
+            seeds=SEEDS) -> dict:
     b = runs[runs.setting == base].set_index("seed")
     o = runs[runs.setting == other].set_index("seed")
     nb, no = int(b[reading].sum()), int(o[reading].sum())
-    out = {"reading": reading, "base_passed": nb, "other_passed": no, "n_seeds": len(SEEDS)}
+    out = {"reading": reading, "base_passed": nb, "other_passed": no, "n_seeds": len(seeds)}
     if kind == "learn":
         if nb == 0 and no == 0:
             v = "untested"
@@ -111,7 +112,7 @@ def verdict(runs: pd.DataFrame, base: str, other: str, kind: str, sign, reading:
         else:
             v = "not reproduced"
         return dict(out, verdict=v)
-    both = [s for s in SEEDS if s in b.index and s in o.index and b.loc[s, reading]
+    both = [s for s in seeds if s in b.index and s in o.index and b.loc[s, reading]
             and o.loc[s, reading]]
     out.update(common_seeds=" ".join(map(str, both)), n_common=len(both))
     if len(both) < 2:

@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import pandas as pd
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from summarize import verdict  # noqa: E402  (the same verdict rule as the 5,000 x 32 table)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SEARCH = os.path.join(HERE, "..", "addition-fig3-search", "search-cpu.jsonl")
@@ -20,9 +24,9 @@ NEW = os.path.join(HERE, "probes-8k.jsonl")
 PASS = 95.0
 SEEDS = (0, 3)
 READINGS = {"fits": (1, 10), "learns": (6, 10)}   # name -> digits whose mean EM must pass
-#: claim -> (base arm, other arm, sign of the paper's effect on OOD EM of `other - base`)
-CLAIMS = {"randomized positions help FIRE (Fig. 8)": ("fire", "fire-norand", -1),
-          "random spaces hurt FIRE (Fig. 7)": ("fire", "fire-spaces", -1)}
+#: claim -> (base arm, other arm, kind, sign of the paper's effect on OOD EM of `other - base`)
+CLAIMS = {"randomized positions help FIRE (Fig. 8)": ("fire", "fire-norand", "ood", -1),
+          "random spaces hurt FIRE (Fig. 7)": ("fire", "fire-spaces", "ood", -1)}
 
 
 def read(path: str, settings) -> list[dict]:
@@ -49,26 +53,6 @@ def per_run(rec: dict, source: str) -> dict:
     return row
 
 
-def verdict(runs: pd.DataFrame, base: str, other: str, sign: int, reading: str) -> dict:
-    b = runs[runs.setting == base].set_index("seed")
-    o = runs[runs.setting == other].set_index("seed")
-    both = [s for s in SEEDS if s in b.index and s in o.index and b.loc[s, reading]
-            and o.loc[s, reading]]
-    out = {"reading": reading, "base_passed": int(b[reading].sum()),
-           "other_passed": int(o[reading].sum()), "n_seeds": len(SEEDS),
-           "common_seeds": " ".join(map(str, both)), "n_common": len(both)}
-    if len(both) < 2:
-        return dict(out, verdict="untested")
-    xb, xo = b.loc[both, "ood"], o.loc[both, "ood"]
-    diff = xo.mean() - xb.mean()
-    spread = max(xb.std(), xo.std())
-    out.update(base_ood_mean=xb.mean(), base_ood_std=xb.std(), other_ood_mean=xo.mean(),
-               other_ood_std=xo.std(), diff=diff, larger_std=spread)
-    effect = sign * diff
-    return dict(out, verdict="reproduced" if effect > spread else
-                "direction only" if effect > 0 else "not reproduced")
-
-
 def main() -> None:
     rows = [per_run(r, "addition-fig3-search") for r in read(SEARCH, {"fire"})]
     rows += [per_run(r, "this folder") for r in read(NEW, {"fire-norand", "fire-spaces"})]
@@ -76,7 +60,7 @@ def main() -> None:
     if runs.duplicated(["setting", "seed"]).any():
         raise SystemExit("a setting and seed appear twice")
     runs.to_csv(os.path.join(HERE, "runs-8k.csv"), index=False)
-    verdicts = [dict(claim=c, **verdict(runs, *spec, reading))
+    verdicts = [dict(claim=c, **verdict(runs, *spec, reading, seeds=SEEDS))
                 for c, spec in CLAIMS.items() for reading in READINGS]
     pd.DataFrame(verdicts).to_csv(os.path.join(HERE, "verdicts-8k.csv"), index=False)
     with pd.option_context("display.width", 200, "display.max_columns", 20):
