@@ -62,9 +62,10 @@ def kernels():
     return lib
 
 
-def _bias_extent(bias, H: int):
-    """(batch, head) sizes of ``bias`` as a 4-d tensor before broadcasting (1 where shared)."""
-    shape = (1,) * (4 - bias.dim()) + tuple(bias.shape)
+def _bias_extent(shape) -> tuple[int, int]:
+    """(batch, head) sizes of a bias of ``shape`` as a 4-d tensor before broadcasting (1 where
+    shared)."""
+    shape = (1,) * (4 - len(shape)) + tuple(shape)
     return shape[0], shape[1]
 
 
@@ -78,7 +79,7 @@ def fused_applies(q, k, v, scale, bias, rqv, causal=True, col=None, log_gate=Non
     if bias is not None:
         if bias.dim() > 4 or tuple(bias.shape[-2:]) != (T, T):
             return False
-        Bb, Hb = _bias_extent(bias, H)
+        Bb, Hb = _bias_extent(bias.shape)
         if Bb not in (1, B) or Hb not in (1, H):
             return False
     if any(x is not None and tuple(x.shape) != (B, H, T) for x in (col, log_gate)):
@@ -95,7 +96,7 @@ def grad_buffers(bias_shape, B: int, H: int, T: int, n_chunks: int):
     extent (``bias_shape`` before broadcasting, so an ``expand``-ed bias gets its full gradient).
     Chunks share one tensor only when no two of them add into the same slice (neither batch nor
     heads shared); otherwise each gets its own, summed afterwards."""
-    Bb, Hb = _bias_extent(torch.empty(bias_shape, device="meta"), H)
+    Bb, Hb = _bias_extent(bias_shape)
     dsb = Hb * T * T if Bb > 1 else 0
     dsh = T * T if Hb > 1 else 0
     shared = (Bb == 1 and B > 1) or (Hb == 1 and H > 1)
