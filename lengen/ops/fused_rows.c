@@ -52,9 +52,11 @@
 #define INLINE static inline __attribute__((always_inline))
 
 /* GCC / Clang vector extensions: 8 floats (one AVX register; two SSE registers in the default
- * build). vu: the same with 4-byte alignment, for loads and stores at any float offset. */
+ * build). vu: the same with 4-byte alignment, for loads and stores at any float offset, and
+ * may_alias, as the compilers' own unaligned intrinsics types (reads of float arrays through it
+ * stay ordered with the scalar writes around them). */
 typedef float v8 __attribute__((vector_size(32)));
-typedef float vu __attribute__((vector_size(32), aligned(4)));
+typedef float vu __attribute__((vector_size(32), aligned(4), may_alias));
 typedef int32_t v8i __attribute__((vector_size(32)));
 
 INLINE v8 load8(const float *x) { return *(const vu *)x; }
