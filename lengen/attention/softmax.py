@@ -16,8 +16,9 @@ from lengen.ops.softmax import softmax_attention_chunked, softmax_attention_naiv
 from lengen.ops.softmax.fast_cpu import softmax_attention_fast_cpu
 
 
-#: widest head for which training without a bias takes the C kernel instead of SDPA (measured
-#: faster at 16 and 32, slower at 64: benchmarks/RESULTS.md, "Fused rows")
+#: widest head for which training without a bias takes the C kernel instead of SDPA: faster at
+#: 16 and 32; at 64 an earlier version of the kernel was slower and the final one is level
+#: (benchmarks/RESULTS.md, "Fused rows"), so SDPA keeps the wider heads
 FUSED_MAX_HEAD_DIM = 32
 
 
@@ -28,12 +29,13 @@ class SoftmaxAttention(Attention):
                                                       return_weights=True))
         if self.impl == "naive":
             return softmax_attention_naive(q, k, v, causal=self.causal, bias_fn=bias_fn)
+        scale = q.shape[-1] ** -0.5                          # SDPA's default
         if (bias_fn is None and self.impl == "auto" and not self.use_lean()
                 and q.shape[-1] <= FUSED_MAX_HEAD_DIM
-                and fused_applies(q, k, v, q.shape[-1] ** -0.5, None, None, self.causal)):
+                and fused_applies(q, k, v, scale, None, None, self.causal)):
             # CPU training: one C pass per query row beats SDPA's CPU kernel at small head dims
             # (benchmarks/RESULTS.md, "Fused rows"); CUDA tensors never get here (fused_applies)
-            return fused_attention(q, k, v, scale=q.shape[-1] ** -0.5)
+            return fused_attention(q, k, v, scale=scale)
         if bias_fn is None or self.use_lean():
             return softmax_attention_chunked(q, k, v, causal=self.causal, bias_fn=bias_fn,
                                              block_size=self.block_size)

@@ -46,9 +46,14 @@ _lock = threading.Lock()
 _loaded: dict[str, ctypes.CDLL | None] = {}
 
 
+def env_on(name: str) -> bool:
+    """A switch read from the environment at call time: on unless ``$name`` is 0 / false / no /
+    off (any case)."""
+    return os.environ.get(name, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
 def enabled() -> bool:
-    return os.environ.get("LENGEN_C_KERNELS", "1").strip().lower() not in ("0", "false", "no",
-                                                                           "off")
+    return env_on("LENGEN_C_KERNELS")
 
 
 def find_compiler() -> list[str]:

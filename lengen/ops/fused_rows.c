@@ -66,6 +66,9 @@ INLINE v8 select8(v8i mask, v8 a, v8 b) { return (v8)((mask & (v8i)a) | (~mask &
 
 int64_t fused_rows_version(void) { return 2; }
 
+/* x rounded up to a whole number of vectors */
+INLINE int64_t round_up(int64_t x) { return (x + VL - 1) / VL * VL; }
+
 /* lane u <- x[u + n], zeros shifted in from the top (n = 1, 2, 4) */
 INLINE v8 shift_down(v8 x, int n) {
 #if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
@@ -194,7 +197,7 @@ INLINE int64_t row_logits(const Args *a, int64_t p, int64_t i, const float *qi, 
                           float *s, float *dbar, const int64_t D) {
     const int64_t len = i + 1, T = a->T;
     dots(qi, kt, a->Tp, len, a->alpha, s, D);
-    for (int64_t j = len; j < (len + VL - 1) / VL * VL; j++) s[j] = -BIG; /* vector padding */
+    for (int64_t j = len; j < round_up(len); j++) s[j] = -BIG; /* vector padding */
     int64_t count = len;
     if (a->g) { /* TRA: survivors and their contextual distance, from the query leftwards */
         const float g2 = a->g[p * T + i] * LOG2E;
@@ -203,7 +206,7 @@ INLINE int64_t row_logits(const Args *a, int64_t p, int64_t i, const float *qi, 
          * The padding right of the query is -BIG, so it never survives. Counts are exact in fp32. */
         const v8 zero = splat(0.0f), one = splat(1.0f), vg = splat(g2), none = splat(-BIG);
         v8 carry = zero;
-        for (int64_t j = (len + VL - 1) / VL * VL - VL; j >= 0; j -= VL) {
+        for (int64_t j = round_up(len) - VL; j >= 0; j -= VL) {
             const v8 x = load8(s + j);
             const v8i keep = x > zero;
             v8 c = select8(keep, one, zero);
@@ -232,7 +235,7 @@ INLINE int64_t row_logits(const Args *a, int64_t p, int64_t i, const float *qi, 
 
 /* Row max of s[0..len) (padded with -BIG up to a multiple of VL by row_logits) */
 INLINE float row_max(float *s, int64_t len) {
-    const int64_t lenp = (len + VL - 1) / VL * VL;
+    const int64_t lenp = round_up(len);
     v8 m = splat(-BIG);
     for (int64_t j = 0; j < lenp; j += VL) {
         v8 x = load8(s + j);
@@ -246,7 +249,7 @@ INLINE float row_max(float *s, int64_t len) {
 /* s[j] <- 2^(clamped s[j] - m), exactly 0 for excluded keys (s <= -BIG / 2, the padding
  * included); returns the sum over the row. */
 INLINE float row_weights(float *s, int64_t len, float m) {
-    const int64_t lenp = (len + VL - 1) / VL * VL;
+    const int64_t lenp = round_up(len);
     const v8 lo = splat(FLOOR2), zero = splat(0.0f), vm = splat(m), cut = splat(-0.5f * BIG);
     v8 acc = zero;
     for (int64_t j = 0; j < lenp; j += VL) {
@@ -402,8 +405,6 @@ INLINE void bwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, con
     case 64: CALL(64); break;                                                                      \
     default: CALL(D); break;                                                                       \
     }
-
-static int64_t round_up(int64_t x) { return (x + VL - 1) / VL * VL; }
 
 /* The exported functions run one of two builds of the same code: AVX2 + FMA where the CPU has
  * them (checked at run time, so the cached library also runs on older x86-64), else the

@@ -17,20 +17,19 @@ attention) and, for TRA, the per-query ``log_gate``. A tiled relative term (Tran
 float64 stay on the tiled path. ``LENGEN_FUSED_ROWS=0`` (or ``LENGEN_C_KERNELS=0``, or no C
 compiler) turns it off, and so does ``torch.compile`` (``train.compile``): traced through the
 ctypes calls, the compiled graph's replay of the q / k / v views broke (tests/test_precision.py),
-so compiled models keep SDPA and the tiled ops. Memory: it keeps two floats per query row for backward, where the tiled
-path keeps the [T, T] weights.
+so compiled models keep SDPA and the tiled ops. Memory: it keeps two floats per query row for
+backward, where the tiled path keeps the [T, T] weights.
 Pairs of (batch, head) are split among the worker threads of
 :func:`lengen.ops.cpu_workspace.run_groups` (ctypes releases the GIL during a call).
 """
 from __future__ import annotations
 
 import ctypes
-import os
 from pathlib import Path
 
 import torch
 
-from lengen.ops.ckernels import load
+from lengen.ops.ckernels import env_on, load
 from lengen.ops.cpu_workspace import group_target, run_groups
 from lengen.ops.tile_bias import as_4d, reduce_to
 
@@ -40,8 +39,7 @@ _P, _I, _D = ctypes.c_void_p, ctypes.c_int64, ctypes.c_double
 
 
 def enabled() -> bool:
-    return os.environ.get("LENGEN_FUSED_ROWS", "1").strip().lower() not in ("0", "false", "no",
-                                                                           "off")
+    return env_on("LENGEN_FUSED_ROWS")
 
 
 def kernels():
