@@ -1,5 +1,8 @@
 """The per-row C kernel (``lengen/ops/fused_rows.c``) against the dense references.
 
+Kinds: softmax, forgetting (FoT), TRA and CoPE (its position logits, counted positions and gate
+gradients), each also with the Toeplitz relative term (Transformer-XL's tiled form).
+
 ``test_fast_cpu.py`` already runs the float32 default-tile cases through it (the ops take it
 whenever it applies); here: every bias layout it reads, head dims on each of its code paths
 (the compile-time 8 / 16 / 32 / 64, a multiple of 8 it does not specialise, and widths that are
@@ -14,11 +17,14 @@ import torch
 import torch.nn.functional as F
 
 from lengen.attention.softmax import SoftmaxAttention
+from lengen.ops.cope.fast_cpu import cope_attention_fast_cpu
+from lengen.ops.cope.naive import cope_attention_naive
 from lengen.ops import fused_rows
 from lengen.ops.fot import fot_attention_naive
 from lengen.ops.fused_rows import fused_applies, fused_attention, grad_buffers
 from lengen.ops.softmax import softmax_attention_naive
 from lengen.ops.softmax.fast_cpu import softmax_attention_fast_cpu
+from lengen.ops.tile_bias import RelativeBias
 from lengen.ops.tra import tra_attention_naive
 from lengen.ops.tra.fast_cpu import tra_attention_fast_cpu
 
@@ -26,11 +32,27 @@ pytestmark = pytest.mark.skipif(fused_rows.kernels() is None,
                                 reason="no C compiler: the ops use their tiled path")
 
 
+#: CoPE's table of position embeddings in these tests: small enough that rows of 130 keys reach
+#: the clamp at npos - 1, large enough that short rows interpolate inside it
+NPOS = 12
+
+
 def inputs(B, H, T, D, seed=0, spread=1.0):
     g = torch.Generator().manual_seed(seed)
     r = lambda *s: torch.randn(*s, generator=g)               # noqa: E731
     return dict(q=spread * r(B, H, T, D), k=r(B, H, T, D), v=r(B, H, T, D),
-                gate=F.logsigmoid(r(B, H, T)), go=r(B, H, T, D))
+                gate=F.logsigmoid(r(B, H, T)), go=r(B, H, T, D), pe=r(D, NPOS))
+
+
+def relative(x, seed=0):
+    """Adds a Toeplitz relative term (qv, its table P [H, 2T - 1, D] and a per-key content
+    column) to the inputs x, sized from x's q."""
+    B, H, T, D = x["q"].shape
+    g = torch.Generator().manual_seed(seed)
+    x.update(qv=0.5 * torch.randn(B, H, T, D, generator=g),
+             P=0.5 * torch.randn(H, 2 * T - 1, D, generator=g),
+             content=torch.randn(B, H, T, generator=g))
+    return x
 
 
 def grads(fn, x, names):
@@ -50,28 +72,41 @@ def close(got, ref, what, tol=2e-5):
         assert err <= tol * scale, f"{what}: item {i} off by {err:.2e} (scale {scale:.2e})"
 
 
-KINDS = ["softmax", "fot", "tra"]
+KINDS = ["softmax", "fot", "tra", "cope"]
+#: the inputs every kind takes (``pe`` is CoPE's; the others give it a zero gradient)
+NAMES = ["q", "k", "v", "gate", "pe"]
+REL = ["qv", "P", "content"]
 
 
-def pair(kind, bias_shape=None):
-    """(fused op, reference op) taking q, k, v, gate and optionally bias."""
-    def bias_fn(bias):
+def pair(kind):
+    """(fused op, reference op) taking q, k, v, gate, pe and optionally a dense bias and a
+    relative term (qv, P, content; the reference adds its dense form to the bias)."""
+    def bias_fn(bias, qv, P, content):
+        if qv is not None:
+            rel = RelativeBias(qv, P, content).dense()
+            bias = rel if bias is None else bias + rel
         return None if bias is None else (lambda s, e: bias[..., s:e, :])
 
-    def fused(q, k, v, gate, bias=None):
+    def fused(q, k, v, gate, pe, bias=None, qv=None, P=None, content=None):
         sc = q.shape[-1] ** -0.5
-        if kind == "softmax":
-            return fused_attention(q, k, v, scale=sc, bias=bias)
+        kw = dict(scale=sc, bias=bias, qv=qv, P=P, col=content)
         if kind == "fot":
-            return fused_attention(q, k, v, scale=sc, bias=bias, col=-gate.cumsum(-1))
-        return fused_attention(q, k, v, scale=sc, bias=bias, log_gate=gate)
+            kw["col"] = -gate.cumsum(-1) + (0 if content is None else content)
+        if kind == "tra":
+            kw["log_gate"] = gate
+        if kind == "cope":
+            kw["z"] = (q @ pe) * sc
+        return fused_attention(q, k, v, **kw)
 
-    def ref(q, k, v, gate, bias=None):
+    def ref(q, k, v, gate, pe, bias=None, qv=None, P=None, content=None):
+        b = bias_fn(bias, qv, P, content)
         if kind == "softmax":
-            return softmax_attention_naive(q, k, v, causal=True, bias_fn=bias_fn(bias))
+            return softmax_attention_naive(q, k, v, causal=True, bias_fn=b)
         if kind == "fot":
-            return fot_attention_naive(q, k, v, gate, bias_fn=bias_fn(bias))
-        return tra_attention_naive(q, k, v, gate, bias_fn=bias_fn(bias))
+            return fot_attention_naive(q, k, v, gate, bias_fn=b)
+        if kind == "cope":
+            return cope_attention_naive(q, k, v, pe, bias_fn=b)
+        return tra_attention_naive(q, k, v, gate, bias_fn=b)
     return fused, ref
 
 
@@ -81,7 +116,7 @@ def pair(kind, bias_shape=None):
 def test_matches_reference(kind, D, T):
     x = inputs(2, 3, T, D, seed=D * 1000 + T)
     fused, ref = pair(kind)
-    names = ["q", "k", "v", "gate"]
+    names = NAMES
     close(grads(fused, x, names), grads(ref, x, names), f"{kind} D={D} T={T}")
 
 
@@ -93,7 +128,7 @@ def test_bias_layouts(kind, shape):
     dims = [dict(B=B, H=H, T=T)[s] if s in "BHT" else int(s) for s in shape.split()]
     x["bias"] = 0.5 * torch.randn(*dims, generator=torch.Generator().manual_seed(3))
     fused, ref = pair(kind)
-    names = ["q", "k", "v", "gate", "bias"]
+    names = NAMES + ["bias"]
     got, want = grads(fused, x, names), grads(ref, x, names)
     assert got[-1].shape == x["bias"].shape
     close(got, want, f"{kind} bias {shape}")
@@ -109,7 +144,7 @@ def test_two_worker_threads(kind, shape):
     dims = [dict(B=B, H=H, T=T)[s] if s in "BHT" else int(s) for s in shape.split()]
     x["bias"] = 0.5 * torch.randn(*dims, generator=torch.Generator().manual_seed(4))
     fused, ref = pair(kind)
-    names = ["q", "k", "v", "gate", "bias"]
+    names = NAMES + ["bias"]
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
@@ -125,7 +160,7 @@ def test_wide_logits_as_accurate_as_reference(kind):
     the float64 reference the kernel is no worse than the float32 reference (or 2e-6)."""
     x = inputs(2, 2, 97, 16, seed=5, spread=25.0)
     fused, ref = pair(kind)
-    names = ["q", "k", "v", "gate"]
+    names = NAMES
     x64 = {n: t.double() for n, t in x.items()}
     leaves = {n: x64[n].clone().requires_grad_(True) for n in names}
     out = ref(**leaves)
@@ -146,8 +181,8 @@ def test_future_keys_never_read():
     k2[:, :, 25:], v2[:, :, 25:] = float("nan"), float("inf")
     for kind in KINDS:
         fused, _ = pair(kind)
-        a = fused(x["q"], x["k"], x["v"], x["gate"])
-        b = fused(x["q"], k2, v2, x["gate"])
+        a = fused(x["q"], x["k"], x["v"], x["gate"], x["pe"])
+        b = fused(x["q"], k2, v2, x["gate"], x["pe"])
         assert torch.equal(a[:, :, :25], b[:, :, :25]), kind
 
 
@@ -159,7 +194,14 @@ def test_when_it_applies(monkeypatch):
     assert not fused_applies(q.double(), q.double(), q.double(), 0.3, None, None)
     assert not fused_applies(q, q[:, :, :3], q[:, :, :3], 0.3, None, None)     # cross-attention
     assert not fused_applies(q, q, q[..., :4], 0.3, None, None)                 # v narrower
-    assert not fused_applies(q, q, q, 0.3, None, torch.zeros(1, 2, 5, 8))       # tiled term
+    assert not fused_applies(q, q, q, 0.3, None, torch.zeros(1, 2, 5, 8))       # no table
+    assert fused_applies(q, q, q, 0.3, None, q, rP=torch.zeros(2, 9, 8))        # Toeplitz table
+    assert not fused_applies(q, q, q, 0.3, None, q, rP=torch.zeros(5, 8))       # low-rank form
+    assert not fused_applies(q, q, q, 0.3, None, q, rP=torch.zeros(2, 5, 8))    # table too short
+    assert fused_applies(q, q, q, 0.3, None, None, z=torch.zeros(1, 2, 5, 3))   # CoPE
+    assert not fused_applies(q, q, q, 0.3, None, None, z=torch.zeros(1, 2, 5, 0))
+    assert not fused_applies(q, q, q, 0.3, None, None, z=torch.zeros(1, 2, 5, 3),
+                             log_gate=torch.zeros(1, 2, 5))                      # CoPE and TRA
     assert not fused_applies(q, q, q, 0.3, torch.zeros(2, 5, 4), None)          # bias not T x T
     monkeypatch.setenv("LENGEN_FUSED_ROWS", "0")
     assert not fused_applies(q, q, q, 0.3, None, None)
@@ -221,7 +263,7 @@ def test_baseline_build_matches_reference(kind, D, T, baseline_build):
     x = inputs(2, 2, T, D, seed=D + T)
     x["bias"] = 0.5 * torch.randn(2, T, T, generator=torch.Generator().manual_seed(6))
     fused, ref = pair(kind)
-    names = ["q", "k", "v", "gate", "bias"]
+    names = NAMES + ["bias"]
     close(grads(fused, x, names), grads(ref, x, names), f"baseline {kind} D={D} T={T}")
 
 
@@ -239,7 +281,7 @@ def test_expanded_bias_gets_its_full_gradient(kind):
         b = base.clone().requires_grad_(True)
         expanded = b.expand(B, H, T, T)
         expanded.retain_grad()
-        leaves = {n: x[n].clone().requires_grad_(True) for n in ("q", "k", "v", "gate")}
+        leaves = {n: x[n].clone().requires_grad_(True) for n in NAMES}
         out = fn(**leaves, bias=expanded)
         (out * x["go"]).sum().backward()
         acc += [out.detach(), expanded.grad, b.grad]
@@ -301,3 +343,62 @@ def test_tra_row_whose_survivors_are_all_masked_outputs_zero():
     assert torch.isfinite(out).all()
     assert (out[0, 0, 0] == 0).all()
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("D,T", [(16, 1), (16, 9), (16, 70), (8, 33), (32, 17), (5, 12)])
+def test_relative_term_matches_dense(kind, D, T):
+    """Transformer-XL's Toeplitz term qv_i . P[(T-1)-i+j] plus its content column, with and
+    without a dense bias beside it: values and the gradients of qv, the table and the column."""
+    x = relative(inputs(2, 3, T, D, seed=D * 100 + T), seed=T)
+    fused, ref = pair(kind)
+    names = NAMES + REL
+    close(grads(fused, x, names), grads(ref, x, names), f"{kind} relative D={D} T={T}")
+    x["bias"] = 0.5 * torch.randn(3, T, T, generator=torch.Generator().manual_seed(1))
+    names = names + ["bias"]
+    close(grads(fused, x, names), grads(ref, x, names), f"{kind} relative + bias D={D} T={T}")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_relative_table_gradient_with_two_worker_threads(kind):
+    """The table is shared by the batch: each worker's chunk adds into its own gradient."""
+    x = relative(inputs(3, 2, 41, 16, seed=12), seed=2)
+    fused, ref = pair(kind)
+    names = NAMES + REL
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        got = grads(fused, x, names)
+    finally:
+        torch.set_num_threads(before)
+    close(got, grads(ref, x, names), f"{kind} relative, two threads")
+
+
+@pytest.mark.parametrize("npos", [1, 2, 64])
+def test_cope_positions_interpolate_and_clamp(npos):
+    """npos = 1: every position clamps to 0 (no interpolation, no gate gradient through w);
+    npos = 2 and gates near 1: nearly every row clamps; 64: none does at T = 40."""
+    x = inputs(2, 2, 40, 16, seed=npos)
+    x["pe"] = torch.randn(16, npos, generator=torch.Generator().manual_seed(npos))
+    x["k"] = x["k"] + 2 * x["q"].mean(-2, keepdim=True)        # many gates near 1
+    fused, ref = pair("cope")
+    close(grads(fused, x, NAMES), grads(ref, x, NAMES), f"cope npos={npos}")
+
+
+def test_cope_op_takes_it_unless_told(monkeypatch):
+    """CoPE's tiled op hands default tiles to the kernel (z' made outside, its gradient through
+    autograd), an explicit tile size keeps its own path; both agree with the reference."""
+    x = inputs(2, 2, 45, 16, seed=4)
+    calls = []
+    real = fused_rows._FusedRows.apply
+    monkeypatch.setattr(fused_rows._FusedRows, "apply",
+                        staticmethod(lambda *a: calls.append(1) or real(*a)))
+    names = ["q", "k", "v", "pe"]
+    got = grads(lambda q, k, v, pe: cope_attention_fast_cpu(q, k, v, pe), x, names)
+    assert calls == [1]
+    tiled = grads(lambda q, k, v, pe: cope_attention_fast_cpu(q, k, v, pe, budget=600,
+                                                              qblock=16), x, names)
+    assert calls == [1]
+    want = grads(lambda q, k, v, pe: cope_attention_naive(q, k, v, pe), x, names)
+    close(got, want, "cope op, kernel")
+    close(tiled, want, "cope op, tiled")

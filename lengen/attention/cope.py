@@ -59,6 +59,6 @@ class ContextualPositionAttention(Attention):
 
 
 def training_op(q: torch.Tensor, bias_fn=None):
-    """The op ``impl='auto'`` trains with: the tiled op for CPU tensors, the dense reference
-    elsewhere (no fused kernel yet)."""
+    """The op ``impl='auto'`` trains with: the CPU op for CPU tensors (the per-row C kernel where
+    it applies, else the tiled op), the dense reference elsewhere (no GPU kernel yet)."""
     return cope_attention_fast_cpu if q.device.type == "cpu" else cope_attention_naive

@@ -1,4 +1,5 @@
-/* Causal attention for CPU training, one query row at a time: scores, softmax and the value
+/* Causal attention for CPU training (softmax, FoT, TRA and CoPE, optionally with Transformer-XL's
+ * relative term), one query row at a time: scores, softmax and the value
  * product of a row in one pass over its keys, with every intermediate in L1 (bound in
  * lengen/ops/fused_rows.py). Compiled at first use by lengen/ops/ckernels.py; without a compiler
  * the ops run their tiled PyTorch path (lengen/ops/cpu_tiles.py), which the tests hold to the same
@@ -15,6 +16,12 @@
  *   TRA:      keys with q_i . k_j > 0 survive (TRA eqs. 4-12); Dbar_ij = survivors in j..i;
  *             L_ij = scale q_i . k_j + (Dbar_ij - 1) g_i  [+ bias_ij] on survivors, others excluded
  *             (g = log delta; the row constants -col_i and -g_i drop out of the softmax).
+ *   CoPE:     s_ij = q_i . k_j, g_ij = sigmoid(scale s_ij), p_ij = min(sum_{t=j..i} g_it, npos - 1),
+ *             L_ij = scale s_ij + z_i[lo] + w (z_i[lo+1] - z_i[lo])  [+ col, bias]
+ *             (Golovneva et al. 2024; lo = floor p_ij, w = p_ij - lo, z_i = scale q_i . e, made by
+ *             the caller, as lengen/ops/cope/naive.py; z_i[npos] is never read: w = 0 there).
+ *   Relative term (Transformer-XL's (b) + (d) for evenly stepped positions, any kind):
+ *             L_ij += qv_i . P[(T - 1) - i + j]  (P: [H, 2T - 1, D], lengen/ops/tile_bias.py).
  *   P_ij = 2^(min(0, max(L2_ij - m_i, FLOOR2))) / l_i, m_i the row max, l_i the row sum (the floor
  *          keeps exp out of denormals, as cpu_tiles.exp_floor); excluded keys get exactly 0; a row
  *          with no key outputs 0 (l_i = 0).
@@ -23,9 +30,15 @@
  *   dq_i = scale sum_j dL_ij k_j,  dk_j += scale dL_ij q_i,  dv_j += P_ij dO_i,
  *   dbias_ij += dL_ij,  dcol_j += dL_ij,  dg_i = sum_j dL_ij Dbar_ij.
  * (For TRA dL is 0 off the survivors, where relu' would block it; on them relu' = 1.)
+ * Relative term: dqv_i = sum_j dL_ij P[(T-1)-i+j],  dP[(T-1)-i+j] += dL_ij qv_i.
+ * CoPE: dz_i[lo] += dL_ij (1 - w), dz_i[lo+1] += dL_ij w; the position gradient dL_ij b_ij
+ * (b = z[lo+1] - z[lo], 0 at the clamp) reaches gate t through every p_ij with j <= t, so
+ * dg_it = sum_{j <= t} dL_ij b_ij (a running sum from the left), and the score gradient is
+ * scale (dL_ij + dg_ij g_ij (1 - g_ij)) in place of scale dL_ij.
  *
- * Layout: q, k, v, out, dout, dq, dk, dv are [n, T, D] (pair p = b * H + h), col / g / m / l /
- * dcol / dg [n, T]; bias for pair p starts at bias + b * sb + h * sh (strides in floats; 0 where
+ * Layout: q, k, v, out, dout, dq, dk, dv, qv, dqv are [n, T, D] (pair p = b * H + h), col / g /
+ * m / l / dcol / dg [n, T], z / dz [n, T, npos], P / dP [H, 2T - 1, D] and Pt = P transposed per
+ * head, [H, D, Up] with zero columns from 2T - 1 (Up >= T + 8, so a row's vectors stay inside); bias for pair p starts at bias + b * sb + h * sh (strides in floats; 0 where
  * the bias is shared) with rows of T floats, and dbias likewise with dsb, dsh. Loops over keys
  * are written 8 at a time so that the compiler keeps them in vector registers; on x86-64 the
  * exported functions also have an AVX2 + FMA build, picked at run time.
@@ -48,6 +61,8 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define X86_AVX2 1
 #pragma GCC diagnostic ignored "-Wpsabi" /* 32-byte vectors pass only between inlined helpers */
+/* GCC cannot bound a row length by T and warns that j0 could overflow near INT64_MAX */
+#pragma GCC diagnostic ignored "-Waggressive-loop-optimizations"
 #endif
 #define INLINE static inline __attribute__((always_inline))
 
@@ -58,13 +73,14 @@
 typedef float v8 __attribute__((vector_size(32)));
 typedef float vu __attribute__((vector_size(32), aligned(4), may_alias));
 typedef int32_t v8i __attribute__((vector_size(32)));
+typedef int32_t vui __attribute__((vector_size(32), aligned(4), may_alias));
 
 INLINE v8 load8(const float *x) { return *(const vu *)x; }
 INLINE void store8(float *x, v8 y) { *(vu *)x = y; }
 INLINE v8 splat(float x) { return (v8){0} + x; } /* a broadcast */
 INLINE v8 select8(v8i mask, v8 a, v8 b) { return (v8)((mask & (v8i)a) | (~mask & (v8i)b)); }
 
-int64_t fused_rows_version(void) { return 2; }
+int64_t fused_rows_version(void) { return 3; }
 
 /* x rounded up to a whole number of vectors */
 INLINE int64_t round_up(int64_t x) { return (x + VL - 1) / VL * VL; }
@@ -117,7 +133,7 @@ INLINE void dots(const float *a, const float *xt, int64_t Tp, int64_t len, float
     int64_t j0 = 0;
     /* four vectors of keys at once: four independent chains of multiply-adds (one chain waits
      * for each add's latency) */
-    for (; j0 + 4 * VL <= len; j0 += 4 * VL) {
+    for (; len - j0 >= 4 * VL; j0 += 4 * VL) {
         v8 c0 = splat(0.0f), c1 = c0, c2 = c0, c3 = c0;
         for (int64_t d = 0; d < D; d++) {
             const float *xr = xt + d * Tp + j0;
@@ -186,17 +202,90 @@ INLINE void weighted_sum(float *y, const float *w, const float *x, int64_t len, 
 
 typedef struct {
     int64_t T, Tp, H;
-    float alpha; /* scale * log2 e */
+    float alpha, scale; /* alpha = scale * log2 e */
     const float *bias, *col, *g;
     int64_t sb, sh;
+    const float *qv, *P, *Pt; /* relative term, or NULL */
+    int64_t Up;
+    const float *z; /* CoPE's position logits, or NULL */
+    int64_t npos;
+    /* one row's scratch (Tp each): raw q . k, relative term, CoPE's gates, w, b and buckets */
+    float *raw, *rel, *gate, *wv, *bv;
+    int32_t *lo;
+    int64_t *jtop; /* CoPE: the rightmost key of the row whose position is clamped, or -1 */
+    float *dqv, *dP, *dz; /* backward: their gradients (dP: this call's accumulator) */
 } Args;
+
+/* CoPE's row i (raw[j] = q_i . k_j): gates, counted positions (summed from the query leftwards,
+ * the reference's order) and the interpolated position logit, into the base-2 logits s[0..i];
+ * keeps the gates, w, b and buckets for backward. Gates are >= 0, so once the count reaches
+ * npos - 1 every key further left is clamped there too (w = 0, b = 0): from that key on the row
+ * is one vectorised pass, and backward only sums its gradient into z[npos - 1]. */
+INLINE void cope_row(const Args *a, int64_t p, int64_t i, float *s) {
+    const int64_t top = a->npos - 1;
+    const float *raw = a->raw, ftop = (float)top;
+    const float *zr = a->z + (p * a->T + i) * a->npos;
+    const v8 zero = splat(0.0f), one = splat(1.0f), lo2 = splat(FLOOR2), sc = splat(a->scale),
+             vtop = splat(ftop), al = splat(a->alpha);
+    const v8i lane = {0, 1, 2, 3, 4, 5, 6, 7};
+    v8 carry = zero;
+    int64_t jt = -1;
+    /* 8 keys at a time from the query's vector leftwards, until the count reaches the clamp */
+    for (int64_t jb = i / VL * VL; jb >= 0; jb -= VL) {
+        /* sigmoid(x) = 1 / (1 + e) for x >= 0, e / (1 + e) below, e = 2^(-|x| log2 e) */
+        const v8 x = sc * load8(raw + jb);
+        v8 t = select8(x < zero, x, -x) * LOG2E;
+        t = select8(t < lo2, lo2, t);
+        const v8 e = exp2_poly8(t), r = one / (one + e);
+        v8 g = select8(x < zero, e * r, r);
+        g = select8(lane + (int32_t)jb <= (int32_t)i, g, zero); /* keys right of the query: 0 */
+        store8(a->gate + jb, g);
+        /* counts: suffix sums within the vector (three shifted adds), plus the keys to its right */
+        v8 c = g;
+        c += shift_down(c, 1);
+        c += shift_down(c, 2);
+        c += shift_down(c, 4);
+        c += carry;
+        carry = splat(c[0]);
+        const v8i clamp = ~(c < vtop); /* a NaN count too: no bucket */
+        const v8 pp = select8(clamp, vtop, c);
+        const v8i lo = __builtin_convertvector(pp, v8i); /* p >= 0: truncation is floor */
+        const v8 w = select8(clamp, zero, pp - __builtin_convertvector(lo, v8));
+        store8(a->wv + jb, w);
+        *(vui *)(a->lo + jb) = lo;
+        /* the table lookups lane by lane from memory (inserting lanes into a vector register one
+         * at a time cost more than the rest of the row) */
+        for (int64_t j = jb; j < jb + VL; j++) {
+            const int32_t b0 = a->lo[j];
+            const float zl = zr[b0], bj = b0 < top ? zr[b0 + 1] - zl : 0.0f;
+            a->bv[j] = bj;
+            s[j] = a->alpha * raw[j] + LOG2E * (zl + a->wv[j] * bj);
+        }
+        if (clamp[0]) { /* clamped lanes are the lowest ones (counts grow leftwards) */
+            int u = 0;
+            while (u + 1 < VL && clamp[u + 1]) u++;
+            jt = jb + u < i ? jb + u : i; /* npos = 1 clamps the lanes right of the query too */
+            break;
+        }
+    }
+    *a->jtop = jt;
+    if (jt >= 0) { /* every key left of the vector that reached the clamp */
+        const v8 zt = splat(LOG2E * zr[top]);
+        for (int64_t j = 0; j < jt / VL * VL; j += VL) store8(s + j, al * load8(raw + j) + zt);
+    }
+}
 
 /* Base-2 logits of row i of pair p into s[0..i] (excluded keys: -BIG); TRA also fills dbar.
  * Returns the number of keys the row attends. */
 INLINE int64_t row_logits(const Args *a, int64_t p, int64_t i, const float *qi, const float *kt,
                           float *s, float *dbar, const int64_t D) {
     const int64_t len = i + 1, T = a->T;
-    dots(qi, kt, a->Tp, len, a->alpha, s, D);
+    if (a->z) { /* CoPE: the gates need the raw product */
+        dots(qi, kt, a->Tp, len, 1.0f, a->raw, D);
+        cope_row(a, p, i, s);
+    } else {
+        dots(qi, kt, a->Tp, len, a->alpha, s, D);
+    }
     for (int64_t j = len; j < round_up(len); j++) s[j] = -BIG; /* vector padding */
     int64_t count = len;
     if (a->g) { /* TRA: survivors and their contextual distance, from the query leftwards */
@@ -229,6 +318,12 @@ INLINE int64_t row_logits(const Args *a, int64_t p, int64_t i, const float *qi, 
     if (a->bias) {
         const float *br = a->bias + (p / a->H) * a->sb + (p % a->H) * a->sh + i * T;
         for (int64_t j = 0; j < len; j++) s[j] += br[j] * LOG2E;
+    }
+    if (a->qv) { /* row i's keys use table rows (T-1)-i .. T-1: a column window of Pt */
+        const int64_t h = p % a->H;
+        dots(a->qv + (p * T + i) * D, a->Pt + h * D * a->Up + (T - 1 - i), a->Up, len, LOG2E,
+             a->rel, D);
+        for (int64_t j = 0; j < len; j++) s[j] += a->rel[j];
     }
     return count;
 }
@@ -316,11 +411,13 @@ INLINE void axpy2(float *y, float a0, const float *x0, float a1, const float *x1
 INLINE void row_grad(const Args *a, int64_t p, int64_t i, int64_t len, const float *qi,
                      const float *doi, const float *oi, const float *kt, const float *vt,
                      float m, float l, float *s, float *dl, float *dbar, float *db, float *dcol,
-                     float *dg, const int64_t D) {
+                     float *dg, float *dn, const int64_t D) {
     const int64_t T = a->T, n = i + 1;
     if (dg) dg[p * T + i] = 0.0f;
     if (l == 0.0f) { /* a row with no key: zero output, zero gradient */
         for (int64_t j = 0; j < len; j++) s[j] = dl[j] = 0.0f;
+        if (a->dqv)
+            for (int64_t j = 0; j < len; j++) dn[j] = 0.0f;
         return;
     }
     row_logits(a, p, i, qi, kt, s, dbar, D);
@@ -339,6 +436,27 @@ INLINE void row_grad(const Args *a, int64_t p, int64_t i, int64_t len, const flo
         for (int64_t j = 0; j < n; j++) db[i * T + j] += dl[j];
     if (dcol)
         for (int64_t j = 0; j < n; j++) dcol[p * T + j] += dl[j];
+    if (a->dqv) { /* relative term: dqv here, the table's gradient from dn by the caller */
+        const int64_t h = p % a->H, r0 = T - 1 - i, U = 2 * T - 1;
+        weighted_sum(a->dqv + (p * T + i) * D, dl, a->P + (h * U + r0) * D, n, D);
+        for (int64_t j = 0; j < len; j++) dn[j] = j < n ? dl[j] : 0.0f;
+    }
+    if (a->dz) { /* CoPE: position-logit and gate gradients (header); dl becomes d score / scale */
+        float *dzr = a->dz + (p * T + i) * a->npos, run = 0.0f, clamped = 0.0f;
+        const int64_t jt = *a->jtop;
+        /* keys at the clamp: all of their gradient goes to z[npos - 1]; b = 0 there, so the
+         * running position gradient is still 0 and dl stays as it is */
+        for (int64_t j = 0; j <= jt; j++) clamped += dl[j];
+        dzr[a->npos - 1] += clamped;
+        for (int64_t j = jt + 1; j < n; j++) {
+            const float d = dl[j], w = a->wv[j], gj = a->gate[j];
+            const int32_t lo = a->lo[j];
+            dzr[lo] += d - d * w;
+            dzr[lo + 1] += d * w;
+            run += d * a->bv[j];
+            dl[j] = d + run * (gj - gj * gj);
+        }
+    }
     if (dg) { /* sum_j dL_ij Dbar_ij, 8 partial sums (a single chain would not vectorise) */
         v8 acc8 = splat(0.0f);
         float gsum = 0.0f;
@@ -361,7 +479,7 @@ INLINE void bwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, con
     const int64_t T = a->T, Tp = a->Tp, H = a->H;
     const float scale = a->alpha / LOG2E;
     float *kt = work, *vt = kt + D * Tp, *s0 = vt + D * Tp, *s1 = s0 + Tp, *dl0 = s1 + Tp,
-          *dl1 = dl0 + Tp, *dbar = dl1 + Tp;
+          *dl1 = dl0 + Tp, *dbar = dl1 + Tp, *dn0 = dbar + Tp, *dn1 = dn0 + Tp;
     for (int64_t p = p0; p < p1; p++) {
         const int64_t off = p * T * D;
         const float *qp = q + off, *kp = k + off, *dop = dout + off, *op = out + off;
@@ -377,12 +495,28 @@ INLINE void bwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, con
             const int64_t len = i + 1 + two, i1 = two ? i + 1 : i;
             const float *q0 = qp + i * D, *q1 = qp + i1 * D;
             const float *do0 = dop + i * D, *do1 = dop + i1 * D;
-            row_grad(a, p, i, len, q0, do0, op + i * D, kt, vt, mp[i], lp[i], s0, dl0, dbar, db,
-                     dcol, dg, D);
-            if (two)
-                row_grad(a, p, i1, len, q1, do1, op + i1 * D, kt, vt, mp[i1], lp[i1], s1, dl1,
-                         dbar, db, dcol, dg, D);
-            else
+            /* one call site for both rows: the compiler inlines row_grad (and the row logits in
+             * it) once per head dim, not twice (the build time doubled otherwise) */
+            for (int r = 0; r <= two; r++) {
+                const int64_t ir = i + r;
+                row_grad(a, p, ir, len, qp + ir * D, dop + ir * D, op + ir * D, kt, vt, mp[ir],
+                         lp[ir], r ? s1 : s0, r ? dl1 : dl0, dbar, db, dcol, dg, r ? dn1 : dn0, D);
+            }
+            if (a->dqv) {
+                /* the table's gradient: row i reads table row (T-1)-i+j for key j, row i+1 the
+                 * row before, so each table row takes both rows' terms in one read-modify-write
+                 * (as dk and dv below) */
+                const int64_t U = 2 * T - 1;
+                float *dPh = a->dP + (p % H) * U * D + (T - 1 - i) * D;
+                const float *qv0 = a->qv + (p * T + i) * D, *qv1 = qv0 + D;
+                if (two) {
+                    axpy(dPh - D, dn1[0], qv1, D);
+                    for (int64_t j = 0; j <= i; j++) axpy2(dPh + j * D, dn0[j], qv0, dn1[j + 1], qv1, D);
+                } else {
+                    for (int64_t j = 0; j <= i; j++) axpy(dPh + j * D, dn0[j], qv0, D);
+                }
+            }
+            if (!two)
                 for (int64_t j = 0; j < len; j++) s1[j] = dl1[j] = 0.0f;
             for (int64_t j = 0; j < len; j++) {
                 dl0[j] *= scale; /* now the gradient of the score q . k */
@@ -412,23 +546,61 @@ INLINE void bwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, con
 #define FWD_ARGS                                                                                   \
     int64_t p0, int64_t p1, int64_t T, int64_t D, int64_t H, double scale, const float *q,         \
         const float *k, const float *v, const float *bias, int64_t sb, int64_t sh,                 \
-        const float *col, const float *g, float *out, float *mrow, float *lrow
-#define FWD_CALL p0, p1, T, D, H, scale, q, k, v, bias, sb, sh, col, g, out, mrow, lrow
+        const float *col, const float *g, const float *qv, const float *P, const float *Pt,       \
+        int64_t Up, const float *z, int64_t npos, float *out, float *mrow, float *lrow
+#define FWD_CALL                                                                                   \
+    p0, p1, T, D, H, scale, q, k, v, bias, sb, sh, col, g, qv, P, Pt, Up, z, npos, out, mrow, lrow
 #define BWD_ARGS                                                                                   \
     int64_t p0, int64_t p1, int64_t T, int64_t D, int64_t H, double scale, const float *q,         \
         const float *k, const float *v, const float *bias, int64_t sb, int64_t sh,                 \
-        const float *col, const float *g, const float *out, const float *dout, const float *mrow,  \
-        const float *lrow, float *dq, float *dk, float *dv, float *dbias, int64_t dsb, int64_t dsh, \
-        float *dcol, float *dg
+        const float *col, const float *g, const float *qv, const float *P, const float *Pt,       \
+        int64_t Up, const float *z, int64_t npos, const float *out, const float *dout,             \
+        const float *mrow, const float *lrow, float *dq, float *dk, float *dv, float *dbias,       \
+        int64_t dsb, int64_t dsh, float *dcol, float *dg, float *dqv, float *dP, float *dz
 #define BWD_CALL                                                                                   \
-    p0, p1, T, D, H, scale, q, k, v, bias, sb, sh, col, g, out, dout, mrow, lrow, dq, dk, dv,      \
-        dbias, dsb, dsh, dcol, dg
+    p0, p1, T, D, H, scale, q, k, v, bias, sb, sh, col, g, qv, P, Pt, Up, z, npos, out, dout,      \
+        mrow, lrow, dq, dk, dv, dbias, dsb, dsh, dcol, dg, dqv, dP, dz
+
+/* The row scratch of Args (6 Tp + 2 floats) from work */
+INLINE void row_scratch(Args *a, float *work) {
+    a->raw = work;
+    a->rel = work + a->Tp;
+    a->gate = work + 2 * a->Tp;
+    a->wv = work + 3 * a->Tp;
+    a->bv = work + 4 * a->Tp;
+    a->lo = (int32_t *)(work + 5 * a->Tp);
+    a->jtop = (int64_t *)(work + 6 * a->Tp);
+}
+
+INLINE Args make_args(int64_t T, int64_t H, double scale, const float *bias, int64_t sb,
+                      int64_t sh, const float *col, const float *g, const float *qv,
+                      const float *P, const float *Pt, int64_t Up, const float *z, int64_t npos) {
+    Args a = {0};
+    a.T = T;
+    a.Tp = round_up(T);
+    a.H = H;
+    a.alpha = (float)(scale * 1.4426950408889634);
+    a.scale = (float)scale;
+    a.bias = bias;
+    a.col = col;
+    a.g = g;
+    a.sb = sb;
+    a.sh = sh;
+    a.qv = qv;
+    a.P = P;
+    a.Pt = Pt;
+    a.Up = Up;
+    a.z = z;
+    a.npos = npos;
+    return a;
+}
 
 INLINE int64_t fwd_impl(FWD_ARGS) {
     const int64_t Tp = round_up(T);
-    float *work = malloc(sizeof(float) * (D * Tp + 2 * Tp));
+    float *work = malloc(sizeof(float) * (D * Tp + 8 * Tp + 2));
     if (!work) return 1;
-    Args a = {T, Tp, H, (float)(scale * 1.4426950408889634), bias, col, g, sb, sh};
+    Args a = make_args(T, H, scale, bias, sb, sh, col, g, qv, P, Pt, Up, z, npos);
+    row_scratch(&a, work + D * Tp + 2 * Tp);
 #define FWD(DD) fwd_pairs(p0, p1, &a, q, k, v, out, mrow, lrow, work, DD)
     DISPATCH(FWD)
 #undef FWD
@@ -438,9 +610,13 @@ INLINE int64_t fwd_impl(FWD_ARGS) {
 
 INLINE int64_t bwd_impl(BWD_ARGS) {
     const int64_t Tp = round_up(T);
-    float *work = malloc(sizeof(float) * (2 * D * Tp + 5 * Tp));
+    float *work = malloc(sizeof(float) * (2 * D * Tp + 13 * Tp + 2));
     if (!work) return 1;
-    Args a = {T, Tp, H, (float)(scale * 1.4426950408889634), bias, col, g, sb, sh};
+    Args a = make_args(T, H, scale, bias, sb, sh, col, g, qv, P, Pt, Up, z, npos);
+    row_scratch(&a, work + 2 * D * Tp + 7 * Tp);
+    a.dqv = qv ? dqv : NULL;
+    a.dP = qv ? dP : NULL;
+    a.dz = z ? dz : NULL;
 #define BWD(DD)                                                                                    \
     bwd_pairs(p0, p1, &a, q, k, v, out, dout, mrow, lrow, dq, dk, dv, dbias, dsb, dsh, dcol, dg,  \
               work, DD)

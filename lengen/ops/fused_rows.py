@@ -1,6 +1,7 @@
-"""Causal softmax / forgetting / TRA attention for CPU training in one C kernel per query row
-(``fused_rows.c``, built by :mod:`lengen.ops.ckernels`): the fast path the tiled ops
-(:mod:`lengen.ops.softmax.fast_cpu`, :mod:`lengen.ops.tra.fast_cpu`) take when it applies.
+"""Causal softmax / forgetting / TRA / CoPE attention for CPU training in one C kernel per query
+row (``fused_rows.c``, built by :mod:`lengen.ops.ckernels`): the fast path the tiled ops
+(:mod:`lengen.ops.softmax.fast_cpu`, :mod:`lengen.ops.tra.fast_cpu`,
+:mod:`lengen.ops.cope.fast_cpu`) take when it applies.
 
 Why a second path: with small heads (the cpu-scale models have head dim 16) the tiled path is
 bound by its passes over each [tq, T] tile (matmul, max, exp, sum, value product, and in
@@ -13,8 +14,12 @@ compare both paths with the dense references, values and gradients.
 It applies (:func:`fused_applies`) to float32 causal self-attention on CPU tensors (as many
 keys as queries, ``v``'s width equal to ``q``'s, ``scale > 0``) with no bias or a dense bias
 that broadcasts to [B, H, T, T], an optional per-key column ``col`` [B, H, T] (forgetting
-attention) and, for TRA, the per-query ``log_gate``. A tiled relative term (Transformer-XL) and
-float64 stay on the tiled path. ``LENGEN_FUSED_ROWS=0`` (or ``LENGEN_C_KERNELS=0``, or no C
+attention; the per-key part of Transformer-XL's terms), for TRA the per-query ``log_gate``, for
+CoPE its position logits ``z`` = ``scale q . e`` (made by the caller, so that their gradient
+reaches q and e through autograd; the kernel counts the positions and interpolates per row),
+and Transformer-XL's Toeplitz relative term (``qv``, ``P``:
+:class:`lengen.ops.tile_bias.RelativeBias`, one more dot product per pair). XL's low-rank
+(trig) form and float64 stay on the tiled path. ``LENGEN_FUSED_ROWS=0`` (or ``LENGEN_C_KERNELS=0``, or no C
 compiler) turns it off, and so does ``torch.compile`` (``train.compile``): traced through the
 ctypes calls, the compiled graph's replay of the q / k / v views broke (tests/test_precision.py),
 so compiled models keep SDPA and the tiled ops. Memory: it keeps two floats per query row for
@@ -34,7 +39,7 @@ from lengen.ops.cpu_workspace import group_target, run_groups
 from lengen.ops.tile_bias import as_4d, reduce_to
 
 SOURCE = Path(__file__).with_name("fused_rows.c")
-VERSION = 2
+VERSION = 3
 _P, _I, _D = ctypes.c_void_p, ctypes.c_int64, ctypes.c_double
 
 
@@ -49,10 +54,11 @@ def kernels():
     lib = load(SOURCE, VERSION)
     if lib is not None and not getattr(lib, "_lengen_typed", False):
         lib.fused_rows_fwd.argtypes = [_I, _I, _I, _I, _I, _D, _P, _P, _P, _P, _I, _I, _P, _P,
-                                       _P, _P, _P]
+                                       _P, _P, _P, _I, _P, _I, _P, _P, _P]
         lib.fused_rows_fwd.restype = _I
         lib.fused_rows_bwd.argtypes = [_I, _I, _I, _I, _I, _D, _P, _P, _P, _P, _I, _I, _P, _P,
-                                       _P, _P, _P, _P, _P, _P, _P, _P, _I, _I, _P, _P]
+                                       _P, _P, _P, _I, _P, _I, _P, _P, _P, _P, _P, _P, _P, _P,
+                                       _I, _I, _P, _P, _P, _P, _P]
         lib.fused_rows_bwd.restype = _I
         lib.fused_rows_force_baseline.argtypes = [_I]
         lib.fused_rows_force_baseline.restype = None
@@ -67,10 +73,14 @@ def _bias_extent(shape) -> tuple[int, int]:
     return shape[0], shape[1]
 
 
-def fused_applies(q, k, v, scale, bias, rqv, causal=True, col=None, log_gate=None) -> bool:
+def fused_applies(q, k, v, scale, bias, rqv, causal=True, col=None, log_gate=None, rP=None,
+                  z=None) -> bool:
     """Whether :func:`fused_attention` takes these inputs (and the kernel is available): any
     other shape of ``bias`` (than broadcastable to [B, H, T, T]), ``col`` or ``log_gate`` (than
-    [B, H, T]) goes to the callers' other paths, which broadcast or raise."""
+    [B, H, T]), a relative term other than a Toeplitz table (``rqv`` [B, H, T, D] with ``rP``
+    [H, 2T - 1, D]: :class:`lengen.ops.tile_bias.RelativeBias`; the low-rank form stays tiled)
+    or CoPE's ``z`` (than [B, H, T, npos]) goes to the callers' other paths, which broadcast or
+    raise."""
     if q.dim() != 4 or k.shape != q.shape or v.shape != q.shape:
         return False
     B, H, T, D = q.shape
@@ -82,10 +92,16 @@ def fused_applies(q, k, v, scale, bias, rqv, causal=True, col=None, log_gate=Non
             return False
     if any(x is not None and tuple(x.shape) != (B, H, T) for x in (col, log_gate)):
         return False
+    if rqv is not None and (rP is None or tuple(rqv.shape) != (B, H, T, D)
+                            or tuple(rP.shape) != (H, 2 * T - 1, D)):
+        return False
+    if z is not None and (z.dim() != 4 or tuple(z.shape[:3]) != (B, H, T) or z.shape[3] < 1
+                          or log_gate is not None):
+        return False
+    f32 = all(x is None or x.dtype == torch.float32 for x in (q, k, v, rqv, rP, z))
     return (causal and not torch.compiler.is_compiling()
             and q.device.type == k.device.type == v.device.type == "cpu"
-            and q.dtype == torch.float32 and k.dtype == v.dtype == torch.float32
-            and rqv is None and scale > 0 and T > 0 and D > 0 and kernels() is not None)
+            and f32 and scale > 0 and T > 0 and D > 0 and kernels() is not None)
 
 
 def grad_buffers(bias_shape, B: int, H: int, T: int, n_chunks: int):
@@ -118,9 +134,19 @@ def _check(status: int, what: str) -> None:
         raise MemoryError(f"fused_rows {what}: could not allocate its per-call scratch")
 
 
+def _table_t(P: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """The relative term's table [H, 2T - 1, D] transposed per head to [H, D, Up] with zero
+    columns from 2T - 1 on (Up >= T + 8: a row's last vector of distances stays inside)."""
+    H, U, D = P.shape
+    Up = -(-(U + 8) // 8) * 8
+    Pt = P.new_zeros(H, D, Up)
+    Pt[:, :, :U] = P.transpose(1, 2)
+    return Pt, Up
+
+
 class _FusedRows(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, bias, col, log_gate, scale):
+    def forward(ctx, q, k, v, bias, col, log_gate, qv, P, z, scale):
         B, H, T, D = q.shape
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         lib = kernels()
@@ -133,6 +159,11 @@ class _FusedRows(torch.autograd.Function):
         sh = 0 if b4 is None else b4.stride(1)
         colc = None if col is None else col.to(torch.float32).contiguous()        # [B, H, T]
         gc = None if log_gate is None else log_gate.to(torch.float32).contiguous()  # [B, H, T]
+        Pt, Up = (None, 0) if qv is None else _table_t(P)
+        qv = None if qv is None else qv.contiguous()                             # [B, H, T, D]
+        P = None if P is None else P.contiguous()                                # [H, 2T-1, D]
+        z = None if z is None else z.contiguous()                                # [B, H, T, npos]
+        npos = 0 if z is None else z.shape[-1]
         out = torch.empty_like(q)
         m = torch.empty(B, H, T, dtype=torch.float32)        # row max of the base-2 logits
         lsum = torch.empty(B, H, T, dtype=torch.float32)     # row sum of the weights (0: no key)
@@ -142,11 +173,12 @@ class _FusedRows(torch.autograd.Function):
             p0, p1 = chunks[ci]
             _check(lib.fused_rows_fwd(p0, p1, T, D, H, scale, q.data_ptr(), k.data_ptr(),
                                       v.data_ptr(), _ptr(b4), sb, sh, _ptr(colc), _ptr(gc),
+                                      _ptr(qv), _ptr(P), _ptr(Pt), Up, _ptr(z), npos,
                                       out.data_ptr(), m.data_ptr(), lsum.data_ptr()), "forward")
 
         run_groups(run, len(chunks))
-        ctx.save_for_backward(q, k, v, b4, colc, gc, out, m, lsum)
-        ctx.meta = (scale, sb, sh, None if bias is None else bias.shape,
+        ctx.save_for_backward(q, k, v, b4, colc, gc, qv, P, Pt, z, out, m, lsum)
+        ctx.meta = (scale, sb, sh, Up, None if bias is None else bias.shape,
                     None if bias is None else bias.dtype,
                     None if col is None else col.dtype,
                     None if log_gate is None else log_gate.dtype)
@@ -157,8 +189,8 @@ class _FusedRows(torch.autograd.Function):
         if torch.is_grad_enabled():    # create_graph=True: the kernel's backward has no graph
             raise RuntimeError("fused_rows attention has no double backward (create_graph=True); "
                                "use attention impl='naive' for that, or LENGEN_FUSED_ROWS=0")
-        q, k, v, b4, colc, gc, out, m, lsum = ctx.saved_tensors
-        scale, sb, sh, bshape, bdtype, cdtype, gdtype = ctx.meta
+        q, k, v, b4, colc, gc, qv, P, Pt, z, out, m, lsum = ctx.saved_tensors
+        scale, sb, sh, Up, bshape, bdtype, cdtype, gdtype = ctx.meta
         needs = ctx.needs_input_grad
         B, H, T, D = q.shape
         lib = kernels()
@@ -170,14 +202,22 @@ class _FusedRows(torch.autograd.Function):
         dbias, dsb, dsh = [None] * len(chunks), 0, 0
         if b4 is not None and needs[3]:
             dbias, dsb, dsh = grad_buffers(bshape, B, H, T, len(chunks))
+        # the relative term's gradients: qv's rows are written once each; the table is shared by
+        # the batch, so every chunk adds into its own and they are summed
+        dqv = None if qv is None else torch.zeros_like(qv)
+        dPs = [None] * len(chunks) if qv is None else [torch.zeros_like(P) for _ in chunks]
+        dz = None if z is None else torch.zeros_like(z)
+        npos = 0 if z is None else z.shape[-1]
 
         def run(ci):
             p0, p1 = chunks[ci]
             _check(lib.fused_rows_bwd(p0, p1, T, D, H, scale, q.data_ptr(), k.data_ptr(),
                                       v.data_ptr(), _ptr(b4), sb, sh, _ptr(colc), _ptr(gc),
+                                      _ptr(qv), _ptr(P), _ptr(Pt), Up, _ptr(z), npos,
                                       out.data_ptr(), dout.data_ptr(), m.data_ptr(),
                                       lsum.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
-                                      _ptr(dbias[ci]), dsb, dsh, _ptr(dcol), _ptr(dg)),
+                                      _ptr(dbias[ci]), dsb, dsh, _ptr(dcol), _ptr(dg), _ptr(dqv),
+                                      _ptr(dPs[ci]), _ptr(dz)),
                    "backward")
 
         run_groups(run, len(chunks))
@@ -188,12 +228,21 @@ class _FusedRows(torch.autograd.Function):
                 if extra is not total:
                     total = total + extra
             db = reduce_to(total, bshape).to(bdtype)
+        dP = None
+        if qv is not None:
+            dP = dPs[0]
+            for extra in dPs[1:]:
+                dP = dP + extra
         return (dq, dk, dv, db, None if dcol is None else dcol.to(cdtype),
-                None if dg is None else dg.to(gdtype), None)
+                None if dg is None else dg.to(gdtype), dqv, dP, dz, None)
 
 
-def fused_attention(q, k, v, *, scale: float, bias=None, col=None, log_gate=None):
+def fused_attention(q, k, v, *, scale: float, bias=None, col=None, log_gate=None, qv=None, P=None,
+                    z=None):
     """Causal attention of q, k, v [B, H, T, D] (float32; check :func:`fused_applies` first):
-    softmax over ``scale q.k + col_j + bias`` (``col`` [B, H, T], ``bias`` broadcastable to
-    [B, H, T, T]), or TRA's thresholded logits when ``log_gate`` [B, H, T] is given."""
-    return _FusedRows.apply(q, k, v, bias, col, log_gate, float(scale))
+    softmax over ``scale q.k + col_j + bias (+ qv_i . P[(T - 1) - i + j])``
+    (``col`` [B, H, T], ``bias`` broadcastable to [B, H, T, T], ``qv`` [B, H, T, D] and ``P``
+    [H, 2T - 1, D]: a Toeplitz relative term), TRA's thresholded logits when ``log_gate``
+    [B, H, T] is given, or CoPE's when ``z`` = ``scale q . e`` [B, H, T, npos] is (the counted
+    positions' logits, :mod:`lengen.ops.cope.naive`)."""
+    return _FusedRows.apply(q, k, v, bias, col, log_gate, qv, P, z, float(scale))

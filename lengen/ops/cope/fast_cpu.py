@@ -36,6 +36,7 @@ import torch
 from lengen.ops.cope import rows as cope_rows
 from lengen.ops.cope.naive import cope_attention_naive
 from lengen.ops.cpu_tiles import BIG, LOG2E, TiledAttention, exp2_floor, numerators
+from lengen.ops.fused_rows import fused_applies, fused_attention
 from lengen.ops.tile_bias import TileTerms, bias_inputs
 
 _rmasks: dict = {}
@@ -181,7 +182,10 @@ def cope_attention_fast_cpu(q, k, v, pos_emb, *, bias_fn=None, scale=None, retur
                             budget: int | None = None, qblock: int | None = None):
     """Drop-in for ``cope_attention_naive`` (q, k, v: [B, H, T, hd]; pos_emb [hd, npos] or
     [H, hd, npos]). ``bias_fn(0, T)`` is called once; its gradient flows back. A ``bias_fn`` with a
-    tiled form (:func:`lengen.ops.tile_bias.tiled_bias`) is evaluated per tile instead."""
+    tiled form (:func:`lengen.ops.tile_bias.tiled_bias`) is evaluated per tile instead.
+    Float32 with no tile size given (and no low-rank relative term) runs the per-row C kernel
+    (:mod:`lengen.ops.fused_rows`), which does the same maths row by row; ``budget`` / ``qblock``
+    select this module's tiled path."""
     if return_weights or q.dtype not in (torch.float32, torch.float64):
         return cope_attention_naive(q, k, v, pos_emb, bias_fn=bias_fn, scale=scale,
                                     return_weights=return_weights)
@@ -190,4 +194,10 @@ def cope_attention_fast_cpu(q, k, v, pos_emb, *, bias_fn=None, scale=None, retur
         raise ValueError("fast_cpu cope attention needs as many keys as queries")
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     bias, col, rqv, rP = bias_inputs(bias_fn, T, T)
+    if budget is None and qblock is None and fused_applies(q, k, v, scale, bias, rqv, col=col,
+                                                           rP=rP):
+        # the per-row C kernel: z' = scale q . e made here, its gradient reaches q and e through
+        # autograd; the kernel counts positions and interpolates per row
+        z = (q @ pos_emb.to(q.dtype)) * scale                               # [B, H, T, npos]
+        return fused_attention(q, k, v, scale=scale, bias=bias, col=col, qv=rqv, P=rP, z=z)
     return _CoPEFastCPU.apply(q, k, v, pos_emb, bias, scale, budget, qblock, col, rqv, rP)

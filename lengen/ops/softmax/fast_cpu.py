@@ -91,7 +91,8 @@ def softmax_attention_fast_cpu(q, k, v, *, causal=True, bias_fn=None, scale=None
     ``bias_fn`` with a tiled form (:func:`lengen.ops.tile_bias.tiled_bias`) is evaluated per tile
     instead, never as a [.., T, Tk] tensor.
     ``return_weights`` and bf16/fp16 inputs use the dense reference (without ``col_bias``).
-    Causal float32 self-attention without a tiled relative term runs the per-row C kernel
+    Causal float32 self-attention (Transformer-XL's Toeplitz term included, its low-rank form
+    not) runs the per-row C kernel
     (:mod:`lengen.ops.fused_rows`) when it is available and no tile size is given; ``budget`` /
     ``qblock`` select the tiled path."""
     if return_weights or q.dtype not in (torch.float32, torch.float64):
@@ -106,6 +107,6 @@ def softmax_attention_fast_cpu(q, k, v, *, causal=True, bias_fn=None, scale=None
     # a tiled relative term's per-key part goes into col
     bias, col, rqv, rP = bias_inputs(bias_fn, T, Tk, col_bias)
     if budget is None and qblock is None and fused_applies(q, k, v, scale, bias, rqv, causal,
-                                                           col=col):
-        return fused_attention(q, k, v, scale=scale, bias=bias, col=col)
+                                                           col=col, rP=rP):
+        return fused_attention(q, k, v, scale=scale, bias=bias, col=col, qv=rqv, P=rP)
     return _SoftmaxFastCPU.apply(q, k, v, bias, col, scale, causal, budget, qblock, rqv, rP)

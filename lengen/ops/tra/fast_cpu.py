@@ -128,7 +128,8 @@ def tra_attention_fast_cpu(q, k, v, log_gate, *, bias_fn=None, scale=None, retur
     ``bias_fn(0, T)`` is called once (the full [.., T, T] bias exists in training anyway); its
     gradient flows back through whatever made it. A ``bias_fn`` with a tiled form
     (:func:`lengen.ops.tile_bias.tiled_bias`) is evaluated per tile instead. ``return_weights``
-    and bf16/fp16 inputs use the dense reference. Float32 without a tiled relative term runs the
+    and bf16/fp16 inputs use the dense reference. Float32 (Transformer-XL's Toeplitz term included,
+    its low-rank form not) runs the
     per-row C kernel (:mod:`lengen.ops.fused_rows`) when it is available and no tile size is
     given; ``budget`` / ``qblock`` select the tiled path.
     """
@@ -139,6 +140,7 @@ def tra_attention_fast_cpu(q, k, v, log_gate, *, bias_fn=None, scale=None, retur
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     bias, col, rqv, rP = bias_inputs(bias_fn, T, k.shape[-2])
     if budget is None and qblock is None and fused_applies(q, k, v, scale, bias, rqv, col=col,
-                                                           log_gate=log_gate):
-        return fused_attention(q, k, v, scale=scale, bias=bias, col=col, log_gate=log_gate)
+                                                           log_gate=log_gate, rP=rP):
+        return fused_attention(q, k, v, scale=scale, bias=bias, col=col, log_gate=log_gate,
+                               qv=rqv, P=rP)
     return _TRAFastCPU.apply(q, k, v, log_gate, bias, scale, budget, qblock, col, rqv, rP)
