@@ -9,6 +9,11 @@ dim 64 and T = 512 for the limits) and each op:
 * ``bias``: a dense [H, T, T] bias with a gradient. Before: the tiled op.
 * ``fot``: forgetting attention (a per-key column). Before: the tiled op.
 * ``tra``: Threshold Relative Attention. Before: the tiled op.
+* ``cope``: CoPE (64 position embeddings, the module's default). Before: the tiled op (with its
+  C row kernels).
+* ``xl``: softmax with Transformer-XL's Toeplitz relative term and its per-key column (the tiled
+  form ``lengen.posenc.xl`` hands the ops for evenly stepped positions). Before: the tiled op.
+* ``cope_xl``: both. Before: the tiled op.
 
 "tiled" is the same op with an explicit tile size (``budget``, which selects the tiled path);
 "fused" the default call. A step is ``(op(q, k, v) * g).sum().backward()``. Rounds interleave
@@ -28,8 +33,10 @@ import torch
 import torch.nn.functional as F
 
 from lengen.ops import fused_rows
+from lengen.ops.cope.fast_cpu import cope_attention_fast_cpu
 from lengen.ops.fot.fast_cpu import fot_attention_fast_cpu
 from lengen.ops.softmax.fast_cpu import softmax_attention_fast_cpu
+from lengen.ops.tile_bias import BiasHook, RelativeBias
 from lengen.ops.tra.fast_cpu import tra_attention_fast_cpu
 
 try:                                     # run as a script from the repository root
@@ -51,7 +58,12 @@ TILED = dict(budget=1 << 18)             # the tiled ops' default budget, given 
 def ops(x):
     """op name -> (before, fused): callables of no arguments returning the output."""
     q, k, v, bias, lf, lg = x["q"], x["k"], x["v"], x["bias"], x["log_f"], x["log_gate"]
+    pe = x["pos_emb"]
     bfn = lambda s, e: bias[:, s:e]                          # noqa: E731
+
+    def rel():                                # XL's tiled form, made anew per call as XL does
+        return RelativeBias(x["qv"], x["P"], x["content"])
+    xl = BiasHook(lambda s, e: rel().dense()[..., s:e, :], rel)
     return {
         "softmax": (lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
                     lambda: softmax_attention_fast_cpu(q, k, v)),
@@ -61,6 +73,12 @@ def ops(x):
                 lambda: fot_attention_fast_cpu(q, k, v, lf)),
         "tra": (lambda: tra_attention_fast_cpu(q, k, v, lg, **TILED),
                 lambda: tra_attention_fast_cpu(q, k, v, lg)),
+        "cope": (lambda: cope_attention_fast_cpu(q, k, v, pe, **TILED),
+                 lambda: cope_attention_fast_cpu(q, k, v, pe)),
+        "xl": (lambda: softmax_attention_fast_cpu(q, k, v, bias_fn=xl, **TILED),
+               lambda: softmax_attention_fast_cpu(q, k, v, bias_fn=xl)),
+        "cope_xl": (lambda: cope_attention_fast_cpu(q, k, v, pe, bias_fn=xl, **TILED),
+                    lambda: cope_attention_fast_cpu(q, k, v, pe, bias_fn=xl)),
     }
 
 
@@ -68,7 +86,9 @@ def inputs(B, H, T, D):
     g = torch.Generator().manual_seed(0)
     r = lambda *s: torch.randn(*s, generator=g)              # noqa: E731
     x = dict(q=r(B, H, T, D), k=r(B, H, T, D), v=r(B, H, T, D), bias=0.5 * r(H, T, T),
-             log_f=F.logsigmoid(r(B, H, T) + 2), log_gate=F.logsigmoid(r(B, H, T)))
+             log_f=F.logsigmoid(r(B, H, T) + 2), log_gate=F.logsigmoid(r(B, H, T)),
+             pos_emb=0.3 * r(D, 64), qv=0.3 * r(B, H, T, D), P=0.3 * r(H, 2 * T - 1, D),
+             content=0.3 * r(B, H, T))
     x = {n: t.requires_grad_(True) for n, t in x.items()}
     return x, r(B, H, T, D)
 
@@ -103,7 +123,7 @@ def main(argv=None):
             times[c].append(time.perf_counter() - t0)
     rows = []
     for sh in args.shapes:
-        for op in ("softmax", "bias", "fot", "tra"):
+        for op in ops(inputs(1, 1, 2, 1)[0]):
             b, f = times[sh, op, "before"], times[sh, op, "fused"]
             rows.append(dict(shape=sh, BHTD=SHAPES[sh], op=op,
                              before="sdpa" if op == "softmax" else "tiled",
