@@ -12,7 +12,8 @@ length):
 * ``train``: positions drawn as training drew them, the first T of a sorted draw of
   max(T, T_pad) positions, T_pad the padded length of a 10-digit training row.
 
-Only the positions differ. Writes one JSON line per run (EM in % per length and draw) to OUT.
+Only the positions differ. Writes one JSON line per run to OUT: EM in % per length and draw, and
+``T``, each length's longest sequence in tokens.
 
     PYTHONPATH=. python results/addition-cpu-seeds/dip_eval.py OUT RUN_DIR [RUN_DIR ...]
 """
@@ -59,6 +60,8 @@ def main(out: str, *runs: str) -> None:
                             batch_size=cfg.eval.batch_size, seed=cfg.eval.seed)
             rec[name] = {r["split"]: round(100 * r["value"], 1) for r in rows
                          if r["metric"] == "seq_acc"}
+            # tokens of the longest sequence per length (the two draws agree where T >= t_pad)
+            rec["T"] = {r["split"]: r["length"] for r in rows if r["metric"] == "seq_acc"}
         sampler.sample = own
         print(json.dumps(rec), flush=True)
         with open(out, "a") as f:

@@ -4,8 +4,13 @@ judged by the rule in README.md ("At the Fig. 3 search's budget"), written befor
     PYTHONPATH=. python results/addition-cpu-seeds/summarize_8k.py
 
 Reads FIRE's runs at that budget from ``../addition-fig3-search/search-cpu.jsonl`` (seeds 0 and 3)
-and the ablation runs from ``probes-8k.jsonl`` (this folder: the probe script's output lines).
+and the ablation runs, and FIRE's seed 5, from ``probes-8k.jsonl`` (this folder: the probe
+script's output lines). Randomized positions are judged over seeds 0 and 3 (the first rule),
+random spaces over 0, 3 and 5 (its continuation, "Random spaces, continued").
 Writes ``runs-8k.csv`` (one row per run) and ``verdicts-8k.csv`` (one row per claim and reading).
+With ``dip.jsonl`` here (``dip_eval.py``'s output), also ``dip.csv``: the short-length dip test
+("The dip, tested on the trained weights"), one row per run that learns addition, and its
+verdict.
 """
 from __future__ import annotations
 
@@ -21,12 +26,16 @@ from summarize import verdict  # noqa: E402  (the same verdict rule as the 5,000
 HERE = os.path.dirname(os.path.abspath(__file__))
 SEARCH = os.path.join(HERE, "..", "addition-fig3-search", "search-cpu.jsonl")
 NEW = os.path.join(HERE, "probes-8k.jsonl")
+DIP = os.path.join(HERE, "dip.jsonl")
 PASS = 95.0
-SEEDS = (0, 3)
+SEEDS = (0, 3, 5)
 READINGS = {"fits": (1, 10), "learns": (6, 10)}   # name -> digits whose mean EM must pass
 #: claim -> (base arm, other arm, kind, sign of the paper's effect on OOD EM of `other - base`)
 CLAIMS = {"randomized positions help FIRE (Fig. 8)": ("fire", "fire-norand", "ood", -1),
           "random spaces hurt FIRE (Fig. 7)": ("fire", "fire-spaces", "ood", -1)}
+#: claim -> the seeds its rule names
+CLAIM_SEEDS = {"randomized positions help FIRE (Fig. 8)": (0, 3),
+               "random spaces hurt FIRE (Fig. 7)": (0, 3, 5)}
 
 
 def read(path: str, settings) -> list[dict]:
@@ -53,20 +62,72 @@ def per_run(rec: dict, source: str) -> dict:
     return row
 
 
+def dip(runs: pd.DataFrame) -> pd.DataFrame | None:
+    """The dip test over the runs of dip.jsonl that learn addition: mean EM over 1..5 digits
+    with the evaluation's draw and with training's, the two checks, and the verdict (the same
+    string on every row)."""
+    if not os.path.exists(DIP):
+        return None
+    final_em = {}                                  # run name -> its final EM per length
+    for path in (SEARCH, NEW):
+        with open(path) as f:
+            for line in f:
+                rec = json.loads(line)
+                final_em[rec["name"]] = rec.get("em") or {}
+    rows = []
+    with open(DIP) as f:
+        for line in f:
+            r = json.loads(line)
+            name = os.path.basename(r["run"].rstrip("/"))
+            run = runs[runs.run == name]
+            if len(run) != 1:
+                raise SystemExit(f"dip.jsonl run {name} is not in runs-8k.csv")
+            run = run.iloc[0]
+            if not run["learns"]:
+                continue
+            em = final_em[name]
+            same_T = [s for s, t in r["T"].items() if t >= r["t_pad"]]
+            rows.append(dict(run=name, setting=run["setting"], seed=run["seed"], t_pad=r["t_pad"],
+                             eval_1_5=sum(r["eval"][f"len={d}"] for d in range(1, 6)) / 5,
+                             train_1_5=sum(r["train"][f"len={d}"] for d in range(1, 6)) / 5,
+                             eval_is_final_em=all(abs(r["eval"][s] - em[s]) < 1e-9 for s in em),
+                             draws_agree_from_t_pad=all(r["train"][s] == r["eval"][s]
+                                                        for s in same_T),
+                             first_len_at_t_pad=min(int(s[4:]) for s in same_T)))
+    out = pd.DataFrame(rows)
+    if out.empty:
+        v = "untested"
+    elif not (out.eval_is_final_em.all() and out.draws_agree_from_t_pad.all()):
+        v = "no verdict (a check failed)"
+    elif ((out.train_1_5 >= PASS) & (out.train_1_5 > out.eval_1_5)).all():
+        v = "explained"
+    elif (out.train_1_5 > out.eval_1_5).all():
+        v = "partly explained"
+    else:
+        v = "not explained"
+    return out.assign(verdict=v)
+
+
 def main() -> None:
     rows = [per_run(r, "addition-fig3-search") for r in read(SEARCH, {"fire"})]
-    rows += [per_run(r, "this folder") for r in read(NEW, {"fire-norand", "fire-spaces"})]
+    rows += [per_run(r, "this folder") for r in read(NEW, {"fire-norand", "fire-spaces", "fire"})]
     runs = pd.DataFrame(rows).sort_values(["setting", "seed"]).reset_index(drop=True)
     if runs.duplicated(["setting", "seed"]).any():
         raise SystemExit("a setting and seed appear twice")
     runs.to_csv(os.path.join(HERE, "runs-8k.csv"), index=False)
-    verdicts = [dict(claim=c, **verdict(runs, *spec, reading, seeds=SEEDS))
+    verdicts = [dict(claim=c, **verdict(runs[runs.seed.isin(CLAIM_SEEDS[c])], *spec, reading,
+                                        seeds=CLAIM_SEEDS[c]))
                 for c, spec in CLAIMS.items() for reading in READINGS]
     pd.DataFrame(verdicts).to_csv(os.path.join(HERE, "verdicts-8k.csv"), index=False)
+    dips = dip(runs)
+    if dips is not None:
+        dips.to_csv(os.path.join(HERE, "dip.csv"), index=False)
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(runs.drop(columns=["run"]).round(1).to_string(index=False))
         print(pd.DataFrame(verdicts)[["claim", "reading", "base_passed", "other_passed",
                                       "common_seeds", "verdict"]].to_string(index=False))
+        if dips is not None:
+            print(dips.round(1).to_string(index=False))
 
 
 if __name__ == "__main__":
