@@ -402,3 +402,42 @@ def test_cope_op_takes_it_unless_told(monkeypatch):
     want = grads(lambda q, k, v, pe: cope_attention_naive(q, k, v, pe), x, names)
     close(got, want, "cope op, kernel")
     close(tiled, want, "cope op, tiled")
+
+
+def test_cope_count_rounding_onto_the_clamp_writes_inside_its_row(monkeypatch):
+    """Within a vector of 8 keys the counts are suffix sums in another order than one by one, so
+    a lane right of the leftmost clamped one can round onto npos - 1 (a gate under fp32
+    rounding). Its backward must not add into z[npos] (past the row: the next row, or past the
+    tensor for the last one). Found by a review's fuzzing under AddressSanitizer; here a -0.0
+    guard after dz shows a write of +0.0 (w = 0 there), for either sign of the gradient."""
+    cases = {1: [2.6063220500946045, -30.0, -2.2436938285827637, 1.5044525861740112,
+                 -1.6703274250030518, -1.1123154163360596, 1.0752723217010498, 2.657130241394043],
+             0: [-30.0, 0.38009166717529297, 2.258455276489258, -1.6721702814102173,
+                 2.857088088989258, -1.3352398872375488, -3.4570393562316895, -1.672773003578186]}
+    T, npos = 8, 4
+    guarded = []
+    real = torch.zeros_like
+
+    def zeros_like(t, *a, **kw):
+        if tuple(t.shape) != (1, 1, T, npos):
+            return real(t, *a, **kw)
+        buf = torch.zeros(t.numel() + 8)
+        buf[t.numel():] = -0.0
+        guarded.append(buf)
+        return buf[:t.numel()].view(t.shape)
+    monkeypatch.setattr(torch, "zeros_like", zeros_like)
+    lib = fused_rows.kernels()
+    for baseline, scores in cases.items():             # each set of scores hits one build
+        q = torch.ones(1, 1, T, 1, requires_grad=True)
+        k = torch.tensor(scores).view(1, 1, T, 1).requires_grad_(True)
+        v = torch.linspace(-1, 1, T).view(1, 1, T, 1)
+        z = torch.randn(1, 1, T, npos, generator=torch.Generator().manual_seed(1))
+        z.requires_grad_(True)
+        for sign in (1.0, -1.0):
+            lib.fused_rows_force_baseline(baseline)
+            try:
+                (sign * fused_attention(q, k, v, scale=1.0, z=z)).sum().backward()
+            finally:
+                lib.fused_rows_force_baseline(0)
+            assert torch.signbit(guarded[-1][T * npos:]).all(), \
+                f"baseline={baseline} sign={sign}: wrote past dz"

@@ -443,7 +443,7 @@ INLINE void row_grad(const Args *a, int64_t p, int64_t i, int64_t len, const flo
     }
     if (a->dz) { /* CoPE: position-logit and gate gradients (header); dl becomes d score / scale */
         float *dzr = a->dz + (p * T + i) * a->npos, run = 0.0f, clamped = 0.0f;
-        const int64_t jt = *a->jtop;
+        const int64_t jt = *a->jtop, top = a->npos - 1;
         /* keys at the clamp: all of their gradient goes to z[npos - 1]; b = 0 there, so the
          * running position gradient is still 0 and dl stays as it is */
         for (int64_t j = 0; j <= jt; j++) clamped += dl[j];
@@ -452,7 +452,9 @@ INLINE void row_grad(const Args *a, int64_t p, int64_t i, int64_t len, const flo
             const float d = dl[j], w = a->wv[j], gj = a->gate[j];
             const int32_t lo = a->lo[j];
             dzr[lo] += d - d * w;
-            dzr[lo + 1] += d * w;
+            /* lo is below npos - 1 here but for a count that rounds onto the clamp in a lane
+             * right of jtop (w = 0 there): never write past the row */
+            if (lo < top) dzr[lo + 1] += d * w;
             run += d * a->bv[j];
             dl[j] = d + run * (gj - gj * gj);
         }
