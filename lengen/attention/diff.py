@@ -25,13 +25,13 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from lengen.attention.base import Attention
 from lengen.checks import Float
 from lengen.ops.diff import diff_attention_chunked, diff_attention_naive
 from lengen.ops.diff.fast_cpu import diff_attention_fast_cpu
+from lengen.ops.norm import rms_norm
 
 
 def default_lambda_init(layer_idx: int) -> float:
@@ -97,7 +97,7 @@ class DifferentialAttention(Attention):
 
     def head_norm(self, y):
         """Per-head RMSNorm over 2*hd, then * (1 - lambda_init): [B, H/2, T, 2hd]."""
-        y = F.rms_norm(y, (y.shape[-1],), self.norm_weight, self.norm_eps)
+        y = rms_norm(y, self.norm_weight, self.norm_eps)
         return y * (1 - self.lambda_init)
 
 

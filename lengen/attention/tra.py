@@ -22,14 +22,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from lengen.attention.base import Attention
+from lengen.ops.norm import rms_norm
 from lengen.ops.select import pick
 from lengen.ops.tra import tra_attention_chunked, tra_attention_naive
 from lengen.ops.tra.fast_cpu import tra_attention_fast_cpu
 
 
 def rms_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """x * rsqrt(mean(x^2) + eps) over the last dim, no learned scale (one fused kernel)."""
-    return F.rms_norm(x, (x.shape[-1],), eps=eps)
+    """x * rsqrt(mean(x^2) + eps) over the last dim, no learned scale (``F.rms_norm``; in CPU
+    training with its backward in one C pass per row, :mod:`lengen.ops.norm`)."""
+    return rms_norm(x, None, eps)
 
 
 class ThresholdRelativeAttention(Attention):

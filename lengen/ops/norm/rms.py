@@ -1,0 +1,115 @@
+"""RMSNorm (Zhang & Sennrich 2019), ``y = x / sqrt(mean(x^2) + eps) * w`` over the last dim,
+with a CPU training path in C (``rms_rows.c``, built by :mod:`lengen.ops.ckernels`).
+
+Why: ``torch.nn.functional.rms_norm`` has a fused forward on CPU, but its backward runs as five
+or six passes over the whole tensor (pow, mean, rsqrt, mul ...); in the cpu-scale models
+(d_model 64, a few thousand tokens per step) the norms' backward took longer than their
+matmuls' (benchmarks/RESULTS.md, "RMSNorm"). The kernel does a row's backward in one pass and
+keeps one float per row (1 / rms) from its forward.
+
+:func:`rms_norm` takes the kernel for float32 CPU tensors when a gradient is needed and the
+kernel is available (``LENGEN_C_KERNELS=0``, no C compiler, or ``torch.compile`` turn it off);
+otherwise, evaluation included, it is ``F.rms_norm`` itself, so evaluated numbers do not
+change. The two agree to fp32 rounding (tests/test_rms_norm.py: values and gradients, against
+F.rms_norm and a float64 reference).
+"""
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from lengen.ops.ckernels import enabled, load
+from lengen.ops.cpu_workspace import group_target, run_groups
+
+SOURCE = Path(__file__).with_name("rms_rows.c")
+VERSION = 1
+_P, _I, _D = ctypes.c_void_p, ctypes.c_int64, ctypes.c_double
+
+
+def kernels():
+    """The loaded library with typed entry points, or None (no compiler, failed build, or
+    ``LENGEN_C_KERNELS=0``, read at every call)."""
+    if not enabled():
+        return None
+    lib = load(SOURCE, VERSION)
+    if lib is not None and not getattr(lib, "_lengen_typed", False):
+        lib.rms_rows_fwd.argtypes = [_I, _I, _I, _P, _P, _D, _P, _P]
+        lib.rms_rows_fwd.restype = None
+        lib.rms_rows_bwd.argtypes = [_I, _I, _I, _P, _P, _P, _P, _P, _P]
+        lib.rms_rows_bwd.restype = None
+        lib._lengen_typed = True
+    return lib
+
+
+def applies(x: torch.Tensor, weight: torch.Tensor | None) -> bool:
+    """Whether :func:`rms_norm` takes the C kernel for these inputs."""
+    grad = torch.is_grad_enabled() and (x.requires_grad or (weight is not None
+                                                            and weight.requires_grad))
+    return (grad and not torch.compiler.is_compiling() and x.device.type == "cpu"
+            and x.dtype == torch.float32 and x.dim() >= 1 and x.shape[-1] > 0 and x.numel() > 0
+            and (weight is None or (weight.dtype == torch.float32 and weight.dim() == 1
+                                    and weight.shape[0] == x.shape[-1]
+                                    and weight.device.type == "cpu"))
+            and kernels() is not None)
+
+
+def _chunks(n: int) -> list[tuple[int, int]]:
+    w = max(1, min(group_target(), n))
+    step = -(-n // w)
+    return [(p, min(n, p + step)) for p in range(0, n, step)]
+
+
+class _RMSNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        d = x.shape[-1]
+        xc = x.contiguous()
+        wc = None if weight is None else weight.contiguous()
+        rows = xc.numel() // d
+        y = torch.empty_like(xc)
+        rstd = torch.empty(rows, dtype=torch.float32)
+        lib = kernels()
+        chunks = _chunks(rows)
+        run_groups(lambda ci: lib.rms_rows_fwd(*chunks[ci], d, xc.data_ptr(),
+                                               None if wc is None else wc.data_ptr(), eps,
+                                               y.data_ptr(), rstd.data_ptr()), len(chunks))
+        ctx.save_for_backward(xc, wc, rstd)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        if torch.is_grad_enabled():    # create_graph=True: the kernel's backward has no graph
+            raise RuntimeError("the C RMSNorm has no double backward (create_graph=True); set "
+                               "LENGEN_C_KERNELS=0 for that")
+        xc, wc, rstd = ctx.saved_tensors
+        d = xc.shape[-1]
+        rows = xc.numel() // d
+        dy = dy.to(torch.float32).contiguous()
+        dx = torch.empty_like(xc)
+        chunks = _chunks(rows)
+        need_w = wc is not None and ctx.needs_input_grad[1]
+        # the weight's gradient sums over rows: one accumulator per chunk, summed after
+        dws = [torch.zeros(d) if need_w else None for _ in chunks]
+        lib = kernels()
+        run_groups(lambda ci: lib.rms_rows_bwd(*chunks[ci], d, xc.data_ptr(),
+                                               None if wc is None else wc.data_ptr(),
+                                               rstd.data_ptr(), dy.data_ptr(), dx.data_ptr(),
+                                               None if dws[ci] is None else dws[ci].data_ptr()),
+                   len(chunks))
+        dw = None
+        if need_w:
+            dw = dws[0]
+            for extra in dws[1:]:
+                dw = dw + extra
+        return dx, dw, None
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6):
+    """RMSNorm over the last dim of x, times ``weight`` [d] if given: ``F.rms_norm(x,
+    (d,), weight, eps)``, through the C kernel where :func:`applies`."""
+    if applies(x, weight):
+        return _RMSNorm.apply(x, weight, float(eps))
+    return F.rms_norm(x, (x.shape[-1],), weight, eps)
