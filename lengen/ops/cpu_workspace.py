@@ -145,3 +145,12 @@ def group_target() -> int:
     balance when a worker gets descheduled), 1 when single-threaded."""
     n = torch.get_num_threads()
     return 4 * n if n > 1 else 1
+
+
+def index_chunks(n: int) -> list[tuple[int, int]]:
+    """0..n-1 cut into :func:`group_target` contiguous ranges ``(start, stop)`` (fewer when n is
+    small), the work items of :func:`run_groups` for the C kernels that loop over rows or
+    (batch, head) pairs themselves."""
+    w = max(1, min(group_target(), n))
+    step = -(-n // w)
+    return [(p, min(n, p + step)) for p in range(0, n, step)]

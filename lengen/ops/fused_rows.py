@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 
 from lengen.ops.ckernels import env_on, load
-from lengen.ops.cpu_workspace import group_target, run_groups
+from lengen.ops.cpu_workspace import index_chunks, run_groups
 from lengen.ops.tile_bias import as_4d, reduce_to
 
 SOURCE = Path(__file__).with_name("fused_rows.c")
@@ -123,11 +123,6 @@ def _ptr(x):
     return None if x is None else x.data_ptr()
 
 
-def _chunks(n: int) -> list[tuple[int, int]]:
-    w = max(1, min(group_target(), n))
-    step = -(-n // w)
-    return [(p, min(n, p + step)) for p in range(0, n, step)]
-
 
 def _check(status: int, what: str) -> None:
     if status:                                   # never a silently missing result
@@ -167,7 +162,7 @@ class _FusedRows(torch.autograd.Function):
         out = torch.empty_like(q)
         m = torch.empty(B, H, T, dtype=torch.float32)        # row max of the base-2 logits
         lsum = torch.empty(B, H, T, dtype=torch.float32)     # row sum of the weights (0: no key)
-        chunks = _chunks(B * H)
+        chunks = index_chunks(B * H)
 
         def run(ci):
             p0, p1 = chunks[ci]
@@ -196,7 +191,7 @@ class _FusedRows(torch.autograd.Function):
         lib = kernels()
         dout = dout.to(torch.float32).contiguous()
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        chunks = _chunks(B * H)
+        chunks = index_chunks(B * H)
         dcol = torch.zeros(B, H, T) if colc is not None and needs[4] else None
         dg = torch.empty(B, H, T) if gc is not None else None
         dbias, dsb, dsh = [None] * len(chunks), 0, 0

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from lengen.ops.ckernels import enabled, load
-from lengen.ops.cpu_workspace import group_target, run_groups
+from lengen.ops.cpu_workspace import index_chunks, run_groups
 
 SOURCE = Path(__file__).with_name("rms_rows.c")
 VERSION = 1
@@ -56,11 +56,6 @@ def applies(x: torch.Tensor, weight: torch.Tensor | None) -> bool:
             and kernels() is not None)
 
 
-def _chunks(n: int) -> list[tuple[int, int]]:
-    w = max(1, min(group_target(), n))
-    step = -(-n // w)
-    return [(p, min(n, p + step)) for p in range(0, n, step)]
-
 
 class _RMSNorm(torch.autograd.Function):
     @staticmethod
@@ -72,7 +67,7 @@ class _RMSNorm(torch.autograd.Function):
         y = torch.empty_like(xc)
         rstd = torch.empty(rows, dtype=torch.float32)
         lib = kernels()
-        chunks = _chunks(rows)
+        chunks = index_chunks(rows)
         run_groups(lambda ci: lib.rms_rows_fwd(*chunks[ci], d, xc.data_ptr(),
                                                None if wc is None else wc.data_ptr(), eps,
                                                y.data_ptr(), rstd.data_ptr()), len(chunks))
@@ -89,7 +84,7 @@ class _RMSNorm(torch.autograd.Function):
         rows = xc.numel() // d
         dy = dy.to(torch.float32).contiguous()
         dx = torch.empty_like(xc)
-        chunks = _chunks(rows)
+        chunks = index_chunks(rows)
         need_w = wc is not None and ctx.needs_input_grad[1]
         # the weight's gradient sums over rows: one accumulator per chunk, summed after
         dws = [torch.zeros(d) if need_w else None for _ in chunks]
