@@ -16,7 +16,8 @@
  *   TRA:      keys with q_i . k_j > 0 survive (TRA eqs. 4-12); Dbar_ij = survivors in j..i;
  *             L_ij = scale q_i . k_j + (Dbar_ij - 1) g_i  [+ bias_ij] on survivors, others excluded
  *             (g = log delta; the row constants -col_i and -g_i drop out of the softmax).
- *   CoPE:     s_ij = q_i . k_j, g_ij = sigmoid(scale s_ij), p_ij = min(sum_{t=j..i} g_it, npos - 1),
+ *   CoPE:     s_ij = q_i . k_j, g_ij = sigmoid(scale s_ij),
+ *             p_ij = min(sum_{t=j..i} g_it, npos - 1),
  *             L_ij = scale s_ij + z_i[lo] + w (z_i[lo+1] - z_i[lo])  [+ col, bias]
  *             (Golovneva et al. 2024; lo = floor p_ij, w = p_ij - lo, z_i = scale q_i . e, made by
  *             the caller, as lengen/ops/cope/naive.py; z_i[npos] is never read: w = 0 there).
@@ -38,7 +39,8 @@
  *
  * Layout: q, k, v, out, dout, dq, dk, dv, qv, dqv are [n, T, D] (pair p = b * H + h), col / g /
  * m / l / dcol / dg [n, T], z / dz [n, T, npos], P / dP [H, 2T - 1, D] and Pt = P transposed per
- * head, [H, D, Up] with zero columns from 2T - 1 (Up >= T + 8, so a row's vectors stay inside); bias for pair p starts at bias + b * sb + h * sh (strides in floats; 0 where
+ * head, [H, D, Up] with zero columns from 2T - 1 (Up >= T + 8, so a row's vectors stay inside);
+ * bias for pair p starts at bias + b * sb + h * sh (strides in floats; 0 where
  * the bias is shared) with rows of T floats, and dbias likewise with dsb, dsh. Loops over keys
  * are written 8 at a time so that the compiler keeps them in vector registers; on x86-64 the
  * exported functions also have an AVX2 + FMA build, picked at run time.
@@ -216,8 +218,10 @@ typedef struct {
     float *dqv, *dP, *dz; /* backward: their gradients (dP: this call's accumulator) */
 } Args;
 
-/* CoPE's row i (raw[j] = q_i . k_j): gates, counted positions (summed from the query leftwards,
- * the reference's order) and the interpolated position logit, into the base-2 logits s[0..i];
+/* CoPE's row i (raw[j] = q_i . k_j): gates, counted positions (from the query leftwards, 8 keys
+ * at a time: a suffix sum within the vector plus the keys to its right, so the additions run in
+ * another order than the reference's one-by-one cumsum) and the interpolated position logit,
+ * into the base-2 logits s[0..i];
  * keeps the gates, w, b and buckets for backward. Gates are >= 0, so once the count reaches
  * npos - 1 every key further left is clamped there too (w = 0, b = 0): from that key on the row
  * is one vectorised pass, and backward only sums its gradient into z[npos - 1]. */
@@ -261,7 +265,9 @@ INLINE void cope_row(const Args *a, int64_t p, int64_t i, float *s) {
             a->bv[j] = bj;
             s[j] = a->alpha * raw[j] + LOG2E * (zl + a->wv[j] * bj);
         }
-        if (clamp[0]) { /* clamped lanes are the lowest ones (counts grow leftwards) */
+        if (clamp[0]) { /* counts grow leftwards, so clamped lanes are the lowest ones, up to
+                         * rounding (a lane right of jt may round onto the clamp: row_grad's
+                         * guard) */
             int u = 0;
             while (u + 1 < VL && clamp[u + 1]) u++;
             jt = jb + u < i ? jb + u : i; /* npos = 1 clamps the lanes right of the query too */
@@ -513,7 +519,8 @@ INLINE void bwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, con
                 const float *qv0 = a->qv + (p * T + i) * D, *qv1 = qv0 + D;
                 if (two) {
                     axpy(dPh - D, dn1[0], qv1, D);
-                    for (int64_t j = 0; j <= i; j++) axpy2(dPh + j * D, dn0[j], qv0, dn1[j + 1], qv1, D);
+                    for (int64_t j = 0; j <= i; j++)
+                        axpy2(dPh + j * D, dn0[j], qv0, dn1[j + 1], qv1, D);
                 } else {
                     for (int64_t j = 0; j <= i; j++) axpy(dPh + j * D, dn0[j], qv0, D);
                 }

@@ -19,8 +19,8 @@ CoPE its position logits ``z`` = ``scale q . e`` (made by the caller, so that th
 reaches q and e through autograd; the kernel counts the positions and interpolates per row),
 and Transformer-XL's Toeplitz relative term (``qv``, ``P``:
 :class:`lengen.ops.tile_bias.RelativeBias`, one more dot product per pair). XL's low-rank
-(trig) form and float64 stay on the tiled path. ``LENGEN_FUSED_ROWS=0`` (or ``LENGEN_C_KERNELS=0``, or no C
-compiler) turns it off, and so does ``torch.compile`` (``train.compile``): traced through the
+(trig) form and float64 stay on the tiled path. ``LENGEN_FUSED_ROWS=0`` (or
+``LENGEN_C_KERNELS=0``, or no C compiler) turns it off, and so does ``torch.compile`` (``train.compile``): traced through the
 ctypes calls, the compiled graph's replay of the q / k / v views broke (tests/test_precision.py),
 so compiled models keep SDPA and the tiled ops. Memory: it keeps two floats per query row for
 backward, where the tiled path keeps the [T, T] weights.
