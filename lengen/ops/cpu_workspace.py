@@ -147,6 +147,18 @@ def group_target() -> int:
     return 4 * n if n > 1 else 1
 
 
+def sum_parts(parts: list):
+    """The sum of per-chunk gradient accumulators (each tensor counted once: chunks that may
+    share one list it repeatedly); None for an empty list or a list of None."""
+    total, seen = None, set()
+    for t in parts:
+        if t is None or id(t) in seen:
+            continue
+        seen.add(id(t))
+        total = t if total is None else total + t
+    return total
+
+
 def index_chunks(n: int) -> list[tuple[int, int]]:
     """0..n-1 cut into :func:`group_target` contiguous ranges ``(start, stop)`` (fewer when n is
     small), the work items of :func:`run_groups` for the C kernels that loop over rows or

@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 
 from lengen.ops.ckernels import env_on, load
-from lengen.ops.cpu_workspace import index_chunks, run_groups
+from lengen.ops.cpu_workspace import index_chunks, run_groups, sum_parts
 from lengen.ops.tile_bias import as_4d, reduce_to
 
 SOURCE = Path(__file__).with_name("fused_rows.c")
@@ -218,16 +218,8 @@ class _FusedRows(torch.autograd.Function):
         run_groups(run, len(chunks))
         db = None
         if dbias[0] is not None:
-            total = dbias[0]
-            for extra in dbias[1:]:
-                if extra is not total:
-                    total = total + extra
-            db = reduce_to(total, bshape).to(bdtype)
-        dP = None
-        if qv is not None:
-            dP = dPs[0]
-            for extra in dPs[1:]:
-                dP = dP + extra
+            db = reduce_to(sum_parts(dbias), bshape).to(bdtype)
+        dP = sum_parts(dPs)
         return (dq, dk, dv, db, None if dcol is None else dcol.to(cdtype),
                 None if dg is None else dg.to(gdtype), dqv, dP, dz, None)
 

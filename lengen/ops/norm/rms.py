@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from lengen.ops.ckernels import enabled, load
-from lengen.ops.cpu_workspace import index_chunks, run_groups
+from lengen.ops.cpu_workspace import index_chunks, run_groups, sum_parts
 
 SOURCE = Path(__file__).with_name("rms_rows.c")
 VERSION = 1
@@ -94,12 +94,7 @@ class _RMSNorm(torch.autograd.Function):
                                                rstd.data_ptr(), dy.data_ptr(), dx.data_ptr(),
                                                None if dws[ci] is None else dws[ci].data_ptr()),
                    len(chunks))
-        dw = None
-        if need_w:
-            dw = dws[0]
-            for extra in dws[1:]:
-                dw = dw + extra
-        return dx, dw, None
+        return dx, sum_parts(dws), None
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6):
