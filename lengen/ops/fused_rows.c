@@ -67,6 +67,11 @@
 #pragma GCC diagnostic ignored "-Waggressive-loop-optimizations"
 #endif
 #define INLINE static inline __attribute__((always_inline))
+/* GCC's __builtin_shuffle takes a run-time index vector (vpermps in the AVX2 build); Clang has
+ * no such builtin, and its builds look CoPE's table up lane by lane */
+#if defined(__GNUC__) && !defined(__clang__)
+#define VAR_SHUFFLE 1
+#endif
 
 /* GCC / Clang vector extensions: 8 floats (one AVX register; two SSE registers in the default
  * build). vu: the same with 4-byte alignment, for loads and stores at any float offset, and
@@ -82,10 +87,14 @@ INLINE void store8(float *x, v8 y) { *(vu *)x = y; }
 INLINE v8 splat(float x) { return (v8){0} + x; } /* a broadcast */
 INLINE v8 select8(v8i mask, v8 a, v8 b) { return (v8)((mask & (v8i)a) | (~mask & (v8i)b)); }
 
-int64_t fused_rows_version(void) { return 3; }
+int64_t fused_rows_version(void) { return 4; }
 
 /* x rounded up to a whole number of vectors */
 INLINE int64_t round_up(int64_t x) { return (x + VL - 1) / VL * VL; }
+
+/* floats of one CoPE row table (z, its differences, dz): npos, and room for a 16-entry window
+ * from its last entry */
+INLINE int64_t cope_table(int64_t npos) { return (npos > 0 ? npos : 0) + 2 * VL; }
 
 /* lane u <- x[u + n], zeros shifted in from the top (n = 1, 2, 4) */
 INLINE v8 shift_down(v8 x, int n) {
@@ -98,6 +107,20 @@ INLINE v8 shift_down(v8 x, int n) {
     float buf[2 * VL] = {0};
     store8(buf, x);
     return load8(buf + n);
+#endif
+}
+
+/* lane u <- x[u - n], zeros shifted in from the bottom (n = 1, 2, 4) */
+INLINE v8 shift_up(v8 x, int n) {
+#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
+    const v8 z = splat(0.0f);
+    if (n == 1) return __builtin_shufflevector(z, x, 7, 8, 9, 10, 11, 12, 13, 14);
+    if (n == 2) return __builtin_shufflevector(z, x, 7, 7, 8, 9, 10, 11, 12, 13);
+    return __builtin_shufflevector(z, x, 7, 7, 7, 7, 8, 9, 10, 11);
+#else /* older GCC: through memory */
+    float buf[2 * VL] = {0};
+    store8(buf + VL, x);
+    return load8(buf + VL - n);
 #endif
 }
 
@@ -209,14 +232,33 @@ typedef struct {
     int64_t sb, sh;
     const float *qv, *P, *Pt; /* relative term, or NULL */
     int64_t Up;
-    const float *z; /* CoPE's position logits, or NULL */
-    int64_t npos;
+    /* CoPE's position embeddings, or NULL: [pe_heads, D, Np] (Np >= npos rounded up to VL, zero
+     * columns from npos), and transposed, peT [pe_heads, npos, D] */
+    const float *pe, *peT;
+    int64_t npos, Np, pe_heads;
     /* one row's scratch (Tp each): raw q . k, relative term, CoPE's gates, w, b and buckets */
     float *raw, *rel, *gate, *wv, *bv;
     int32_t *lo;
     int64_t *jtop; /* CoPE: the rightmost key of the row whose position is clamped, or -1 */
-    float *dqv, *dP, *dz; /* backward: their gradients (dP: this call's accumulator) */
+    float *zb, *bb; /* CoPE: the row's z and its differences, npos + 2 VL each (zeroed once) */
+    float *dqv, *dP; /* backward: their gradients (dP: this call's accumulator) */
+    float *dpeT;     /* backward: CoPE's embedding gradient, as peT (this call's accumulator) */
+    float *dzrow;    /* backward: CoPE's dz of the two rows in hand (zero between rows) */
 } Args;
+
+/* CoPE: the head of pair p's embeddings (0 when the heads share them) */
+INLINE int64_t cope_head(const Args *a, int64_t p) { return a->pe_heads > 1 ? p % a->H : 0; }
+
+/* CoPE: the largest bucket row i can reach. Its count sums at most i + 1 gates <= 1 each; the
+ * margin of 2 is for rounding. */
+INLINE int64_t cope_last(const Args *a, int64_t i) { return a->npos - 1 < i + 3 ? a->npos - 1 : i + 3; }
+
+/* CoPE: the position logits row i needs, z_i[0 .. cope_last + 1] (the table of differences
+ * reads one past the last bucket), and the entries of dz it can write */
+INLINE int64_t cope_reach(const Args *a, int64_t i) {
+    const int64_t n = cope_last(a, i) + 2;
+    return n < a->npos ? n : a->npos;
+}
 
 /* CoPE's row i (raw[j] = q_i . k_j): gates, counted positions (from the query leftwards, 8 keys
  * at a time: a suffix sum within the vector plus the keys to its right, so the additions run in
@@ -225,15 +267,24 @@ typedef struct {
  * keeps the gates, w, b and buckets for backward. Gates are >= 0, so once the count reaches
  * npos - 1 every key further left is clamped there too (w = 0, b = 0): from that key on the row
  * is one vectorised pass, and backward only sums its gradient into z[npos - 1]. */
-INLINE void cope_row(const Args *a, int64_t p, int64_t i, float *s) {
+INLINE void cope_row(const Args *a, int64_t p, int64_t i, const float *qi, float *s,
+                     const int64_t D) {
     const int64_t top = a->npos - 1;
     const float *raw = a->raw, ftop = (float)top;
-    const float *zr = a->z + (p * a->T + i) * a->npos;
+    const float *zr = a->zb;
     const v8 zero = splat(0.0f), one = splat(1.0f), lo2 = splat(FLOOR2), sc = splat(a->scale),
              vtop = splat(ftop), al = splat(a->alpha);
     const v8i lane = {0, 1, 2, 3, 4, 5, 6, 7};
     v8 carry = zero;
     int64_t jt = -1;
+    /* the row's tables: zb = z_i = scale q_i . e (the position logits, cope_reach entries) and
+     * bb[n] = z_i[n+1] - z_i[n] (0 at the clamp), up to the largest bucket the row can reach;
+     * entries past them are stale but never selected */
+    {
+        const int64_t nb = cope_last(a, i);
+        dots(qi, a->pe + cope_head(a, p) * D * a->Np, a->Np, cope_reach(a, i), a->scale, a->zb, D);
+        for (int64_t n = 0; n <= nb; n++) a->bb[n] = n < top ? zr[n + 1] - zr[n] : 0.0f;
+    }
     /* 8 keys at a time from the query's vector leftwards, until the count reaches the clamp */
     for (int64_t jb = i / VL * VL; jb >= 0; jb -= VL) {
         /* sigmoid(x) = 1 / (1 + e) for x >= 0, e / (1 + e) below, e = 2^(-|x| log2 e) */
@@ -257,14 +308,30 @@ INLINE void cope_row(const Args *a, int64_t p, int64_t i, float *s) {
         const v8 w = select8(clamp, zero, pp - __builtin_convertvector(lo, v8));
         store8(a->wv + jb, w);
         *(vui *)(a->lo + jb) = lo;
+#ifdef VAR_SHUFFLE
+        /* the table lookups as two 16-entry permutes: the 8 counts of a vector differ by at most
+         * the sum of 8 gates (<= 8) plus rounding, so their buckets lie in lo[7] - 1 .. lo[7] + 9,
+         * inside the 16 table entries from lo[7] - 1 (rounding is why the - 1: a lane's count may
+         * round under the count of the lane to its right) */
+        {
+            int32_t l0 = lo[VL - 1] - 1;
+            l0 = l0 < 0 ? 0 : l0;
+            const v8i rel = lo - l0;
+            const v8 zl = __builtin_shuffle(load8(a->zb + l0), load8(a->zb + l0 + VL), rel);
+            const v8 bj = __builtin_shuffle(load8(a->bb + l0), load8(a->bb + l0 + VL), rel);
+            store8(a->bv + jb, bj);
+            store8(s + jb, al * load8(raw + jb) + LOG2E * (zl + w * bj));
+        }
+#else
         /* the table lookups lane by lane from memory (inserting lanes into a vector register one
          * at a time cost more than the rest of the row) */
         for (int64_t j = jb; j < jb + VL; j++) {
             const int32_t b0 = a->lo[j];
-            const float zl = zr[b0], bj = b0 < top ? zr[b0 + 1] - zl : 0.0f;
+            const float zl = a->zb[b0], bj = a->bb[b0];
             a->bv[j] = bj;
             s[j] = a->alpha * raw[j] + LOG2E * (zl + a->wv[j] * bj);
         }
+#endif
         if (clamp[0]) { /* counts grow leftwards, so clamped lanes are the lowest ones, up to
                          * rounding (a lane right of jt may round onto the clamp: row_grad's
                          * guard) */
@@ -286,9 +353,9 @@ INLINE void cope_row(const Args *a, int64_t p, int64_t i, float *s) {
 INLINE int64_t row_logits(const Args *a, int64_t p, int64_t i, const float *qi, const float *kt,
                           float *s, float *dbar, const int64_t D) {
     const int64_t len = i + 1, T = a->T;
-    if (a->z) { /* CoPE: the gates need the raw product */
+    if (a->pe) { /* CoPE: the gates need the raw product */
         dots(qi, kt, a->Tp, len, 1.0f, a->raw, D);
-        cope_row(a, p, i, s);
+        cope_row(a, p, i, qi, s, D);
     } else {
         dots(qi, kt, a->Tp, len, a->alpha, s, D);
     }
@@ -417,7 +484,7 @@ INLINE void axpy2(float *y, float a0, const float *x0, float a1, const float *x1
 INLINE void row_grad(const Args *a, int64_t p, int64_t i, int64_t len, const float *qi,
                      const float *doi, const float *oi, const float *kt, const float *vt,
                      float m, float l, float *s, float *dl, float *dbar, float *db, float *dcol,
-                     float *dg, float *dn, const int64_t D) {
+                     float *dg, float *dn, float *dzr, const int64_t D) {
     const int64_t T = a->T, n = i + 1;
     if (dg) dg[p * T + i] = 0.0f;
     if (l == 0.0f) { /* a row with no key: zero output, zero gradient */
@@ -447,20 +514,45 @@ INLINE void row_grad(const Args *a, int64_t p, int64_t i, int64_t len, const flo
         weighted_sum(a->dqv + (p * T + i) * D, dl, a->P + (h * U + r0) * D, n, D);
         for (int64_t j = 0; j < len; j++) dn[j] = j < n ? dl[j] : 0.0f;
     }
-    if (a->dz) { /* CoPE: position-logit and gate gradients (header); dl becomes d score / scale */
-        float *dzr = a->dz + (p * T + i) * a->npos, run = 0.0f, clamped = 0.0f;
+    if (a->pe) { /* CoPE: position-logit gradients into dzr (the row's, zero on entry) and the
+                  * gate gradients (header); dl becomes d score / scale */
         const int64_t jt = *a->jtop, top = a->npos - 1;
-        /* keys at the clamp: all of their gradient goes to z[npos - 1]; b = 0 there, so the
-         * running position gradient is still 0 and dl stays as it is */
-        for (int64_t j = 0; j <= jt; j++) clamped += dl[j];
-        dzr[a->npos - 1] += clamped;
-        for (int64_t j = jt + 1; j < n; j++) {
-            const float d = dl[j], w = a->wv[j], gj = a->gate[j];
+        /* keys at the clamp: all of their gradient goes to z[npos - 1] (8 partial sums: one
+         * chain of adds would wait on each); b = 0 there, so the running position gradient is
+         * still 0 and dl stays as it is */
+        if (jt >= 0) {
+            v8 acc8 = splat(0.0f);
+            float clamped = 0.0f;
+            int64_t j = 0;
+            for (; j + VL <= jt + 1; j += VL) acc8 += load8(dl + j);
+            for (; j <= jt; j++) clamped += dl[j];
+            for (int u = 0; u < VL; u++) clamped += acc8[u];
+            dzr[top] += clamped;
+        }
+        for (int64_t j = jt + 1; j < n; j++) { /* the buckets of the keys left of the clamp */
+            const float d = dl[j], w = a->wv[j];
             const int32_t lo = a->lo[j];
             dzr[lo] += d - d * w;
             /* lo is below npos - 1 here but for a count that rounds onto the clamp in a lane
-             * right of jtop (w = 0 there): never write past the row */
+             * right of jtop (w = 0 there): never write past the row's entries */
             if (lo < top) dzr[lo + 1] += d * w;
+        }
+        /* the running position gradient from the left, 8 keys at a time (a prefix sum within
+         * the vector by three shifted adds, plus the keys to its left) */
+        float run = 0.0f;
+        int64_t j = jt + 1;
+        for (; j + VL <= n; j += VL) {
+            const v8 d = load8(dl + j), gj = load8(a->gate + j);
+            v8 r = d * load8(a->bv + j);
+            r += shift_up(r, 1);
+            r += shift_up(r, 2);
+            r += shift_up(r, 4);
+            r += run;
+            run = r[VL - 1];
+            store8(dl + j, d + r * (gj - gj * gj));
+        }
+        for (; j < n; j++) {
+            const float d = dl[j], gj = a->gate[j];
             run += d * a->bv[j];
             dl[j] = d + run * (gj - gj * gj);
         }
@@ -476,6 +568,23 @@ INLINE void row_grad(const Args *a, int64_t p, int64_t i, int64_t len, const flo
     }
 }
 
+/* CoPE: z_i = scale q_i . e, so a row's dz adds scale sum_n dz_n e_n to dq_i and scale q_i dz_n
+ * to the embedding gradient of each bucket n; then dz's entries are zeroed for the next row. */
+INLINE void cope_pe_grad(const Args *a, int64_t p, int64_t i, const float *qi, float *dzr,
+                         float *dqi, const int64_t D) {
+    const int64_t h = cope_head(a, p), nd = cope_reach(a, i);
+    const float *peT = a->peT + h * a->npos * D;
+    float *dpeT = a->dpeT + h * a->npos * D, acc[D];
+    for (int64_t d = 0; d < D; d++) acc[d] = 0.0f;
+    for (int64_t n = 0; n < nd; n++) {
+        const float dn = a->scale * dzr[n];
+        dzr[n] = 0.0f;
+        axpy(acc, dn, peT + n * D, D);
+        axpy(dpeT + n * D, dn, qi, D);
+    }
+    for (int64_t d = 0; d < D; d++) dqi[d] += acc[d];
+}
+
 /* Query rows go two at a time: each key's rows of dk and dv are read and written once for both
  * (those read-modify-writes were the largest cost of a row at a time). An odd last row is paired
  * with a row of zero weights. */
@@ -488,6 +597,7 @@ INLINE void bwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, con
     const float scale = a->alpha / LOG2E;
     float *kt = work, *vt = kt + D * Tp, *s0 = vt + D * Tp, *s1 = s0 + Tp, *dl0 = s1 + Tp,
           *dl1 = dl0 + Tp, *dbar = dl1 + Tp, *dn0 = dbar + Tp, *dn1 = dn0 + Tp;
+    float *dz0 = a->dzrow, *dz1 = dz0 + cope_table(a->npos); /* CoPE: the two rows' dz */
     for (int64_t p = p0; p < p1; p++) {
         const int64_t off = p * T * D;
         const float *qp = q + off, *kp = k + off, *dop = dout + off, *op = out + off;
@@ -508,7 +618,8 @@ INLINE void bwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, con
             for (int r = 0; r <= two; r++) {
                 const int64_t ir = i + r;
                 row_grad(a, p, ir, len, qp + ir * D, dop + ir * D, op + ir * D, kt, vt, mp[ir],
-                         lp[ir], r ? s1 : s0, r ? dl1 : dl0, dbar, db, dcol, dg, r ? dn1 : dn0, D);
+                         lp[ir], r ? s1 : s0, r ? dl1 : dl0, dbar, db, dcol, dg, r ? dn1 : dn0,
+                         r ? dz1 : dz0, D);
             }
             if (a->dqv) {
                 /* the table's gradient: row i reads table row (T-1)-i+j for key j, row i+1 the
@@ -535,6 +646,9 @@ INLINE void bwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, con
             }
             weighted_sum(dqp + i * D, dl0, kp, len, D);
             if (two) weighted_sum(dqp + i1 * D, dl1, kp, len, D);
+            if (a->pe)
+                for (int r = 0; r <= two; r++)
+                    cope_pe_grad(a, p, i + r, qp + (i + r) * D, r ? dz1 : dz0, dqp + (i + r) * D, D);
         }
     }
 }
@@ -556,21 +670,24 @@ INLINE void bwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, con
     int64_t p0, int64_t p1, int64_t T, int64_t D, int64_t H, double scale, const float *q,         \
         const float *k, const float *v, const float *bias, int64_t sb, int64_t sh,                 \
         const float *col, const float *g, const float *qv, const float *P, const float *Pt,       \
-        int64_t Up, const float *z, int64_t npos, float *out, float *mrow, float *lrow
+        int64_t Up, const float *pe, const float *peT, int64_t npos, int64_t Np,                \
+        int64_t pe_heads, float *out, float *mrow, float *lrow
 #define FWD_CALL                                                                                   \
-    p0, p1, T, D, H, scale, q, k, v, bias, sb, sh, col, g, qv, P, Pt, Up, z, npos, out, mrow, lrow
+    p0, p1, T, D, H, scale, q, k, v, bias, sb, sh, col, g, qv, P, Pt, Up, pe, peT, npos, Np,       \
+        pe_heads, out, mrow, lrow
 #define BWD_ARGS                                                                                   \
     int64_t p0, int64_t p1, int64_t T, int64_t D, int64_t H, double scale, const float *q,         \
         const float *k, const float *v, const float *bias, int64_t sb, int64_t sh,                 \
         const float *col, const float *g, const float *qv, const float *P, const float *Pt,       \
-        int64_t Up, const float *z, int64_t npos, const float *out, const float *dout,             \
-        const float *mrow, const float *lrow, float *dq, float *dk, float *dv, float *dbias,       \
-        int64_t dsb, int64_t dsh, float *dcol, float *dg, float *dqv, float *dP, float *dz
+        int64_t Up, const float *pe, const float *peT, int64_t npos, int64_t Np,                \
+        int64_t pe_heads, const float *out, const float *dout, const float *mrow,                 \
+        const float *lrow, float *dq, float *dk, float *dv, float *dbias, int64_t dsb,            \
+        int64_t dsh, float *dcol, float *dg, float *dqv, float *dP, float *dpeT
 #define BWD_CALL                                                                                   \
-    p0, p1, T, D, H, scale, q, k, v, bias, sb, sh, col, g, qv, P, Pt, Up, z, npos, out, dout,      \
-        mrow, lrow, dq, dk, dv, dbias, dsb, dsh, dcol, dg, dqv, dP, dz
+    p0, p1, T, D, H, scale, q, k, v, bias, sb, sh, col, g, qv, P, Pt, Up, pe, peT, npos, Np,       \
+        pe_heads, out, dout, mrow, lrow, dq, dk, dv, dbias, dsb, dsh, dcol, dg, dqv, dP, dpeT
 
-/* The row scratch of Args (6 Tp + 2 floats) from work */
+/* The row scratch of Args (6 Tp + 2 floats and CoPE's two tables) from work; after make_args */
 INLINE void row_scratch(Args *a, float *work) {
     a->raw = work;
     a->rel = work + a->Tp;
@@ -579,11 +696,15 @@ INLINE void row_scratch(Args *a, float *work) {
     a->bv = work + 4 * a->Tp;
     a->lo = (int32_t *)(work + 5 * a->Tp);
     a->jtop = (int64_t *)(work + 6 * a->Tp);
+    a->zb = work + 6 * a->Tp + 2;
+    a->bb = a->zb + cope_table(a->npos);
+    memset(a->zb, 0, sizeof(float) * 2 * cope_table(a->npos));
 }
 
 INLINE Args make_args(int64_t T, int64_t H, double scale, const float *bias, int64_t sb,
                       int64_t sh, const float *col, const float *g, const float *qv,
-                      const float *P, const float *Pt, int64_t Up, const float *z, int64_t npos) {
+                      const float *P, const float *Pt, int64_t Up, const float *pe,
+                      const float *peT, int64_t npos, int64_t Np, int64_t pe_heads) {
     Args a = {0};
     a.T = T;
     a.Tp = round_up(T);
@@ -599,16 +720,20 @@ INLINE Args make_args(int64_t T, int64_t H, double scale, const float *bias, int
     a.P = P;
     a.Pt = Pt;
     a.Up = Up;
-    a.z = z;
-    a.npos = npos;
+    a.pe = pe;
+    a.peT = peT;
+    a.npos = pe ? npos : 0;
+    a.Np = Np;
+    a.pe_heads = pe_heads;
     return a;
 }
 
 INLINE int64_t fwd_impl(FWD_ARGS) {
     const int64_t Tp = round_up(T);
-    float *work = malloc(sizeof(float) * (D * Tp + 8 * Tp + 2));
+    float *work = malloc(sizeof(float) * (D * Tp + 8 * Tp + 2 + 2 * cope_table(npos)));
     if (!work) return 1;
-    Args a = make_args(T, H, scale, bias, sb, sh, col, g, qv, P, Pt, Up, z, npos);
+    Args a = make_args(T, H, scale, bias, sb, sh, col, g, qv, P, Pt, Up, pe, peT, npos, Np,
+                       pe_heads);
     row_scratch(&a, work + D * Tp + 2 * Tp);
 #define FWD(DD) fwd_pairs(p0, p1, &a, q, k, v, out, mrow, lrow, work, DD)
     DISPATCH(FWD)
@@ -619,13 +744,16 @@ INLINE int64_t fwd_impl(FWD_ARGS) {
 
 INLINE int64_t bwd_impl(BWD_ARGS) {
     const int64_t Tp = round_up(T);
-    float *work = malloc(sizeof(float) * (2 * D * Tp + 13 * Tp + 2));
+    float *work = malloc(sizeof(float) * (2 * D * Tp + 13 * Tp + 2 + 4 * cope_table(npos)));
     if (!work) return 1;
-    Args a = make_args(T, H, scale, bias, sb, sh, col, g, qv, P, Pt, Up, z, npos);
+    Args a = make_args(T, H, scale, bias, sb, sh, col, g, qv, P, Pt, Up, pe, peT, npos, Np,
+                       pe_heads);
     row_scratch(&a, work + 2 * D * Tp + 7 * Tp);
     a.dqv = qv ? dqv : NULL;
     a.dP = qv ? dP : NULL;
-    a.dz = z ? dz : NULL;
+    a.dpeT = pe ? dpeT : NULL;
+    a.dzrow = a.bb + cope_table(a.npos); /* two rows of dz */
+    memset(a.dzrow, 0, sizeof(float) * 2 * cope_table(a.npos));
 #define BWD(DD)                                                                                    \
     bwd_pairs(p0, p1, &a, q, k, v, out, dout, mrow, lrow, dq, dk, dv, dbias, dsb, dsh, dcol, dg,  \
               work, DD)

@@ -15,8 +15,9 @@ It applies (:func:`fused_applies`) to float32 causal self-attention on CPU tenso
 keys as queries, ``v``'s width equal to ``q``'s, ``scale > 0``) with no bias or a dense bias
 that broadcasts to [B, H, T, T], an optional per-key column ``col`` [B, H, T] (forgetting
 attention; the per-key part of Transformer-XL's terms), for TRA the per-query ``log_gate``, for
-CoPE its position logits ``z`` = ``scale q . e`` (made by the caller, so that their gradient
-reaches q and e through autograd; the kernel counts the positions and interpolates per row),
+CoPE its position embeddings ``pe`` (the kernel makes each row's position logits
+``z = scale q . e``, counts the positions, interpolates, and returns the gradients of q and e:
+a [B, H, T, npos] z and its gradient in memory cost more than the row's own work),
 and Transformer-XL's Toeplitz relative term (``qv``, ``P``:
 :class:`lengen.ops.tile_bias.RelativeBias`, one more dot product per pair). XL's low-rank
 (trig) form and float64 stay on the tiled path. ``LENGEN_FUSED_ROWS=0`` (or
@@ -39,7 +40,7 @@ from lengen.ops.cpu_workspace import index_chunks, run_groups, sum_parts
 from lengen.ops.tile_bias import as_4d, reduce_to
 
 SOURCE = Path(__file__).with_name("fused_rows.c")
-VERSION = 3
+VERSION = 4
 _P, _I, _D = ctypes.c_void_p, ctypes.c_int64, ctypes.c_double
 
 
@@ -54,11 +55,11 @@ def kernels():
     lib = load(SOURCE, VERSION)
     if lib is not None and not getattr(lib, "_lengen_typed", False):
         lib.fused_rows_fwd.argtypes = [_I, _I, _I, _I, _I, _D, _P, _P, _P, _P, _I, _I, _P, _P,
-                                       _P, _P, _P, _I, _P, _I, _P, _P, _P]
+                                       _P, _P, _P, _I, _P, _P, _I, _I, _I, _P, _P, _P]
         lib.fused_rows_fwd.restype = _I
         lib.fused_rows_bwd.argtypes = [_I, _I, _I, _I, _I, _D, _P, _P, _P, _P, _I, _I, _P, _P,
-                                       _P, _P, _P, _I, _P, _I, _P, _P, _P, _P, _P, _P, _P, _P,
-                                       _I, _I, _P, _P, _P, _P, _P]
+                                       _P, _P, _P, _I, _P, _P, _I, _I, _I, _P, _P, _P, _P, _P,
+                                       _P, _P, _P, _I, _I, _P, _P, _P, _P, _P]
         lib.fused_rows_bwd.restype = _I
         lib.fused_rows_force_baseline.argtypes = [_I]
         lib.fused_rows_force_baseline.restype = None
@@ -74,13 +75,13 @@ def _bias_extent(shape) -> tuple[int, int]:
 
 
 def fused_applies(q, k, v, scale, bias, rqv, causal=True, col=None, log_gate=None, rP=None,
-                  z=None) -> bool:
+                  pe=None) -> bool:
     """Whether :func:`fused_attention` takes these inputs (and the kernel is available): any
     other shape of ``bias`` (than broadcastable to [B, H, T, T]), ``col`` or ``log_gate`` (than
     [B, H, T]), a relative term other than a Toeplitz table (``rqv`` [B, H, T, D] with ``rP``
     [H, 2T - 1, D]: :class:`lengen.ops.tile_bias.RelativeBias`; the low-rank form stays tiled)
-    or CoPE's ``z`` (than [B, H, T, npos]) goes to the callers' other paths, which broadcast or
-    raise."""
+    or CoPE's position embeddings ``pe`` (than [D, npos] or [H, D, npos]) goes to the callers'
+    other paths, which broadcast or raise."""
     if q.dim() != 4 or k.shape != q.shape or v.shape != q.shape:
         return False
     B, H, T, D = q.shape
@@ -95,10 +96,11 @@ def fused_applies(q, k, v, scale, bias, rqv, causal=True, col=None, log_gate=Non
     if rqv is not None and (rP is None or tuple(rqv.shape) != (B, H, T, D)
                             or tuple(rP.shape) != (H, 2 * T - 1, D)):
         return False
-    if z is not None and (z.dim() != 4 or tuple(z.shape[:3]) != (B, H, T) or z.shape[3] < 1
-                          or log_gate is not None):
+    if pe is not None and (pe.dim() not in (2, 3) or pe.shape[-2] != D or pe.shape[-1] < 1
+                           or (pe.dim() == 3 and pe.shape[0] not in (1, H))
+                           or log_gate is not None):
         return False
-    f32 = all(x is None or x.dtype == torch.float32 for x in (q, k, v, rqv, rP, z))
+    f32 = all(x is None or x.dtype == torch.float32 for x in (q, k, v, rqv, rP, pe))
     return (causal and not torch.compiler.is_compiling()
             and q.device.type == k.device.type == v.device.type == "cpu"
             and f32 and scale > 0 and T > 0 and D > 0 and kernels() is not None)
@@ -141,7 +143,7 @@ def _table_t(P: torch.Tensor) -> tuple[torch.Tensor, int]:
 
 class _FusedRows(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, bias, col, log_gate, qv, P, z, scale):
+    def forward(ctx, q, k, v, bias, col, log_gate, qv, P, pe, scale):
         B, H, T, D = q.shape
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         lib = kernels()
@@ -157,8 +159,14 @@ class _FusedRows(torch.autograd.Function):
         Pt, Up = (None, 0) if qv is None else _table_t(P)
         qv = None if qv is None else qv.contiguous()                             # [B, H, T, D]
         P = None if P is None else P.contiguous()                                # [H, 2T-1, D]
-        z = None if z is None else z.contiguous()                                # [B, H, T, npos]
-        npos = 0 if z is None else z.shape[-1]
+        pe3 = pe_pad = peT = None
+        npos = Np = 0
+        if pe is not None:                  # CoPE: the kernel makes z = scale q . e per row
+            pe3 = pe.reshape(-1, D, pe.shape[-1])                        # [1 or H, D, npos]
+            npos, Np = pe3.shape[-1], -(-pe3.shape[-1] // 8) * 8
+            pe_pad = pe3.new_zeros(pe3.shape[0], D, Np)                   # rows of whole vectors
+            pe_pad[..., :npos] = pe3
+            peT = pe3.transpose(1, 2).contiguous()                         # [1 or H, npos, D]
         out = torch.empty_like(q)
         m = torch.empty(B, H, T, dtype=torch.float32)        # row max of the base-2 logits
         lsum = torch.empty(B, H, T, dtype=torch.float32)     # row sum of the weights (0: no key)
@@ -168,11 +176,13 @@ class _FusedRows(torch.autograd.Function):
             p0, p1 = chunks[ci]
             _check(lib.fused_rows_fwd(p0, p1, T, D, H, scale, q.data_ptr(), k.data_ptr(),
                                       v.data_ptr(), _ptr(b4), sb, sh, _ptr(colc), _ptr(gc),
-                                      _ptr(qv), _ptr(P), _ptr(Pt), Up, _ptr(z), npos,
+                                      _ptr(qv), _ptr(P), _ptr(Pt), Up, _ptr(pe_pad), _ptr(peT),
+                                      npos, Np, 0 if pe3 is None else pe3.shape[0],
                                       out.data_ptr(), m.data_ptr(), lsum.data_ptr()), "forward")
 
         run_groups(run, len(chunks))
-        ctx.save_for_backward(q, k, v, b4, colc, gc, qv, P, Pt, z, out, m, lsum)
+        ctx.save_for_backward(q, k, v, b4, colc, gc, qv, P, Pt, pe_pad, peT, out, m, lsum)
+        ctx.pe_shape = None if pe is None else (pe.shape, pe.dtype)
         ctx.meta = (scale, sb, sh, Up, None if bias is None else bias.shape,
                     None if bias is None else bias.dtype,
                     None if col is None else col.dtype,
@@ -184,7 +194,7 @@ class _FusedRows(torch.autograd.Function):
         if torch.is_grad_enabled():    # create_graph=True: the kernel's backward has no graph
             raise RuntimeError("fused_rows attention has no double backward (create_graph=True); "
                                "use attention impl='naive' for that, or LENGEN_FUSED_ROWS=0")
-        q, k, v, b4, colc, gc, qv, P, Pt, z, out, m, lsum = ctx.saved_tensors
+        q, k, v, b4, colc, gc, qv, P, Pt, pe_pad, peT, out, m, lsum = ctx.saved_tensors
         scale, sb, sh, Up, bshape, bdtype, cdtype, gdtype = ctx.meta
         needs = ctx.needs_input_grad
         B, H, T, D = q.shape
@@ -201,18 +211,20 @@ class _FusedRows(torch.autograd.Function):
         # the batch, so every chunk adds into its own and they are summed
         dqv = None if qv is None else torch.zeros_like(qv)
         dPs = [None] * len(chunks) if qv is None else [torch.zeros_like(P) for _ in chunks]
-        dz = None if z is None else torch.zeros_like(z)
-        npos = 0 if z is None else z.shape[-1]
+        # CoPE's embedding gradient: shared by the batch, so one accumulator per chunk (as peT)
+        dpeTs = [None] * len(chunks) if peT is None else [torch.zeros_like(peT) for _ in chunks]
+        npos, Np = (0, 0) if peT is None else (peT.shape[1], pe_pad.shape[-1])
 
         def run(ci):
             p0, p1 = chunks[ci]
             _check(lib.fused_rows_bwd(p0, p1, T, D, H, scale, q.data_ptr(), k.data_ptr(),
                                       v.data_ptr(), _ptr(b4), sb, sh, _ptr(colc), _ptr(gc),
-                                      _ptr(qv), _ptr(P), _ptr(Pt), Up, _ptr(z), npos,
+                                      _ptr(qv), _ptr(P), _ptr(Pt), Up, _ptr(pe_pad), _ptr(peT),
+                                      npos, Np, 0 if peT is None else peT.shape[0],
                                       out.data_ptr(), dout.data_ptr(), m.data_ptr(),
                                       lsum.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
                                       _ptr(dbias[ci]), dsb, dsh, _ptr(dcol), _ptr(dg), _ptr(dqv),
-                                      _ptr(dPs[ci]), _ptr(dz)),
+                                      _ptr(dPs[ci]), _ptr(dpeTs[ci])),
                    "backward")
 
         run_groups(run, len(chunks))
@@ -220,16 +232,21 @@ class _FusedRows(torch.autograd.Function):
         if dbias[0] is not None:
             db = reduce_to(sum_parts(dbias), bshape).to(bdtype)
         dP = sum_parts(dPs)
+        dpe = None
+        if ctx.pe_shape is not None:
+            shape, dtype = ctx.pe_shape
+            dpe = sum_parts(dpeTs).transpose(1, 2).reshape(shape).to(dtype)
         return (dq, dk, dv, db, None if dcol is None else dcol.to(cdtype),
-                None if dg is None else dg.to(gdtype), dqv, dP, dz, None)
+                None if dg is None else dg.to(gdtype), dqv, dP, dpe, None)
 
 
 def fused_attention(q, k, v, *, scale: float, bias=None, col=None, log_gate=None, qv=None, P=None,
-                    z=None):
+                    pe=None):
     """Causal attention of q, k, v [B, H, T, D] (float32; check :func:`fused_applies` first):
     softmax over ``scale q.k + col_j + bias (+ qv_i . P[(T - 1) - i + j])``
     (``col`` [B, H, T], ``bias`` broadcastable to [B, H, T, T], ``qv`` [B, H, T, D] and ``P``
     [H, 2T - 1, D]: a Toeplitz relative term), TRA's thresholded logits when ``log_gate``
-    [B, H, T] is given, or CoPE's when ``z`` = ``scale q . e`` [B, H, T, npos] is (the counted
-    positions' logits, :mod:`lengen.ops.cope.naive`)."""
-    return _FusedRows.apply(q, k, v, bias, col, log_gate, qv, P, z, float(scale))
+    [B, H, T] is given, or CoPE's when its position embeddings ``pe`` [D, npos] or [H, D, npos]
+    are (the counted positions' logits ``z = scale q . e``, made per row in the kernel;
+    :mod:`lengen.ops.cope.naive`)."""
+    return _FusedRows.apply(q, k, v, bias, col, log_gate, qv, P, pe, float(scale))

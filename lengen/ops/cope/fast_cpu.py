@@ -194,10 +194,10 @@ def cope_attention_fast_cpu(q, k, v, pos_emb, *, bias_fn=None, scale=None, retur
         raise ValueError("fast_cpu cope attention needs as many keys as queries")
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     bias, col, rqv, rP = bias_inputs(bias_fn, T, T)
+    pe = pos_emb.to(q.dtype)
     if budget is None and qblock is None and fused_applies(q, k, v, scale, bias, rqv, col=col,
-                                                           rP=rP):
-        # the per-row C kernel: z' = scale q . e made here, its gradient reaches q and e through
-        # autograd; the kernel counts positions and interpolates per row
-        z = (q @ pos_emb.to(q.dtype)) * scale                               # [B, H, T, npos]
-        return fused_attention(q, k, v, scale=scale, bias=bias, col=col, qv=rqv, P=rP, z=z)
+                                                           rP=rP, pe=pe):
+        # the per-row C kernel: it makes z' = scale q . e, counts positions and interpolates per
+        # row, and returns the gradients of q and e
+        return fused_attention(q, k, v, scale=scale, bias=bias, col=col, qv=rqv, P=rP, pe=pe)
     return _CoPEFastCPU.apply(q, k, v, pos_emb, bias, scale, budget, qblock, col, rqv, rP)
