@@ -454,3 +454,26 @@ def test_cope_embeddings_per_head(heads):
     got = grads(lambda q, k, v, pe: fused_attention(q, k, v, scale=sc, pe=pe), x, names)
     want = grads(lambda q, k, v, pe: cope_attention_naive(q, k, v, pe), x, names)
     close(got, want, f"cope pe heads={heads}")
+
+
+def test_cope_nan_row_stays_in_its_row():
+    """A NaN query makes its row's counts NaN, which the kernel takes as clamped: that row's dz
+    lands on npos - 1 even where the row cannot reach it. It must be consumed with the row, not
+    left in the kernel's row buffer for a later row (found by a review's fuzzing: dq row 12
+    turned NaN here). Row 0 attends only to key 0, and no other row's dq reads q_0, so only
+    dq row 0 may be non-finite."""
+    g = torch.Generator().manual_seed(0)
+    B, H, T, D, npos = 1, 1, 16, 8, 16
+    q, k, v, go = (torch.randn(B, H, T, D, generator=g) for _ in range(4))
+    pe = torch.randn(D, npos, generator=g)
+    q[0, 0, 0, 0] = float("nan")
+    lib = fused_rows.kernels()
+    for baseline in (0, 1):
+        lib.fused_rows_force_baseline(baseline)
+        try:
+            qq = q.clone().requires_grad_(True)
+            (fused_attention(qq, k, v, scale=D ** -0.5, pe=pe) * go).sum().backward()
+        finally:
+            lib.fused_rows_force_baseline(0)
+        bad = [i for i in range(T) if not torch.isfinite(qq.grad[0, 0, i]).all()]
+        assert bad == [0], f"baseline={baseline}: non-finite dq rows {bad}"

@@ -19,8 +19,9 @@
  *   CoPE:     s_ij = q_i . k_j, g_ij = sigmoid(scale s_ij),
  *             p_ij = min(sum_{t=j..i} g_it, npos - 1),
  *             L_ij = scale s_ij + z_i[lo] + w (z_i[lo+1] - z_i[lo])  [+ col, bias]
- *             (Golovneva et al. 2024; lo = floor p_ij, w = p_ij - lo, z_i = scale q_i . e, made by
- *             the caller, as lengen/ops/cope/naive.py; z_i[npos] is never read: w = 0 there).
+ *             (Golovneva et al. 2024; lo = floor p_ij, w = p_ij - lo, z_i = scale q_i . e, made
+ *             here per row from the embeddings e [D, npos] as lengen/ops/cope/naive.py does for
+ *             all rows; z_i[npos] is never read: w = 0 there).
  *   Relative term (Transformer-XL's (b) + (d) for evenly stepped positions, any kind):
  *             L_ij += qv_i . P[(T - 1) - i + j]  (P: [H, 2T - 1, D], lengen/ops/tile_bias.py).
  *   P_ij = 2^(min(0, max(L2_ij - m_i, FLOOR2))) / l_i, m_i the row max, l_i the row sum (the floor
@@ -32,14 +33,17 @@
  *   dbias_ij += dL_ij,  dcol_j += dL_ij,  dg_i = sum_j dL_ij Dbar_ij.
  * (For TRA dL is 0 off the survivors, where relu' would block it; on them relu' = 1.)
  * Relative term: dqv_i = sum_j dL_ij P[(T-1)-i+j],  dP[(T-1)-i+j] += dL_ij qv_i.
- * CoPE: dz_i[lo] += dL_ij (1 - w), dz_i[lo+1] += dL_ij w; the position gradient dL_ij b_ij
+ * CoPE: dz_i[lo] += dL_ij (1 - w), dz_i[lo+1] += dL_ij w, then dq_i += scale sum_n dz_i[n] e_n
+ * and de_n += scale dz_i[n] q_i; the position gradient dL_ij b_ij
  * (b = z[lo+1] - z[lo], 0 at the clamp) reaches gate t through every p_ij with j <= t, so
  * dg_it = sum_{j <= t} dL_ij b_ij (a running sum from the left), and the score gradient is
  * scale (dL_ij + dg_ij g_ij (1 - g_ij)) in place of scale dL_ij.
  *
  * Layout: q, k, v, out, dout, dq, dk, dv, qv, dqv are [n, T, D] (pair p = b * H + h), col / g /
- * m / l / dcol / dg [n, T], z / dz [n, T, npos], P / dP [H, 2T - 1, D] and Pt = P transposed per
- * head, [H, D, Up] with zero columns from 2T - 1 (Up >= T + 8, so a row's vectors stay inside);
+ * m / l / dcol / dg [n, T], CoPE's e [1 or H, D, Np] (zero columns from npos to Np, a multiple
+ * of 8) with its transpose eT and gradient deT [1 or H, npos, D], P / dP [H, 2T - 1, D] and
+ * Pt = P transposed per head, [H, D, Up] with zero columns from 2T - 1 (Up >= T + 8, so a row's
+ * vectors stay inside);
  * bias for pair p starts at bias + b * sb + h * sh (strides in floats; 0 where
  * the bias is shared) with rows of T floats, and dbias likewise with dsb, dsh. Loops over keys
  * are written 8 at a time so that the compiler keeps them in vector registers; on x86-64 the
@@ -309,10 +313,10 @@ INLINE void cope_row(const Args *a, int64_t p, int64_t i, const float *qi, float
         store8(a->wv + jb, w);
         *(vui *)(a->lo + jb) = lo;
 #ifdef VAR_SHUFFLE
-        /* the table lookups as two 16-entry permutes: the 8 counts of a vector differ by at most
-         * the sum of 8 gates (<= 8) plus rounding, so their buckets lie in lo[7] - 1 .. lo[7] + 9,
-         * inside the 16 table entries from lo[7] - 1 (rounding is why the - 1: a lane's count may
-         * round under the count of the lane to its right) */
+        /* the table lookups as two 16-entry permutes: no count of a vector is below lane 7's
+         * (each adds non-negative gates to it, and rounding is monotone) or above it by more than
+         * 8 gates plus rounding, so the buckets lie in lo[7] .. lo[7] + 9, inside the 16 table
+         * entries from lo[7] - 1 (one entry of margin) */
         {
             int32_t l0 = lo[VL - 1] - 1;
             l0 = l0 < 0 ? 0 : l0;
@@ -576,11 +580,15 @@ INLINE void cope_pe_grad(const Args *a, int64_t p, int64_t i, const float *qi, f
     const float *peT = a->peT + h * a->npos * D;
     float *dpeT = a->dpeT + h * a->npos * D, acc[D];
     for (int64_t d = 0; d < D; d++) acc[d] = 0.0f;
-    for (int64_t n = 0; n < nd; n++) {
-        const float dn = a->scale * dzr[n];
-        dzr[n] = 0.0f;
-        axpy(acc, dn, peT + n * D, D);
-        axpy(dpeT + n * D, dn, qi, D);
+    for (int64_t n = 0; n <= nd; n++) {
+        /* n = nd stands for npos - 1 when the row cannot reach it: a NaN count is taken as
+         * clamped (0 for finite inputs), and must not stay in the buffer for a later row */
+        const int64_t b = n < nd ? n : a->npos - 1;
+        if (n == nd && b < nd) break;
+        const float dn = a->scale * dzr[b];
+        dzr[b] = 0.0f;
+        axpy(acc, dn, peT + b * D, D);
+        axpy(dpeT + b * D, dn, qi, D);
     }
     for (int64_t d = 0; d < D; d++) dqi[d] += acc[d];
 }
