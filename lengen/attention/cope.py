@@ -13,9 +13,11 @@ longer inputs safe. The public counting code defaults to block size + 1 (513 at 
 ``attention_kwargs.npos`` to match it. Use with ``posenc: nope`` as in the paper (any scheme's
 hooks are still applied: rotate before the gates, bias added to the final logits).
 
-Paths (``impl``): training with ``auto`` uses the tiled CPU op (:mod:`lengen.ops.cope.fast_cpu`,
-hand-written backward) for CPU tensors; ``naive`` always the dense reference; evaluation with
-``auto`` and ``lean`` the query-blocked op.
+Paths (``impl``): training with ``auto`` uses the CPU op (:mod:`lengen.ops.cope.fast_cpu`,
+hand-written backward) for CPU tensors, which for float32 runs the per-row C kernel
+(:mod:`lengen.ops.fused_rows`: it makes each row's ``z = scale q.e`` itself, so the
+``[B, H, T, npos]`` product is never in memory) and otherwise its tiles; ``naive`` always the
+dense reference; evaluation with ``auto`` and ``lean`` the query-blocked op.
 """
 from __future__ import annotations
 
