@@ -1,5 +1,6 @@
 """Randomized positions and random spaces at the Fig. 3 search's budget (8,000 steps x batch 128),
-judged by the rule in README.md ("At the Fig. 3 search's budget"), written before the runs.
+and hints and the reversed format at the same budget ("Hints and the reversed format at 8,000 x
+128"), judged by the rules in README.md, each written before its runs.
 
     PYTHONPATH=. python results/addition-cpu-seeds/summarize_8k.py
 
@@ -36,6 +37,11 @@ CLAIMS = {"randomized positions help FIRE (Fig. 8)": ("fire", "fire-norand", "oo
 #: claim -> the seeds its rule names
 CLAIM_SEEDS = {"randomized positions help FIRE (Fig. 8)": (0, 3),
                "random spaces hurt FIRE (Fig. 7)": (0, 3, 5)}
+#: "makes FIRE learn" claims (third rule, "Hints and the reversed format at 8,000 x 128"):
+#: claim -> (base arm, ablated arm); judged over the seeds of (0, 3, 5) where the ablated arm
+#: finished, >= 2 of them needed
+LEARN_CLAIMS = {"hints make FIRE learn (Fig. 4)": ("fire", "fire-nohints"),
+                "the reversed format makes FIRE learn (Fig. 5)": ("fire", "fire-standard")}
 
 
 def read(path: str, settings) -> list[dict]:
@@ -110,7 +116,8 @@ def dip(runs: pd.DataFrame) -> pd.DataFrame | None:
 
 def main() -> None:
     rows = [per_run(r, "addition-fig3-search") for r in read(SEARCH, {"fire"})]
-    rows += [per_run(r, "this folder") for r in read(NEW, {"fire-norand", "fire-spaces", "fire"})]
+    rows += [per_run(r, "this folder") for r in read(NEW, {"fire-norand", "fire-spaces", "fire",
+                                                             "fire-nohints", "fire-standard"})]
     runs = pd.DataFrame(rows).sort_values(["setting", "seed"]).reset_index(drop=True)
     if runs.duplicated(["setting", "seed"]).any():
         raise SystemExit("a setting and seed appear twice")
@@ -118,6 +125,15 @@ def main() -> None:
     verdicts = [dict(claim=c, **verdict(runs[runs.seed.isin(CLAIM_SEEDS[c])], *spec, reading,
                                         seeds=CLAIM_SEEDS[c]))
                 for c, spec in CLAIMS.items() for reading in READINGS]
+    for c, (base, other) in LEARN_CLAIMS.items():
+        seeds = sorted(runs[runs.setting == other].seed)          # the finished ablated runs
+        for reading in READINGS:
+            v = verdict(runs[runs.seed.isin(seeds)], base, other, "learn", -1, reading,
+                        seeds=seeds)
+            if len(seeds) < 2:
+                v["verdict"] = "untested"
+            v["common_seeds"] = " ".join(map(str, seeds))
+            verdicts.append(dict(claim=c, **v))
     pd.DataFrame(verdicts).to_csv(os.path.join(HERE, "verdicts-8k.csv"), index=False)
     dips = dip(runs)
     if dips is not None:
