@@ -57,6 +57,7 @@
 #define FLOOR2 (-60.0f * LOG2E) /* cpu_tiles.exp2_floor(float32) */
 #define BIG 1e30f               /* excluded keys: -BIG */
 #define VL 8                    /* keys per vector step */
+#define RB 4                    /* query rows per step of the backward */
 
 /* a * b + c may be one fused multiply-add (ISO C modes turn that off by default) */
 #if defined(__clang__)
@@ -91,7 +92,7 @@ INLINE void store8(float *x, v8 y) { *(vu *)x = y; }
 INLINE v8 splat(float x) { return (v8){0} + x; } /* a broadcast */
 INLINE v8 select8(v8i mask, v8 a, v8 b) { return (v8)((mask & (v8i)a) | (~mask & (v8i)b)); }
 
-int64_t fused_rows_version(void) { return 4; }
+int64_t fused_rows_version(void) { return 5; }
 
 /* x rounded up to a whole number of vectors */
 INLINE int64_t round_up(int64_t x) { return (x + VL - 1) / VL * VL; }
@@ -247,7 +248,7 @@ typedef struct {
     float *zb, *bb; /* CoPE: the row's z and its differences, npos + 2 VL each (zeroed once) */
     float *dqv, *dP; /* backward: their gradients (dP: this call's accumulator) */
     float *dpeT;     /* backward: CoPE's embedding gradient, as peT (this call's accumulator) */
-    float *dzrow;    /* backward: CoPE's dz of the two rows in hand (zero between rows) */
+    float *dzrow;    /* backward: CoPE's dz of the RB rows in hand (zero between rows) */
 } Args;
 
 /* CoPE: the head of pair p's embeddings (0 when the heads share them) */
@@ -470,19 +471,7 @@ INLINE void fwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, con
     }
 }
 
-/* y[0..D) += a0 x0[0..D) + a1 x1[0..D) */
-INLINE void axpy2(float *y, float a0, const float *x0, float a1, const float *x1,
-                  const int64_t D) {
-    if (D % VL == 0) {
-        const v8 v0 = splat(a0), v1 = splat(a1);
-        for (int64_t d = 0; d < D; d += VL)
-            store8(y + d, load8(y + d) + v0 * load8(x0 + d) + v1 * load8(x1 + d));
-    } else {
-        for (int64_t d = 0; d < D; d++) y[d] += a0 * x0[d] + a1 * x1[d];
-    }
-}
-
-/* Backward of row i over keys 0..len-1 (len <= i + 2): its weights P into s and logit gradients
+/* Backward of row i over keys 0..len-1 (len <= i + RB): its weights P into s and logit gradients
  * dL into dl (both 0 right of the query and on a row with no key), and its terms of dbias, dcol
  * and dg. */
 INLINE void row_grad(const Args *a, int64_t p, int64_t i, int64_t len, const float *qi,
@@ -593,19 +582,44 @@ INLINE void cope_pe_grad(const Args *a, int64_t p, int64_t i, const float *qi, f
     for (int64_t d = 0; d < D; d++) dqi[d] += acc[d];
 }
 
-/* Query rows go two at a time: each key's rows of dk and dv are read and written once for both
- * (those read-modify-writes were the largest cost of a row at a time). An odd last row is paired
- * with a row of zero weights. */
+/* y[0..D) += sum_r a[r] x[r][0..D) over RB rows */
+INLINE void axpy_rows(float *y, const float *w, const float *const *x, const int64_t D) {
+    if (D % VL == 0) {
+        for (int64_t d = 0; d < D; d += VL) {
+            v8 acc = load8(y + d);
+            for (int r = 0; r < RB; r++) acc += splat(w[r]) * load8(x[r] + d);
+            store8(y + d, acc);
+        }
+    } else {
+        for (int64_t d = 0; d < D; d++) {
+            float acc = y[d];
+            for (int r = 0; r < RB; r++) acc += w[r] * x[r][d];
+            y[d] = acc;
+        }
+    }
+}
+
+/* Query rows go RB at a time: each key's rows of dk and dv (and the relative term's table rows)
+ * are read and written once for all of them (those read-modify-writes were the largest cost of a
+ * row at a time). A last block of fewer rows is filled with rows of zero weights. */
 INLINE void bwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, const float *k,
                       const float *v, const float *out, const float *dout, const float *mrow,
                       const float *lrow, float *dq, float *dk, float *dv, float *dbias,
                       int64_t dsb, int64_t dsh, float *dcol, float *dg, float *work,
                       const int64_t D) {
-    const int64_t T = a->T, Tp = a->Tp, H = a->H;
+    const int64_t T = a->T, Tp = a->Tp, H = a->H, Tn = Tp + 2 * VL;
     const float scale = a->alpha / LOG2E;
-    float *kt = work, *vt = kt + D * Tp, *s0 = vt + D * Tp, *s1 = s0 + Tp, *dl0 = s1 + Tp,
-          *dl1 = dl0 + Tp, *dbar = dl1 + Tp, *dn0 = dbar + Tp, *dn1 = dn0 + Tp;
-    float *dz0 = a->dzrow, *dz1 = dz0 + cope_table(a->npos); /* CoPE: the two rows' dz */
+    float *kt = work, *vt = kt + D * Tp, *dbar = vt + D * Tp, *sr[RB], *dlr[RB], *dnr[RB],
+          *dzr[RB];
+    /* per row: weights, logit gradients, and the relative term's dL (VL zeros in front: the
+     * table loop below reads up to RB - 1 keys left of key 0) */
+    for (int r = 0; r < RB; r++) {
+        sr[r] = dbar + Tp + r * Tp;
+        dlr[r] = dbar + Tp + (RB + r) * Tp;
+        dnr[r] = dbar + Tp + 2 * RB * Tp + r * Tn + VL;
+        dzr[r] = a->dzrow + r * cope_table(a->npos);
+    }
+    memset(dnr[0] - VL, 0, sizeof(float) * RB * Tn);
     for (int64_t p = p0; p < p1; p++) {
         const int64_t off = p * T * D;
         const float *qp = q + off, *kp = k + off, *dop = dout + off, *op = out + off;
@@ -616,47 +630,50 @@ INLINE void bwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, con
         memset(dkp, 0, sizeof(float) * T * D);
         memset(dvp, 0, sizeof(float) * T * D);
         float *db = dbias ? dbias + (p / H) * dsb + (p % H) * dsh : NULL;
-        for (int64_t i = 0; i < T; i += 2) {
-            const int two = i + 1 < T;
-            const int64_t len = i + 1 + two, i1 = two ? i + 1 : i;
-            const float *q0 = qp + i * D, *q1 = qp + i1 * D;
-            const float *do0 = dop + i * D, *do1 = dop + i1 * D;
-            /* one call site for both rows: the compiler inlines row_grad (and the row logits in
-             * it) once per head dim, not twice (the build time doubled otherwise) */
-            for (int r = 0; r <= two; r++) {
-                const int64_t ir = i + r;
-                row_grad(a, p, ir, len, qp + ir * D, dop + ir * D, op + ir * D, kt, vt, mp[ir],
-                         lp[ir], r ? s1 : s0, r ? dl1 : dl0, dbar, db, dcol, dg, r ? dn1 : dn0,
-                         r ? dz1 : dz0, D);
-            }
-            if (a->dqv) {
-                /* the table's gradient: row i reads table row (T-1)-i+j for key j, row i+1 the
-                 * row before, so each table row takes both rows' terms in one read-modify-write
-                 * (as dk and dv below) */
-                const int64_t U = 2 * T - 1;
-                float *dPh = a->dP + (p % H) * U * D + (T - 1 - i) * D;
-                const float *qv0 = a->qv + (p * T + i) * D, *qv1 = qv0 + D;
-                if (two) {
-                    axpy(dPh - D, dn1[0], qv1, D);
-                    for (int64_t j = 0; j <= i; j++)
-                        axpy2(dPh + j * D, dn0[j], qv0, dn1[j + 1], qv1, D);
+        for (int64_t i = 0; i < T; i += RB) {
+            const int64_t nr = T - i < RB ? T - i : RB, len = i + nr;
+            const float *qr[RB], *dor[RB], *qvr[RB];
+            /* one call site for every row: the compiler inlines row_grad (and the row logits in
+             * it) once per head dim (the build time grew with each call site) */
+            for (int r = 0; r < RB; r++) {
+                const int64_t ir = r < nr ? i + r : i; /* rows past T: row i with zero weights */
+                qr[r] = qp + ir * D;
+                dor[r] = dop + ir * D;
+                qvr[r] = a->qv ? a->qv + (p * T + ir) * D : NULL;
+                if (r < nr) {
+                    row_grad(a, p, ir, len, qr[r], dor[r], op + ir * D, kt, vt, mp[ir], lp[ir],
+                             sr[r], dlr[r], dbar, db, dcol, dg, dnr[r], dzr[r], D);
                 } else {
-                    for (int64_t j = 0; j <= i; j++) axpy(dPh + j * D, dn0[j], qv0, D);
+                    for (int64_t j = 0; j < i + RB; j++) sr[r][j] = dlr[r][j] = dnr[r][j] = 0.0f;
                 }
             }
-            if (!two)
-                for (int64_t j = 0; j < len; j++) s1[j] = dl1[j] = 0.0f;
-            for (int64_t j = 0; j < len; j++) {
-                dl0[j] *= scale; /* now the gradient of the score q . k */
-                dl1[j] *= scale;
-                axpy2(dkp + j * D, dl0[j], q0, dl1[j], q1, D);
-                axpy2(dvp + j * D, s0[j], do0, s1[j], do1, D);
+            if (a->dqv) {
+                /* the table's gradient: row i + r reads table row (T-1-i) + (j - r) for key j, so
+                 * table row (T-1-i) + m takes key m + r of each row r, all in one
+                 * read-modify-write (as dk and dv below); m from 1 - nr keeps the table rows
+                 * read inside the table */
+                const int64_t U = 2 * T - 1;
+                float *dPh = a->dP + (p % H) * U * D + (T - 1 - i) * D;
+                for (int64_t m = 1 - nr; m <= i; m++) {
+                    float w[RB];
+                    for (int r = 0; r < RB; r++) w[r] = dnr[r][m + r];
+                    axpy_rows(dPh + m * D, w, qvr, D);
+                }
             }
-            weighted_sum(dqp + i * D, dl0, kp, len, D);
-            if (two) weighted_sum(dqp + i1 * D, dl1, kp, len, D);
-            if (a->pe)
-                for (int r = 0; r <= two; r++)
-                    cope_pe_grad(a, p, i + r, qp + (i + r) * D, r ? dz1 : dz0, dqp + (i + r) * D, D);
+            for (int64_t j = 0; j < len; j++) {
+                float wl[RB], ws[RB];
+                for (int r = 0; r < RB; r++) {
+                    dlr[r][j] *= scale; /* now the gradient of the score q . k */
+                    wl[r] = dlr[r][j];
+                    ws[r] = sr[r][j];
+                }
+                axpy_rows(dkp + j * D, wl, qr, D);
+                axpy_rows(dvp + j * D, ws, dor, D);
+            }
+            for (int64_t r = 0; r < nr; r++) {
+                weighted_sum(dqp + (i + r) * D, dlr[r], kp, len, D);
+                if (a->pe) cope_pe_grad(a, p, i + r, qr[r], dzr[r], dqp + (i + r) * D, D);
+            }
         }
     }
 }
@@ -752,16 +769,19 @@ INLINE int64_t fwd_impl(FWD_ARGS) {
 
 INLINE int64_t bwd_impl(BWD_ARGS) {
     const int64_t Tp = round_up(T);
-    float *work = malloc(sizeof(float) * (2 * D * Tp + 13 * Tp + 2 + 4 * cope_table(npos)));
+    /* kt, vt; dbar; RB rows of weights, logit gradients and (padded) dn; row scratch; tables */
+    const int64_t rows = (1 + 2 * RB) * Tp + RB * (Tp + 2 * VL);
+    float *work = malloc(sizeof(float) * (2 * D * Tp + rows + 6 * Tp + 2 +
+                                          (2 + RB) * cope_table(npos)));
     if (!work) return 1;
     Args a = make_args(T, H, scale, bias, sb, sh, col, g, qv, P, Pt, Up, pe, peT, npos, Np,
                        pe_heads);
-    row_scratch(&a, work + 2 * D * Tp + 7 * Tp);
+    row_scratch(&a, work + 2 * D * Tp + rows);
     a.dqv = qv ? dqv : NULL;
     a.dP = qv ? dP : NULL;
     a.dpeT = pe ? dpeT : NULL;
-    a.dzrow = a.bb + cope_table(a.npos); /* two rows of dz */
-    memset(a.dzrow, 0, sizeof(float) * 2 * cope_table(a.npos));
+    a.dzrow = a.bb + cope_table(a.npos); /* RB rows of dz */
+    memset(a.dzrow, 0, sizeof(float) * RB * cope_table(a.npos));
 #define BWD(DD)                                                                                    \
     bwd_pairs(p0, p1, &a, q, k, v, out, dout, mrow, lrow, dq, dk, dv, dbias, dsb, dsh, dcol, dg,  \
               work, DD)
