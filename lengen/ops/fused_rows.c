@@ -563,22 +563,25 @@ INLINE void row_grad(const Args *a, int64_t p, int64_t i, int64_t len, const flo
 
 /* CoPE: z_i = scale q_i . e, so a row's dz adds scale sum_n dz_n e_n to dq_i and scale q_i dz_n
  * to the embedding gradient of each bucket n; then dz's entries are zeroed for the next row. */
+/* bucket n of a row's dz: its terms of dq (into acc) and of the embeddings' gradient; n zeroed */
+INLINE void cope_pe_term(const Args *a, int64_t n, const float *qi, float *dzr, const float *peT,
+                         float *dpeT, float *acc, const int64_t D) {
+    const float dn = a->scale * dzr[n];
+    dzr[n] = 0.0f;
+    axpy(acc, dn, peT + n * D, D);
+    axpy(dpeT + n * D, dn, qi, D);
+}
+
 INLINE void cope_pe_grad(const Args *a, int64_t p, int64_t i, const float *qi, float *dzr,
                          float *dqi, const int64_t D) {
     const int64_t h = cope_head(a, p), nd = cope_reach(a, i);
     const float *peT = a->peT + h * a->npos * D;
     float *dpeT = a->dpeT + h * a->npos * D, acc[D];
     for (int64_t d = 0; d < D; d++) acc[d] = 0.0f;
-    for (int64_t n = 0; n <= nd; n++) {
-        /* n = nd stands for npos - 1 when the row cannot reach it: a NaN count is taken as
-         * clamped (0 for finite inputs), and must not stay in the buffer for a later row */
-        const int64_t b = n < nd ? n : a->npos - 1;
-        if (n == nd && b < nd) break;
-        const float dn = a->scale * dzr[b];
-        dzr[b] = 0.0f;
-        axpy(acc, dn, peT + b * D, D);
-        axpy(dpeT + b * D, dn, qi, D);
-    }
+    for (int64_t n = 0; n < nd; n++) cope_pe_term(a, n, qi, dzr, peT, dpeT, acc, D);
+    /* npos - 1 too when the row cannot reach it: a NaN count is taken as clamped (0 for finite
+     * inputs), and must not stay in the buffer for a later row */
+    if (nd < a->npos) cope_pe_term(a, a->npos - 1, qi, dzr, peT, dpeT, acc, D);
     for (int64_t d = 0; d < D; d++) dqi[d] += acc[d];
 }
 
