@@ -33,6 +33,18 @@ from lengen.samplers import SAMPLER_POINT, build_sampler
 from lengen.samplers.base import PositionSampler
 
 
+def check_keep(keep, B: int, T: int, cache) -> None:
+    """``forward(..., keep=)`` takes a bool mask of the tokens' shape, and no cache (cached
+    decoding wants every new token's logits)."""
+    if (not isinstance(keep, torch.Tensor) or keep.dtype != torch.bool
+            or tuple(keep.shape) != (B, T)):
+        got = (f"{keep.dtype} {list(keep.shape)}" if isinstance(keep, torch.Tensor)
+               else type(keep).__name__)
+        raise ArgumentError(f"keep must be a bool tensor [B, T] = [{B}, {T}], got {got}")
+    if cache is not None:
+        raise ArgumentError("keep cannot be combined with a KV cache")
+
+
 def check_positions(positions: torch.Tensor, B: int, T: int) -> torch.Tensor:
     """Explicit positions for tokens [B, T] must be [T] (shared) or [B, T] (per sequence)."""
     if not isinstance(positions, torch.Tensor):
@@ -134,20 +146,28 @@ class Block(nn.Module):
             self.post1, self.post2 = make_norm(cfg), make_norm(cfg)
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x, pos, posenc, cache=None, key_pos=None):
+    def forward(self, x, pos, posenc, cache=None, key_pos=None, keep=None):
+        """x [B, T, D] -> [B, T, D]; with ``keep`` (bool [B, T]) -> [N, D], the N kept rows in
+        row-major order: attention runs over every token (all are keys), and the rows are
+        dropped after it, so the MLP and the norms run on the kept rows only. Every op after
+        attention acts on each token alone, hence the kept rows are exactly the full block's."""
         def attn(h):
-            return self.attn(h, pos, posenc, cache=cache, key_pos=key_pos)
+            a = self.attn(h, pos, posenc, cache=cache, key_pos=key_pos)
+            return a if keep is None else a[keep]                   # [N, D]
+
+        def rows(h):
+            return h if keep is None else h[keep]
 
         if self.norm_position == "pre":
-            x = x + self.drop(attn(self.norm1(x)))
+            x = rows(x) + self.drop(attn(self.norm1(x)))
             return x + self.drop(self.mlp(self.norm2(x)))
         if self.norm_position == "post":
-            x = self.norm1(x + self.drop(attn(x)))
+            x = self.norm1(rows(x) + self.drop(attn(x)))
             return self.norm2(x + self.drop(self.mlp(x)))
         if self.norm_position == "pre_post":
-            x = self.post1(x + self.drop(attn(self.norm1(x))))
+            x = self.post1(rows(x) + self.drop(attn(self.norm1(x))))
             return self.post2(x + self.drop(self.mlp(self.norm2(x))))
-        x = x + self.drop(self.post1(attn(self.norm1(x))))                         # sandwich
+        x = rows(x) + self.drop(self.post1(attn(self.norm1(x))))                   # sandwich
         return x + self.drop(self.post2(self.mlp(self.norm2(x))))
 
 
@@ -195,6 +215,8 @@ class Transformer(nn.Module):
     #: check token ids and positions in forward (one device sync); the training loop turns it
     #: off for batches the task made itself (see lengen.train.loop)
     check_inputs: bool = True
+    #: forward takes ``keep=`` (the positions whose logits are wanted; see forward)
+    takes_keep: bool = True
 
     def __init__(self, cfg: ModelConfig | dict, *, posenc: PositionalScheme | None = None,
                  sampler: PositionSampler | None = None):
@@ -289,13 +311,21 @@ class Transformer(nn.Module):
         return KVCache(len(self.blocks), capacity)
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None, *,
-                cache: KVCache | None = None) -> torch.Tensor:
+                cache: KVCache | None = None, keep: torch.Tensor | None = None) -> torch.Tensor:
         """tokens: [B, T] int64 -> logits [B, T, V]. positions: [T] or [B, T] float (default:
         drawn from the sampler). With ``cache`` (from :meth:`new_cache`) the tokens continue the
         cached ones: they attend to every cached token and are appended to the cache; a
-        non-empty cache needs their explicit positions."""
+        non-empty cache needs their explicit positions.
+
+        ``keep`` (bool [B, T]): only the logits at those positions are wanted, e.g. the scored
+        tokens of a training batch: returns [N, V], ``logits[keep]`` of the full call, while the
+        last block's MLP, the final norm and the head run on those N rows alone (the same
+        saving as Hugging Face's ``logits_to_keep``, for any set of positions). Training uses it
+        when a batch scores few of its tokens (:func:`lengen.train.step.forward_loss`)."""
         check_tokens(tokens)
         B, T = tokens.shape
+        if keep is not None:
+            check_keep(keep, B, T, cache)
         if cache is not None and not self.cfg.causal:
             raise ValueError("a KV cache needs a causal decoder (model.causal=true); an "
                              "encoder's earlier outputs depend on later tokens")
@@ -318,13 +348,14 @@ class Transformer(nn.Module):
         x = self.posenc.embed(x, pos)
         x = self.drop(x) if self.embed_dropout else x
         if cache is None:
-            for block, posenc in zip(self.blocks, self.block_posencs()):
-                x = block(x, pos, posenc)
+            last = len(self.blocks) - 1
+            for i, (block, posenc) in enumerate(zip(self.blocks, self.block_posencs())):
+                x = block(x, pos, posenc, keep=keep if i == last else None)   # last: [N, D]
         else:
             key_pos = cache.extend_positions(pos)                # [Tc + T] or [B, Tc + T]
             for block, posenc, layer in zip(self.blocks, self.block_posencs(), cache.layers):
                 x = block(x, pos, posenc, cache=layer, key_pos=key_pos)
-        return self.head(self.norm_f(x))                         # [B, T, V]
+        return self.head(self.norm_f(x))                         # [B, T, V] or [N, V]
 
     def generate(self, prompts, max_new_tokens: int, eos_id: int | None = None, *,
                  positions: torch.Tensor | None = None, temperature: float = 0.0,

@@ -28,14 +28,44 @@ def forward_loss(fwd, batch, positions, tc, device, out_slice, denom=None, loss=
     """The loss of ``batch``: forward through ``fwd`` (the model, DDP-wrapped or compiled) under
     ``tc.precision``'s autocast, outputs restricted to the task's ``out_slice``, ``loss`` (the
     cross-entropy over the scored tokens; divided by ``denom`` when given)."""
+    keep = scored_rows(fwd, batch, tc)
     try:
         with autocast(tc.precision, device):
-            out = fwd(batch.inputs, positions=positions)
+            if keep is None:
+                out = fwd(batch.inputs, positions=positions)               # [B, T, V]
+            else:
+                out = fwd(batch.inputs, positions=positions, keep=keep)[None]   # [1, N, V]
     except Exception as e:
         raise compile_failure(e) if tc.compile and is_compiler_error(e) else e
+    if keep is not None:            # the scored tokens as one row: the same sum, the same count
+        batch = dataclasses.replace(batch, targets=batch.targets[keep][None],
+                                    loss_mask=torch.ones_like(keep[keep])[None])
     logits, targets = restrict_to_outputs(out, batch.targets, out_slice, batch.loss_mask)
     scored = dataclasses.replace(batch, targets=targets)
     return loss(logits, scored) if denom is None else loss(logits, scored, denom=denom)
+
+
+#: a batch scoring at most this share of its tokens asks the model for those tokens' logits only
+SCORED_SHARE = 0.75
+
+
+def scored_rows(fwd, batch, tc):
+    """The mask of the scored tokens to hand the model as ``keep`` (bool [B, T]), or None for
+    the full forward: only for a model that declares ``takes_keep`` (lengen's Transformer), not
+    compiled (a data-dependent row count), without dropout (the pruned rows would change how
+    many random numbers dropout draws, so the run would take another random path), and when
+    at most ``SCORED_SHARE`` of the tokens are scored (else the gather costs more than it saves).
+    The loss is the same sum over the same tokens; only the rounding of the last block's GEMMs
+    over fewer rows can differ (tests/test_keep.py)."""
+    model = getattr(fwd, "module", fwd)                     # DDP wraps the model
+    if tc.compile or not getattr(model, "takes_keep", False):
+        return None
+    if getattr(getattr(model, "cfg", None), "dropout", 1.0) != 0:
+        return None
+    mask = batch.loss_mask
+    if mask.dtype != torch.bool or mask.float().mean() > SCORED_SHARE:
+        return None
+    return mask
 
 
 def backward_and_clip(loss, model, opt, scaler, tc):
@@ -55,4 +85,5 @@ def apply_update(opt, scaler, sched) -> None:
     sched.step()
 
 
-__all__ = ["loss_fn", "forward_loss", "backward_and_clip", "apply_update"]
+__all__ = ["loss_fn", "forward_loss", "scored_rows", "SCORED_SHARE",
+           "backward_and_clip", "apply_update"]

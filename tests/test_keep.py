@@ -1,0 +1,153 @@
+"""``Transformer.forward(..., keep=)``: the logits of the kept positions only, the last block's
+MLP, the final norm and the head run on those rows alone. The full forward is the reference:
+values and gradients must agree for every attention kind and norm position, and training's
+``forward_loss`` must give the same loss and gradients with and without it."""
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import pytest
+import torch
+
+from lengen.attention import ATTENTIONS
+from lengen.errors import ArgumentError
+from lengen.model import ModelConfig, Transformer
+from lengen.tasks.base import Batch
+from lengen.train.step import SCORED_SHARE, forward_loss, scored_rows
+
+V, B, T = 7, 3, 11
+CLOSE = dict(atol=1e-5, rtol=1e-5)     # fp32: only the GEMMs' row blocking differs
+
+
+def build(attention="softmax", posenc="rope", seed=0, **overrides):
+    torch.manual_seed(seed)
+    cfg = dict(vocab_size=V, d_model=16, n_layers=2, n_heads=2, posenc=posenc,
+               attention=attention, dropout=0.0, init_std=0.3)
+    cfg.update(overrides)
+    model = Transformer(ModelConfig(**cfg))
+    with torch.no_grad():                  # zero-initialised tables and gates -> nontrivial values
+        g = torch.Generator().manual_seed(seed + 1)
+        for p in model.parameters():
+            if p.numel() and not p.any():
+                p.copy_(0.3 * torch.randn(p.shape, generator=g))
+    return model
+
+
+def some_keep(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    keep = torch.rand(B, T, generator=g) < 0.3
+    keep[0, -1] = keep[1, 0] = True        # the last and the first position are both covered
+    keep[2] = False                        # and a row keeping nothing
+    return keep
+
+
+def agree(model, keep, **kw):
+    """Values and parameter gradients of forward(keep=) against forward()[keep]."""
+    tokens = torch.randint(0, V, (B, T), generator=torch.Generator().manual_seed(3))
+    pos = torch.arange(T, dtype=torch.float32)
+    w = torch.randn(int(keep.sum()), V, generator=torch.Generator().manual_seed(4))
+    ref, fast = model, copy.deepcopy(model)
+    full = ref(tokens, pos, **kw)[keep]                             # [N, V]
+    part = fast(tokens, pos, keep=keep, **kw)                      # [N, V]
+    torch.testing.assert_close(part, full, **CLOSE)
+    (full * w).sum().backward()
+    (part * w).sum().backward()
+    for (name, a), b in zip(ref.named_parameters(), fast.parameters()):
+        if a.grad is None:
+            assert b.grad is None or not b.grad.any(), name
+            continue
+        torch.testing.assert_close(b.grad, a.grad, **CLOSE, msg=name)
+
+
+@pytest.mark.parametrize("attention", sorted(ATTENTIONS))
+def test_every_attention_kind(attention):
+    """A registry contract: each kind's output is one row per query, so dropping rows after it
+    is exact (n_heads 4 for Diff's head pairs)."""
+    agree(build(attention, n_heads=4), some_keep())
+
+
+@pytest.mark.parametrize("norm_position", ["pre", "post", "pre_post", "sandwich"])
+def test_every_norm_position(norm_position):
+    agree(build(norm_position=norm_position, posenc="t5"), some_keep(1))
+
+
+def test_encoder_and_one_layer():
+    agree(build(causal=False, n_layers=1, posenc="learned"), some_keep(2))
+
+
+def test_keep_everything_and_nothing():
+    model = build()
+    agree(model, torch.ones(B, T, dtype=torch.bool))
+    out = model(torch.zeros(B, T, dtype=torch.long), keep=torch.zeros(B, T, dtype=torch.bool))
+    assert out.shape == (0, V)
+
+
+@pytest.mark.parametrize("keep, msg", [
+    (torch.ones(B, T), "bool tensor"),
+    (torch.ones(B, T + 1, dtype=torch.bool), r"\[3, 11\]"),
+    ([[True] * T] * B, "list"),
+])
+def test_bad_keep(keep, msg):
+    with pytest.raises(ArgumentError, match=msg):
+        build()(torch.zeros(B, T, dtype=torch.long), keep=keep)
+
+
+def test_keep_with_cache_is_refused():
+    model = build()
+    with pytest.raises(ArgumentError, match="cache"):
+        model(torch.zeros(B, T, dtype=torch.long), torch.arange(T, dtype=torch.float32),
+              cache=model.new_cache(), keep=torch.ones(B, T, dtype=torch.bool))
+
+
+@dataclasses.dataclass
+class _TC:
+    precision: str = "fp32"
+    compile: bool = False
+
+
+def a_batch(share):
+    g = torch.Generator().manual_seed(5)
+    inputs = torch.randint(0, V, (B, T), generator=g)
+    targets = torch.randint(0, V, (B, T), generator=g)
+    mask = torch.zeros(B, T, dtype=torch.bool)
+    mask.view(-1)[: round(share * B * T)] = True
+    return Batch(inputs, targets, mask, mask.clone())
+
+
+@pytest.mark.parametrize("out_slice", [None, slice(2, 6)])
+def test_forward_loss_same_with_and_without_keep(out_slice):
+    """Training's loss: the same value and gradients whether the model is asked for the scored
+    tokens' logits only (the default for lengen's Transformer) or for all of them."""
+    batch = a_batch(0.3)
+    if out_slice is not None:
+        batch.targets = torch.where(batch.loss_mask, 2 + batch.targets % 4, batch.targets)
+    model = build(posenc="t5")
+    slow = copy.deepcopy(model)
+    slow.takes_keep = False
+    pos = torch.arange(T, dtype=torch.float32)
+    assert scored_rows(model, batch, _TC()) is batch.loss_mask
+    assert scored_rows(slow, batch, _TC()) is None
+    grads = []
+    for m in (slow, model):
+        loss = forward_loss(m, batch, pos, _TC(), torch.device("cpu"), out_slice)
+        loss.backward()
+        grads.append((loss.detach(), [p.grad for p in m.parameters()]))
+    torch.testing.assert_close(grads[1][0], grads[0][0], **CLOSE)
+    for a, b in zip(grads[0][1], grads[1][1]):
+        torch.testing.assert_close(b, a, **CLOSE)
+
+
+def test_when_training_asks_for_the_scored_rows():
+    model, tc = build(), _TC()
+    assert scored_rows(model, a_batch(0.3), tc) is not None
+    assert scored_rows(model, a_batch(SCORED_SHARE + 0.1), tc) is None      # little to save
+    assert scored_rows(model, a_batch(0.3), _TC(compile=True)) is None     # dynamic row count
+    assert scored_rows(build(dropout=0.1), a_batch(0.3), tc) is None        # same random path
+
+    class Wrapped(torch.nn.Module):                                        # DDP's .module
+        def __init__(self, module):
+            super().__init__()
+            self.module = module
+    assert scored_rows(Wrapped(model), a_batch(0.3), tc) is not None
+    assert scored_rows(torch.nn.Linear(2, 2), a_batch(0.3), tc) is None    # a model without it
