@@ -477,3 +477,22 @@ def test_cope_nan_row_stays_in_its_row():
             lib.fused_rows_force_baseline(0)
         bad = [i for i in range(T) if not torch.isfinite(qq.grad[0, 0, i]).all()]
         assert bad == [0], f"baseline={baseline}: non-finite dq rows {bad}"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("D,T", [(16, 9), (16, 70), (5, 12)])
+def test_rows_without_upstream_gradient(kind, D, T):
+    """Rows whose output gets no gradient (the tokens no loss reads in the model's last block)
+    are skipped in backward; the gradients stay the reference's, with the relative term and a
+    bias too. Zero rows in full, partial and mixed blocks of the four-row backward."""
+    x = relative(inputs(2, 3, T, D, seed=D + T), seed=T + 1)
+    x["bias"] = 0.5 * torch.randn(3, T, T, generator=torch.Generator().manual_seed(2))
+    zero = torch.rand(2, 3, T, generator=torch.Generator().manual_seed(3)) < 0.7
+    zero[0, 0, :4] = True                                        # a whole block of four
+    zero[1, 2, -1] = True                                        # the last row
+    x["go"] = torch.where(zero[..., None], 0.0, x["go"])
+    fused, ref = pair(kind)
+    names = NAMES + REL + ["bias"]
+    got, want = grads(fused, x, names), grads(ref, x, names)
+    close(got, want, f"{kind} zero rows D={D} T={T}")
+    assert not got[1][zero].any()                                # dq of a skipped row: 0

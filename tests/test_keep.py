@@ -13,6 +13,9 @@ import torch
 from lengen.attention import ATTENTIONS
 from lengen.errors import ArgumentError
 from lengen.model import ModelConfig, Transformer
+from lengen.model.transformer import PACK_SHARE, plan_rows
+from lengen.ops.packing import Packing, needed_tokens
+from lengen.posenc import POSENCS
 from lengen.tasks.base import Batch
 from lengen.train.step import SCORED_SHARE, forward_loss, scored_rows
 
@@ -67,6 +70,13 @@ def test_every_attention_kind(attention):
     agree(build(attention, n_heads=4), some_keep())
 
 
+@pytest.mark.parametrize("posenc", sorted(POSENCS))
+def test_every_positional_scheme(posenc):
+    """A registry contract too: rotations, biases, embeddings and XL's relative term all act on
+    the padded layout, before the rows are packed or dropped."""
+    agree(build("softmax", posenc=posenc), some_keep(5))
+
+
 @pytest.mark.parametrize("norm_position", ["pre", "post", "pre_post", "sandwich"])
 def test_every_norm_position(norm_position):
     agree(build(norm_position=norm_position, posenc="t5"), some_keep(1))
@@ -74,6 +84,49 @@ def test_every_norm_position(norm_position):
 
 def test_encoder_and_one_layer():
     agree(build(causal=False, n_layers=1, posenc="learned"), some_keep(2))
+
+
+def test_needed_tokens_and_packing():
+    keep = torch.tensor([[False, True, False, False],
+                         [False, False, False, False],
+                         [True, False, False, True]])
+    needed = needed_tokens(keep)
+    assert needed.tolist() == [[True, True, False, False], [False] * 4, [True] * 4]
+    pack = Packing(needed)
+    x = torch.arange(3 * 4 * 2, dtype=torch.float32).view(3, 4, 2)
+    assert pack.pack(x).tolist() == x[needed].tolist()
+    back = pack.unpack(pack.pack(x))
+    assert back[needed].tolist() == x[needed].tolist() and not back[~needed].any()
+    assert pack.pack(x)[pack.rows_of(keep)].tolist() == x[keep].tolist()
+
+
+def test_the_causal_model_runs_packed():
+    """some_keep leaves most of its rows' ends unneeded: the blocks run on the needed tokens
+    (the agreement tests above then compare the packed path with the padded one)."""
+    keep = some_keep()
+    pack, rows = plan_rows(keep, causal=True)
+    assert pack is not None and pack.n < PACK_SHARE * keep.numel()
+    assert plan_rows(keep, causal=False)[0] is None                # an encoder needs every token
+    full = torch.zeros_like(keep)
+    full[:, -1] = True                                             # flip-flop: the last is scored
+    assert plan_rows(full, causal=True)[0] is None
+
+
+def test_a_kind_without_packing_is_padded_around():
+    """A plugin kind whose forward has no ``pack``: the block unpacks around it, same result."""
+    from lengen.attention.softmax import SoftmaxAttention
+
+    class OldSignature(SoftmaxAttention):
+        def forward(self, x, pos, posenc, *, cache=None, key_pos=None):
+            return super().forward(x, pos, posenc, cache=cache, key_pos=key_pos)
+
+    model = build()
+    for block in model.blocks:
+        old = OldSignature(d_model=16, n_heads=2)
+        old.load_state_dict(block.attn.state_dict())
+        block.attn = old
+        assert not block.attn_packs
+    agree(model, some_keep())
 
 
 def test_keep_everything_and_nothing():

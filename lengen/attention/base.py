@@ -48,12 +48,22 @@ class Attention(nn.Module):
         return self.impl == "lean" or (self.impl == "auto" and not self.training)
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, posenc, *, cache=None,
-                key_pos: torch.Tensor | None = None) -> torch.Tensor:
+                key_pos: torch.Tensor | None = None, pack=None) -> torch.Tensor:
         """x: [B, T, D], pos: [T] or [B, T] -> [B, T, D]. With ``cache`` (a
         :class:`lengen.model.cache.LayerCache`) x holds only the new tokens, ``key_pos`` the
-        positions of every key (cached and new) and the step attends to the cached keys too."""
-        B, T, _ = x.shape
-        q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        positions of every key (cached and new) and the step attends to the cached keys too.
+        With ``pack`` (a :class:`lengen.ops.packing.Packing` of a causal batch) x is [N, D],
+        the tokens that matter, and so is the output: the projections run on those rows, the
+        attention itself on the padded layout (zeros at the left-out tokens, after every kept
+        one in its row, so no kept query sees them)."""
+        if pack is None:
+            B, T, _ = x.shape
+            qkv = self.qkv(x)                                               # [B, T, 3D]
+        else:
+            B, T = pack.B, pack.T
+            qkv = pack.unpack(self.qkv(x))                                  # [B, T, 3D]
+            x = pack.unpack(x)                       # [B, T, D]: the gates of FoT / TRA read x
+        q, k, v = qkv.view(B, T, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         # q, k, v: [B, H, T, hd]
         q, k = self.prepare_qk(q, k)
         q, k = posenc.rotate(q, k, pos)
@@ -67,7 +77,10 @@ class Attention(nn.Module):
                                 lambda: posenc.tiled_bias(pos, q, k))
                        if posenc.has_bias else None)
             y = self.attend(q, k, v, x, bias_fn)                # [B, H, T, hd]
-        return self.proj(y.transpose(1, 2).reshape(B, T, self.d_model))
+        y = y.transpose(1, 2)                                               # [B, T, H, hd]
+        if pack is not None:
+            return self.proj(pack.pack(y.reshape(B, T, self.d_model)))      # [N, D]
+        return self.proj(y.reshape(B, T, self.d_model))
 
     def decode(self, q, k, v, x, posenc, pos, key_pos, cache):
         """A cached step: append the new keys/values, then attend from the new query rows (the

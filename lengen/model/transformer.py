@@ -14,6 +14,7 @@ bidirectional attention; tasks append output placeholder tokens and read logits 
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 
 import torch
@@ -26,6 +27,7 @@ from lengen.model.cache import KVCache
 from lengen.model.config import ModelConfig
 from lengen.model.generate import generate
 from lengen.ops.norm import rms_norm
+from lengen.ops.packing import Packing, needed_tokens
 from lengen.posenc import POSENC_POINT, build_posenc
 from lengen.posenc.base import PositionalScheme
 from lengen.registry import construct
@@ -43,6 +45,22 @@ def check_keep(keep, B: int, T: int, cache) -> None:
         raise ArgumentError(f"keep must be a bool tensor [B, T] = [{B}, {T}], got {got}")
     if cache is not None:
         raise ArgumentError("keep cannot be combined with a KV cache")
+
+
+#: a causal batch whose needed tokens are at most this share of it runs packed (lengen.ops.packing)
+PACK_SHARE = 0.9
+
+
+def plan_rows(keep: torch.Tensor, causal: bool):
+    """(packing or None, the kept tokens' row indices [K] in the blocks' layout): a causal
+    model needs no token after a row's last kept one, so when those are at least
+    1 - PACK_SHARE of the batch, the blocks run on the needed tokens only."""
+    if causal:
+        needed = needed_tokens(keep)                             # [B, T]
+        if needed.float().mean() <= PACK_SHARE:
+            pack = Packing(needed)
+            return pack, pack.rows_of(keep)
+    return None, keep.flatten().nonzero().squeeze(1)
 
 
 def check_positions(positions: torch.Tensor, B: int, T: int) -> torch.Tensor:
@@ -146,17 +164,32 @@ class Block(nn.Module):
             self.post1, self.post2 = make_norm(cfg), make_norm(cfg)
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x, pos, posenc, cache=None, key_pos=None, keep=None):
-        """x [B, T, D] -> [B, T, D]; with ``keep`` (bool [B, T]) -> [N, D], the N kept rows in
-        row-major order: attention runs over every token (all are keys), and the rows are
-        dropped after it, so the MLP and the norms run on the kept rows only. Every op after
-        attention acts on each token alone, hence the kept rows are exactly the full block's."""
-        def attn(h):
-            a = self.attn(h, pos, posenc, cache=cache, key_pos=key_pos)
-            return a if keep is None else a[keep]                   # [N, D]
+    @property
+    def attn_packs(self) -> bool:
+        """Built-in kinds take packed rows (lengen.attention.base); a plugin's own forward may
+        not (asked each time: the attention module may be replaced after building)."""
+        return "pack" in inspect.signature(self.attn.forward).parameters
 
-        def rows(h):
-            return h if keep is None else h[keep]
+    def forward(self, x, pos, posenc, cache=None, key_pos=None, keep=None, pack=None):
+        """x [B, T, D] -> [B, T, D]. ``pack`` (:class:`lengen.ops.packing.Packing`): x holds
+        the batch's needed tokens only, [N, D], and so does the output; ``keep`` (indices into
+        the rows of x flattened to [-1, D]): the output is those rows only, [K, D]. Attention
+        runs over every token (all are keys); rows are dropped after it, so the MLP and the
+        norms run on the kept rows. Every op after attention acts on each token alone, hence
+        the kept rows are exactly those of the full block."""
+        D = x.shape[-1]
+
+        def rows(h):                                                # [K, D]
+            return h if keep is None else h.reshape(-1, D).index_select(0, keep)
+
+        def attn(h):
+            if pack is None or self.attn_packs:
+                a = self.attn(h, pos, posenc, cache=cache, key_pos=key_pos,
+                              **({} if pack is None else {"pack": pack}))
+            else:                          # a kind whose forward predates packing: pad around it
+                a = pack.pack(self.attn(pack.unpack(h), pos, posenc, cache=cache,
+                                        key_pos=key_pos))
+            return rows(a)
 
         if self.norm_position == "pre":
             x = rows(x) + self.drop(attn(self.norm1(x)))
@@ -324,8 +357,10 @@ class Transformer(nn.Module):
         when a batch scores few of its tokens (:func:`lengen.train.step.forward_loss`)."""
         check_tokens(tokens)
         B, T = tokens.shape
+        pack = keep_rows = None
         if keep is not None:
             check_keep(keep, B, T, cache)
+            pack, keep_rows = plan_rows(keep, self.cfg.causal)
         if cache is not None and not self.cfg.causal:
             raise ValueError("a KV cache needs a causal decoder (model.causal=true); an "
                              "encoder's earlier outputs depend on later tokens")
@@ -347,10 +382,13 @@ class Transformer(nn.Module):
             x = x * math.sqrt(self.cfg.d_model)
         x = self.posenc.embed(x, pos)
         x = self.drop(x) if self.embed_dropout else x
+        if pack is not None:
+            x = pack.pack(x)                                     # [N, D]: the needed tokens
         if cache is None:
             last = len(self.blocks) - 1
             for i, (block, posenc) in enumerate(zip(self.blocks, self.block_posencs())):
-                x = block(x, pos, posenc, keep=keep if i == last else None)   # last: [N, D]
+                x = block(x, pos, posenc, pack=pack,
+                          keep=keep_rows if i == last else None)   # last: [K, D], kept rows
         else:
             key_pos = cache.extend_positions(pos)                # [Tc + T] or [B, Tc + T]
             for block, posenc, layer in zip(self.blocks, self.block_posencs(), cache.layers):

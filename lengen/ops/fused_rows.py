@@ -40,7 +40,7 @@ from lengen.ops.cpu_workspace import index_chunks, run_groups, sum_parts
 from lengen.ops.tile_bias import as_4d, reduce_to
 
 SOURCE = Path(__file__).with_name("fused_rows.c")
-VERSION = 5
+VERSION = 6
 _P, _I, _D = ctypes.c_void_p, ctypes.c_int64, ctypes.c_double
 
 
