@@ -146,6 +146,12 @@ def test_bad_keep(keep, msg):
         build()(torch.zeros(B, T, dtype=torch.long), keep=keep)
 
 
+def test_keep_on_another_device_is_refused():
+    with pytest.raises(ArgumentError, match="meta"):
+        build()(torch.zeros(B, T, dtype=torch.long),
+                keep=torch.ones(B, T, dtype=torch.bool, device="meta"))
+
+
 def test_keep_with_cache_is_refused():
     model = build()
     with pytest.raises(ArgumentError, match="cache"):
@@ -204,3 +210,10 @@ def test_when_training_asks_for_the_scored_rows():
             self.module = module
     assert scored_rows(Wrapped(model), a_batch(0.3), tc) is not None
     assert scored_rows(torch.nn.Linear(2, 2), a_batch(0.3), tc) is None    # a model without it
+
+    class OwnForward(Transformer):                       # a subclass whose forward has no keep
+        def forward(self, tokens, positions=None):
+            return super().forward(tokens, positions)
+    own = OwnForward(model.cfg)
+    assert scored_rows(own, a_batch(0.3), tc) is None
+    forward_loss(own, a_batch(0.3), None, tc, torch.device("cpu"), None)   # trains, full forward

@@ -35,7 +35,13 @@ from lengen.samplers import SAMPLER_POINT, build_sampler
 from lengen.samplers.base import PositionSampler
 
 
-def check_keep(keep, B: int, T: int, cache) -> None:
+@functools.lru_cache(maxsize=None)
+def takes_argument(cls, name: str) -> bool:
+    """Whether ``cls.forward`` has a parameter ``name`` (per class, once)."""
+    return name in inspect.signature(cls.forward).parameters
+
+
+def check_keep(keep, B: int, T: int, cache, device) -> None:
     """``forward(..., keep=)`` takes a bool mask of the tokens' shape, and no cache (cached
     decoding wants every new token's logits)."""
     if (not isinstance(keep, torch.Tensor) or keep.dtype != torch.bool
@@ -43,6 +49,8 @@ def check_keep(keep, B: int, T: int, cache) -> None:
         got = (f"{keep.dtype} {list(keep.shape)}" if isinstance(keep, torch.Tensor)
                else type(keep).__name__)
         raise ArgumentError(f"keep must be a bool tensor [B, T] = [{B}, {T}], got {got}")
+    if keep.device != device:
+        raise ArgumentError(f"keep is on {keep.device}, the tokens on {device}")
     if cache is not None:
         raise ArgumentError("keep cannot be combined with a KV cache")
 
@@ -167,8 +175,8 @@ class Block(nn.Module):
     @property
     def attn_packs(self) -> bool:
         """Built-in kinds take packed rows (lengen.attention.base); a plugin's own forward may
-        not (asked each time: the attention module may be replaced after building)."""
-        return "pack" in inspect.signature(self.attn.forward).parameters
+        not (asked of the module's class each time: it may be replaced after building)."""
+        return takes_argument(type(self.attn), "pack")
 
     def forward(self, x, pos, posenc, cache=None, key_pos=None, keep=None, pack=None):
         """x [B, T, D] -> [B, T, D]. ``pack`` (:class:`lengen.ops.packing.Packing`): x holds
@@ -353,13 +361,16 @@ class Transformer(nn.Module):
         ``keep`` (bool [B, T]): only the logits at those positions are wanted, e.g. the scored
         tokens of a training batch: returns [N, V], ``logits[keep]`` of the full call, while the
         last block's MLP, the final norm and the head run on those N rows alone (the same
-        saving as Hugging Face's ``logits_to_keep``, for any set of positions). Training uses it
-        when a batch scores few of its tokens (:func:`lengen.train.step.forward_loss`)."""
+        saving as Hugging Face's ``logits_to_keep``, for any set of positions), and a causal
+        model skips the tokens after each row's last kept one (:func:`plan_rows`). Equal to
+        the full call up to fp32 rounding; with dropout in training mode only in distribution
+        (dropout draws over fewer rows). Training uses it when a batch scores few of its
+        tokens (:func:`lengen.train.step.forward_loss`)."""
         check_tokens(tokens)
         B, T = tokens.shape
         pack = keep_rows = None
         if keep is not None:
-            check_keep(keep, B, T, cache)
+            check_keep(keep, B, T, cache, tokens.device)
             pack, keep_rows = plan_rows(keep, self.cfg.causal)
         if cache is not None and not self.cfg.causal:
             raise ValueError("a KV cache needs a causal decoder (model.causal=true); an "

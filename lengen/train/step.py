@@ -9,6 +9,7 @@ import dataclasses
 import torch
 
 from lengen.eval.metrics import restrict_to_outputs
+from lengen.model.transformer import takes_argument
 from lengen.train.precision import autocast, compile_failure, is_compiler_error
 
 
@@ -55,10 +56,14 @@ def scored_rows(fwd, batch, tc):
     compiled (a data-dependent row count), without dropout (the pruned rows would change how
     many random numbers dropout draws, so the run would take another random path), and when
     at most ``SCORED_SHARE`` of the tokens are scored (else the gather costs more than it saves).
-    The loss is the same sum over the same tokens; only the rounding of the last block's GEMMs
-    over fewer rows can differ (tests/test_keep.py)."""
+    The loss is the same sum over the same tokens; only the rounding of the GEMMs over fewer
+    rows can differ (tests/test_keep.py). What is not computed cannot overflow: a NaN or inf
+    that only unscored tokens would have carried no longer makes the loss NaN (with the full
+    forward it did, through 0 * NaN, and the loop stopped as diverged)."""
     model = getattr(fwd, "module", fwd)                     # DDP wraps the model
     if tc.compile or not getattr(model, "takes_keep", False):
+        return None
+    if not takes_argument(type(model), "keep"):           # a subclass's own forward, without it
         return None
     if getattr(getattr(model, "cfg", None), "dropout", 1.0) != 0:
         return None
