@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from lengen.model import ModelConfig, Transformer
+from tiny_models import nontrivial
 from lengen.posenc import POSENCS
 
 V, T = 5, 12
@@ -21,12 +22,8 @@ def build(posenc, attention, seed=0, **overrides):
     cfg = dict(vocab_size=V, d_model=16, n_layers=2, n_heads=2, posenc=posenc, attention=attention,
                dropout=0.0, init_std=0.3, attn_block_size=5)   # block 5: T=12 spans 3 blocks
     cfg.update(overrides)
-    model = Transformer(ModelConfig(**cfg))
-    with torch.no_grad():                   # zero-initialised tables (T5, gates) -> nontrivial values
-        g = torch.Generator().manual_seed(seed + 1)
-        for p in model.parameters():
-            if p.numel() and not p.any():
-                p.copy_(0.3 * torch.randn(p.shape, generator=g))
+    # zero-initialised tables and gates -> nontrivial values
+    model = nontrivial(Transformer(ModelConfig(**cfg)), seed + 1)
     return model
 
 

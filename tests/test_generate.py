@@ -16,6 +16,7 @@ import torch
 
 from lengen.attention import ATTENTIONS
 from lengen.model import ModelConfig, Transformer
+from tiny_models import nontrivial
 from lengen.posenc import POSENCS
 
 V = 7
@@ -29,12 +30,8 @@ def build(attention="softmax", posenc="rope", seed=0, **overrides):
     cfg = dict(vocab_size=V, d_model=16, n_layers=2, n_heads=2, attention=attention,
                posenc=posenc, init_std=0.3, attn_impl="naive", attn_block_size=4)
     cfg.update(overrides)
-    model = Transformer(ModelConfig(**cfg))
-    with torch.no_grad():                 # zero-initialised tables and gates -> nontrivial values
-        g = torch.Generator().manual_seed(seed + 1)
-        for p in model.parameters():
-            if p.numel() and not p.any():
-                p.copy_(0.3 * torch.randn(p.shape, generator=g))
+    # zero-initialised tables and gates -> nontrivial values
+    model = nontrivial(Transformer(ModelConfig(**cfg)), seed + 1)
     return model.double().eval()
 
 
