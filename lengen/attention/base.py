@@ -25,6 +25,9 @@ IMPLS = ("auto", "naive", "lean")
 class Attention(nn.Module):
     #: kinds whose definition needs a causal window (TRA, FoT) set this to True
     requires_causal = False
+    #: ``attend`` reads the layer input x (FoT's and TRA's gates); a kind that does not sets
+    #: False, so packed training need not unpack x for it (it then gets None)
+    reads_x = True
 
     def __init__(self, *, d_model: int, n_heads: int, causal: bool = True, impl: str = "auto",
                  block_size: int = 256, layer_idx: int = 0, n_layers: int = 1):
@@ -62,7 +65,7 @@ class Attention(nn.Module):
         else:
             B, T = pack.B, pack.T
             qkv = pack.unpack(self.qkv(x))                                  # [B, T, 3D]
-            x = pack.unpack(x)                       # [B, T, D]: the gates of FoT / TRA read x
+            x = pack.unpack(x) if self.reads_x else None       # [B, T, D]: FoT's / TRA's gates
         q, k, v = qkv.view(B, T, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         # q, k, v: [B, H, T, hd]
         q, k = self.prepare_qk(q, k)

@@ -30,6 +30,7 @@ from lengen.ops.cope.fast_cpu import cope_attention_fast_cpu
 
 
 class ContextualPositionAttention(Attention):
+    reads_x = False                       # attend ignores x (lengen.attention.base)
     requires_causal = True      # positions count keys between j and i: a decoder-side definition
 
     def __init__(self, *, npos: int = 64, **kw):

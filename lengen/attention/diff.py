@@ -39,6 +39,7 @@ def default_lambda_init(layer_idx: int) -> float:
 
 
 class DifferentialAttention(Attention):
+    reads_x = False                       # attend ignores x (lengen.attention.base)
     KWARG_RULES = {"lambda_init": Float(min=0, lt=1, optional=True), "lambda_std": Float(min=0),
                    "norm_eps": Float(gt=0)}
 

@@ -23,6 +23,8 @@ FUSED_MAX_HEAD_DIM = 32
 
 
 class SoftmaxAttention(Attention):
+    reads_x = False                       # attend ignores x (lengen.attention.base)
+
     def attend(self, q, k, v, x, bias_fn):
         if self.record_weights:
             return self._keep(softmax_attention_naive(q, k, v, causal=self.causal, bias_fn=bias_fn,
