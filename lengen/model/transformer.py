@@ -191,12 +191,12 @@ class Block(nn.Module):
             return h if keep is None else h.reshape(-1, D).index_select(0, keep)
 
         def attn(h):
-            if pack is None or self.attn_packs:
-                a = self.attn(h, pos, posenc, cache=cache, key_pos=key_pos,
-                              **({} if pack is None else {"pack": pack}))
+            if pack is None:
+                a = self.attn(h, pos, posenc, cache=cache, key_pos=key_pos)
+            elif self.attn_packs:
+                a = self.attn(h, pos, posenc, pack=pack)
             else:                          # a kind whose forward predates packing: pad around it
-                a = pack.pack(self.attn(pack.unpack(h), pos, posenc, cache=cache,
-                                        key_pos=key_pos))
+                a = pack.pack(self.attn(pack.unpack(h), pos, posenc))
             return rows(a)
 
         if self.norm_position == "pre":
