@@ -496,3 +496,36 @@ def test_rows_without_upstream_gradient(kind, D, T):
     got, want = grads(fused, x, names), grads(ref, x, names)
     close(got, want, f"{kind} zero rows D={D} T={T}")
     assert not got[1][zero].any()                                # dq of a skipped row: 0
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("D,T", [(16, 9), (16, 70), (5, 12)])
+def test_heads_read_and_written_in_place(kind, D, T, monkeypatch):
+    """q, k, v as the head views of one projection [B, T, 3 H D] (lengen.ops.heads), the output
+    gradient in the [B, T, H, D] layout the output projection gives: the kernel reads them
+    where they are, writes its output in that layout and dq, dk, dv as the three slots of one
+    buffer, which reaches the projection with no copy. Values and gradients are the
+    reference's, with a bias and the relative term."""
+    from lengen.ops import heads
+    B, H = 2, 3
+    x = relative(inputs(B, H, T, D, seed=D + 7 * T), seed=T)
+    x["bias"] = 0.5 * torch.randn(H, T, T, generator=torch.Generator().manual_seed(5))
+    x["qkv"] = torch.randn(B, T, 3 * H * D, generator=torch.Generator().manual_seed(6))
+    go = torch.randn(B, T, H * D, generator=torch.Generator().manual_seed(7))
+    seen = []
+    real = heads._slot_buffer
+    monkeypatch.setattr(heads, "_slot_buffer", lambda *a: seen.append(real(*a)) or seen[-1])
+    fused, ref = pair(kind)
+    names = ["qkv", "gate", "pe", "bias"] + REL
+    results = []
+    for fn in (fused, ref):
+        leaves = {n: x[n].clone().requires_grad_(True) for n in names}
+        q, k, v = heads.split_heads(leaves["qkv"], H)
+        out = fn(q, k, v, **{n: t for n, t in leaves.items() if n != "qkv"})
+        if fn is fused:
+            assert out.transpose(1, 2).is_contiguous()                  # [B, T, H, D] layout
+        (out.transpose(1, 2).reshape(B, T, H * D) * go).sum().backward()
+        results.append([out.detach()] + [torch.zeros_like(t) if t.grad is None else t.grad
+                                         for t in leaves.values()])
+    assert seen[0] is not None                        # the fused backward's slots: no copy
+    close(*results, f"{kind} in place D={D} T={T}")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from lengen.ops.heads import split_heads
 from lengen.ops.tile_bias import BiasHook
 
 IMPLS = ("auto", "naive", "lean")
@@ -66,8 +67,9 @@ class Attention(nn.Module):
             B, T = pack.B, pack.T
             qkv = pack.unpack(self.qkv(x))                                  # [B, T, 3D]
             x = pack.unpack(x) if self.reads_x else None       # [B, T, D]: FoT's / TRA's gates
-        q, k, v = qkv.view(B, T, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        # q, k, v: [B, H, T, hd]
+        # q, k, v: [B, H, T, hd], views of qkv (the fused kernel writes their gradients into
+        # one [B, T, 3D] buffer, which split_heads hands to the projection without a copy)
+        q, k, v = split_heads(qkv, self.n_heads)
         q, k = self.prepare_qk(q, k)
         q, k = posenc.rotate(q, k, pos)
         if cache is not None:

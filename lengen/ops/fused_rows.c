@@ -39,7 +39,12 @@
  * dg_it = sum_{j <= t} dL_ij b_ij (a running sum from the left), and the score gradient is
  * scale (dL_ij + dg_ij g_ij (1 - g_ij)) in place of scale dL_ij.
  *
- * Layout: q, k, v, out, dout, dq, dk, dv, qv, dqv are [n, T, D] (pair p = b * H + h), col / g /
+ * Layout: q, k, v, out, dout, dq, dk, dv are rows of D contiguous floats at any strides: the
+ * caller's lay [8][3] gives, for each in that order, the floats between batches, heads and
+ * query rows (pair p = b * H + h starts at x + b * sb + h * sh, row i at + i * st), so that the
+ * heads can be read from and written into the layout of the model's projections ([B, T, 3, H,
+ * D] for q, k, v and their gradients, [B, T, H, D] for out) with no copy around the kernel.
+ * qv, dqv are [n, T, D], col / g /
  * m / l / dcol / dg [n, T], CoPE's e [1 or H, D, Np] (zero columns from npos to Np, a multiple
  * of 8) with its transpose eT and gradient deT [1 or H, npos, D], P / dP [H, 2T - 1, D] and
  * Pt = P transposed per head, [H, D, Up] with zero columns from 2T - 1 (Up >= T + 8, so a row's
@@ -92,7 +97,7 @@ INLINE void store8(float *x, v8 y) { *(vu *)x = y; }
 INLINE v8 splat(float x) { return (v8){0} + x; } /* a broadcast */
 INLINE v8 select8(v8i mask, v8 a, v8 b) { return (v8)((mask & (v8i)a) | (~mask & (v8i)b)); }
 
-int64_t fused_rows_version(void) { return 6; }
+int64_t fused_rows_version(void) { return 7; }
 
 /* x rounded up to a whole number of vectors */
 INLINE int64_t round_up(int64_t x) { return (x + VL - 1) / VL * VL; }
@@ -148,11 +153,12 @@ INLINE v8 exp2_poly8(v8 x) {
     return p * (v8)((n + 127) << 23);
 }
 
-/* xt [D, Tp] <- x [T, D] transposed, columns T..Tp-1 zero */
-INLINE void transpose(const float *x, float *xt, int64_t T, int64_t Tp, const int64_t D) {
+/* xt [D, Tp] <- x [T, D] (rows ld floats apart) transposed, columns T..Tp-1 zero */
+INLINE void transpose(const float *x, int64_t ld, float *xt, int64_t T, int64_t Tp,
+                      const int64_t D) {
     for (int64_t d = 0; d < D; d++) {
         float *row = xt + d * Tp;
-        for (int64_t j = 0; j < T; j++) row[j] = x[j * D + d];
+        for (int64_t j = 0; j < T; j++) row[j] = x[j * ld + d];
         for (int64_t j = T; j < Tp; j++) row[j] = 0.0f;
     }
 }
@@ -203,11 +209,12 @@ INLINE void axpy(float *y, float a, const float *x, const int64_t D) {
     }
 }
 
-/* y[0..D) = sum_{j < len} w[j] x[j, 0..D). With D a multiple of VL (at most MAXV vectors) the
+/* y[0..D) = sum_{j < len} w[j] x[j, 0..D) (rows of x ld floats apart). With D a multiple of VL (at most MAXV vectors) the
  * sums stay in registers, in two chains (even and odd j): accumulating into memory would chain
  * every key through a store and a load. */
 #define MAXV 8
-INLINE void weighted_sum(float *y, const float *w, const float *x, int64_t len, const int64_t D) {
+INLINE void weighted_sum(float *y, const float *w, const float *x, int64_t ld, int64_t len,
+                         const int64_t D) {
     if (D % VL == 0 && D <= MAXV * VL) {
         const int64_t nv = D / VL;
         v8 a0[MAXV], a1[MAXV];
@@ -215,23 +222,27 @@ INLINE void weighted_sum(float *y, const float *w, const float *x, int64_t len, 
         int64_t j = 0;
         for (; j + 2 <= len; j += 2) {
             const v8 w0 = splat(w[j]), w1 = splat(w[j + 1]);
-            const float *x0 = x + j * D, *x1 = x0 + D;
+            const float *x0 = x + j * ld, *x1 = x0 + ld;
             for (int64_t u = 0; u < nv; u++) {
                 a0[u] += w0 * load8(x0 + u * VL);
                 a1[u] += w1 * load8(x1 + u * VL);
             }
         }
         if (j < len)
-            for (int64_t u = 0; u < nv; u++) a0[u] += splat(w[j]) * load8(x + j * D + u * VL);
+            for (int64_t u = 0; u < nv; u++) a0[u] += splat(w[j]) * load8(x + j * ld + u * VL);
         for (int64_t u = 0; u < nv; u++) store8(y + u * VL, a0[u] + a1[u]);
     } else {
         for (int64_t d = 0; d < D; d++) y[d] = 0.0f;
-        for (int64_t j = 0; j < len; j++) axpy(y, w[j], x + j * D, D);
+        for (int64_t j = 0; j < len; j++) axpy(y, w[j], x + j * ld, D);
     }
 }
 
+/* where the tensors of the layout (header) sit: lay[x] = {batch, head, row} strides in floats */
+enum { L_Q, L_K, L_V, L_OUT, L_DOUT, L_DQ, L_DK, L_DV, L_N };
+
 typedef struct {
     int64_t T, Tp, H;
+    const int64_t (*lay)[3]; /* [L_N][3] */
     float alpha, scale; /* alpha = scale * log2 e */
     const float *bias, *col, *g;
     int64_t sb, sh;
@@ -250,6 +261,12 @@ typedef struct {
     float *dpeT;     /* backward: CoPE's embedding gradient, as peT (this call's accumulator) */
     float *dzrow;    /* backward: CoPE's dz of the RB rows in hand (zero between rows) */
 } Args;
+
+/* pair p's first row of tensor t of the layout, and the floats between its rows */
+INLINE int64_t pair_at(const Args *a, int t, int64_t p) {
+    return (p / a->H) * a->lay[t][0] + (p % a->H) * a->lay[t][1];
+}
+INLINE int64_t row_step(const Args *a, int t) { return a->lay[t][2]; }
 
 /* CoPE: the head of pair p's embeddings (0 when the heads share them) */
 INLINE int64_t cope_head(const Args *a, int64_t p) { return a->pe_heads > 1 ? p % a->H : 0; }
@@ -443,15 +460,16 @@ INLINE void fwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, con
                       const int64_t D) {
     const int64_t T = a->T, Tp = a->Tp;
     float *kt = work, *s = kt + D * Tp, *dbar = s + Tp;
+    const int64_t sq = row_step(a, L_Q), sv = row_step(a, L_V), so = row_step(a, L_OUT);
     for (int64_t p = p0; p < p1; p++) {
-        const float *qp = q + p * T * D, *vp = v + p * T * D;
-        float *op = out + p * T * D;
-        transpose(k + p * T * D, kt, T, Tp, D);
+        const float *qp = q + pair_at(a, L_Q, p), *vp = v + pair_at(a, L_V, p);
+        float *op = out + pair_at(a, L_OUT, p);
+        transpose(k + pair_at(a, L_K, p), row_step(a, L_K), kt, T, Tp, D);
         for (int64_t i = 0; i < T; i++) {
-            float *oi = op + i * D, acc[D];
+            float *oi = op + i * so, acc[D];
             for (int64_t d = 0; d < D; d++) oi[d] = 0.0f;
             const int64_t len = i + 1;
-            if (row_logits(a, p, i, qp + i * D, kt, s, dbar, D) == 0) {
+            if (row_logits(a, p, i, qp + i * sq, kt, s, dbar, D) == 0) {
                 mrow[p * T + i] = 0.0f;
                 lrow[p * T + i] = 0.0f;
                 continue;
@@ -462,7 +480,7 @@ INLINE void fwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, con
                 lrow[p * T + i] = 0.0f;
                 continue;
             }
-            weighted_sum(acc, s, vp, len, D);
+            weighted_sum(acc, s, vp, sv, len, D);
             const float inv = 1.0f / l;
             for (int64_t d = 0; d < D; d++) oi[d] = acc[d] * inv;
             mrow[p * T + i] = m;
@@ -513,7 +531,7 @@ INLINE void row_grad(const Args *a, int64_t p, int64_t i, int64_t len, const flo
         for (int64_t j = 0; j < n; j++) dcol[p * T + j] += dl[j];
     if (a->dqv) { /* relative term: dqv here, the table's gradient from dn by the caller */
         const int64_t h = p % a->H, r0 = T - 1 - i, U = 2 * T - 1;
-        weighted_sum(a->dqv + (p * T + i) * D, dl, a->P + (h * U + r0) * D, n, D);
+        weighted_sum(a->dqv + (p * T + i) * D, dl, a->P + (h * U + r0) * D, D, n, D);
         for (int64_t j = 0; j < len; j++) dn[j] = j < n ? dl[j] : 0.0f;
     }
     if (a->pe) { /* CoPE: position-logit gradients into dzr (the row's, zero on entry) and the
@@ -632,15 +650,21 @@ INLINE void bwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, con
         dzr[r] = a->dzrow + r * cope_table(a->npos);
     }
     memset(dnr[0] - VL, 0, sizeof(float) * RB * Tn);
+    const int64_t sq = row_step(a, L_Q), sk = row_step(a, L_K), so = row_step(a, L_OUT),
+                  sdo = row_step(a, L_DOUT), sdq = row_step(a, L_DQ), sdk = row_step(a, L_DK),
+                  sdv = row_step(a, L_DV);
     for (int64_t p = p0; p < p1; p++) {
-        const int64_t off = p * T * D;
-        const float *qp = q + off, *kp = k + off, *dop = dout + off, *op = out + off;
+        const float *qp = q + pair_at(a, L_Q, p), *kp = k + pair_at(a, L_K, p),
+                    *dop = dout + pair_at(a, L_DOUT, p), *op = out + pair_at(a, L_OUT, p);
         const float *mp = mrow + p * T, *lp = lrow + p * T;
-        float *dqp = dq + off, *dkp = dk + off, *dvp = dv + off;
-        transpose(kp, kt, T, Tp, D);
-        transpose(v + off, vt, T, Tp, D);
-        memset(dkp, 0, sizeof(float) * T * D);
-        memset(dvp, 0, sizeof(float) * T * D);
+        float *dqp = dq + pair_at(a, L_DQ, p), *dkp = dk + pair_at(a, L_DK, p),
+              *dvp = dv + pair_at(a, L_DV, p);
+        transpose(kp, sk, kt, T, Tp, D);
+        transpose(v + pair_at(a, L_V, p), row_step(a, L_V), vt, T, Tp, D);
+        for (int64_t j = 0; j < T; j++) {
+            memset(dkp + j * sdk, 0, sizeof(float) * D);
+            memset(dvp + j * sdv, 0, sizeof(float) * D);
+        }
         float *db = dbias ? dbias + (p / H) * dsb + (p % H) * dsh : NULL;
         for (int64_t i = 0; i < T; i += RB) {
             const int64_t nr = T - i < RB ? T - i : RB, len = i + nr;
@@ -649,11 +673,11 @@ INLINE void bwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, con
              * it) once per head dim (the build time grew with each call site) */
             for (int r = 0; r < RB; r++) {
                 const int64_t ir = r < nr ? i + r : i; /* rows past T: row i with zero weights */
-                qr[r] = qp + ir * D;
-                dor[r] = dop + ir * D;
+                qr[r] = qp + ir * sq;
+                dor[r] = dop + ir * sdo;
                 qvr[r] = a->qv ? a->qv + (p * T + ir) * D : NULL;
                 if (r < nr) {
-                    row_grad(a, p, ir, len, qr[r], dor[r], op + ir * D, kt, vt, mp[ir], lp[ir],
+                    row_grad(a, p, ir, len, qr[r], dor[r], op + ir * so, kt, vt, mp[ir], lp[ir],
                              sr[r], dlr[r], dbar, db, dcol, dg, dnr[r], dzr[r], D);
                 } else {
                     for (int64_t j = 0; j < i + RB; j++) sr[r][j] = dlr[r][j] = dnr[r][j] = 0.0f;
@@ -679,12 +703,12 @@ INLINE void bwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, con
                     wl[r] = dlr[r][j];
                     ws[r] = sr[r][j];
                 }
-                axpy_rows(dkp + j * D, wl, qr, D);
-                axpy_rows(dvp + j * D, ws, dor, D);
+                axpy_rows(dkp + j * sdk, wl, qr, D);
+                axpy_rows(dvp + j * sdv, ws, dor, D);
             }
             for (int64_t r = 0; r < nr; r++) {
-                weighted_sum(dqp + (i + r) * D, dlr[r], kp, len, D);
-                if (a->pe) cope_pe_grad(a, p, i + r, qr[r], dzr[r], dqp + (i + r) * D, D);
+                weighted_sum(dqp + (i + r) * sdq, dlr[r], kp, sk, len, D);
+                if (a->pe) cope_pe_grad(a, p, i + r, qr[r], dzr[r], dqp + (i + r) * sdq, D);
             }
         }
     }
@@ -708,21 +732,21 @@ INLINE void bwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, con
         const float *k, const float *v, const float *bias, int64_t sb, int64_t sh,                 \
         const float *col, const float *g, const float *qv, const float *P, const float *Pt,       \
         int64_t Up, const float *pe, const float *peT, int64_t npos, int64_t Np,                \
-        int64_t pe_heads, float *out, float *mrow, float *lrow
+        int64_t pe_heads, const int64_t *lay, float *out, float *mrow, float *lrow
 #define FWD_CALL                                                                                   \
     p0, p1, T, D, H, scale, q, k, v, bias, sb, sh, col, g, qv, P, Pt, Up, pe, peT, npos, Np,       \
-        pe_heads, out, mrow, lrow
+        pe_heads, lay, out, mrow, lrow
 #define BWD_ARGS                                                                                   \
     int64_t p0, int64_t p1, int64_t T, int64_t D, int64_t H, double scale, const float *q,         \
         const float *k, const float *v, const float *bias, int64_t sb, int64_t sh,                 \
         const float *col, const float *g, const float *qv, const float *P, const float *Pt,       \
         int64_t Up, const float *pe, const float *peT, int64_t npos, int64_t Np,                \
-        int64_t pe_heads, const float *out, const float *dout, const float *mrow,                 \
-        const float *lrow, float *dq, float *dk, float *dv, float *dbias, int64_t dsb,            \
-        int64_t dsh, float *dcol, float *dg, float *dqv, float *dP, float *dpeT
+        int64_t pe_heads, const int64_t *lay, const float *out, const float *dout,                \
+        const float *mrow, const float *lrow, float *dq, float *dk, float *dv, float *dbias,      \
+        int64_t dsb, int64_t dsh, float *dcol, float *dg, float *dqv, float *dP, float *dpeT
 #define BWD_CALL                                                                                   \
     p0, p1, T, D, H, scale, q, k, v, bias, sb, sh, col, g, qv, P, Pt, Up, pe, peT, npos, Np,       \
-        pe_heads, out, dout, mrow, lrow, dq, dk, dv, dbias, dsb, dsh, dcol, dg, dqv, dP, dpeT
+        pe_heads, lay, out, dout, mrow, lrow, dq, dk, dv, dbias, dsb, dsh, dcol, dg, dqv, dP, dpeT
 
 /* The row scratch of Args (6 Tp + 2 floats and CoPE's two tables) from work; after make_args */
 INLINE void row_scratch(Args *a, float *work) {
@@ -741,8 +765,10 @@ INLINE void row_scratch(Args *a, float *work) {
 INLINE Args make_args(int64_t T, int64_t H, double scale, const float *bias, int64_t sb,
                       int64_t sh, const float *col, const float *g, const float *qv,
                       const float *P, const float *Pt, int64_t Up, const float *pe,
-                      const float *peT, int64_t npos, int64_t Np, int64_t pe_heads) {
+                      const float *peT, int64_t npos, int64_t Np, int64_t pe_heads,
+                      const int64_t *lay) {
     Args a = {0};
+    a.lay = (const int64_t(*)[3])lay;
     a.T = T;
     a.Tp = round_up(T);
     a.H = H;
@@ -770,7 +796,7 @@ INLINE int64_t fwd_impl(FWD_ARGS) {
     float *work = malloc(sizeof(float) * (D * Tp + 8 * Tp + 2 + 2 * cope_table(npos)));
     if (!work) return 1;
     Args a = make_args(T, H, scale, bias, sb, sh, col, g, qv, P, Pt, Up, pe, peT, npos, Np,
-                       pe_heads);
+                       pe_heads, lay);
     row_scratch(&a, work + D * Tp + 2 * Tp);
 #define FWD(DD) fwd_pairs(p0, p1, &a, q, k, v, out, mrow, lrow, work, DD)
     DISPATCH(FWD)
@@ -787,7 +813,7 @@ INLINE int64_t bwd_impl(BWD_ARGS) {
                                           (2 + RB) * cope_table(npos)));
     if (!work) return 1;
     Args a = make_args(T, H, scale, bias, sb, sh, col, g, qv, P, Pt, Up, pe, peT, npos, Np,
-                       pe_heads);
+                       pe_heads, lay);
     row_scratch(&a, work + 2 * D * Tp + rows);
     a.dqv = qv ? dqv : NULL;
     a.dP = qv ? dP : NULL;

@@ -40,7 +40,7 @@ from lengen.ops.cpu_workspace import index_chunks, run_groups, sum_parts
 from lengen.ops.tile_bias import as_4d, reduce_to
 
 SOURCE = Path(__file__).with_name("fused_rows.c")
-VERSION = 6
+VERSION = 7
 _P, _I, _D = ctypes.c_void_p, ctypes.c_int64, ctypes.c_double
 
 
@@ -55,11 +55,11 @@ def kernels():
     lib = load(SOURCE, VERSION)
     if lib is not None and not getattr(lib, "_lengen_typed", False):
         lib.fused_rows_fwd.argtypes = [_I, _I, _I, _I, _I, _D, _P, _P, _P, _P, _I, _I, _P, _P,
-                                       _P, _P, _P, _I, _P, _P, _I, _I, _I, _P, _P, _P]
+                                       _P, _P, _P, _I, _P, _P, _I, _I, _I, _P, _P, _P, _P]
         lib.fused_rows_fwd.restype = _I
         lib.fused_rows_bwd.argtypes = [_I, _I, _I, _I, _I, _D, _P, _P, _P, _P, _I, _I, _P, _P,
                                        _P, _P, _P, _I, _P, _P, _I, _I, _I, _P, _P, _P, _P, _P,
-                                       _P, _P, _P, _I, _I, _P, _P, _P, _P, _P]
+                                       _P, _P, _P, _P, _I, _I, _P, _P, _P, _P, _P]
         lib.fused_rows_bwd.restype = _I
         lib.fused_rows_force_baseline.argtypes = [_I]
         lib.fused_rows_force_baseline.restype = None
@@ -125,6 +125,48 @@ def _ptr(x):
     return None if x is None else x.data_ptr()
 
 
+def rows_view(x: torch.Tensor) -> torch.Tensor:
+    """x [B, H, T, D] as the kernel reads it: any strides whose rows are D contiguous floats
+    (the heads of the model's projections are read where they are), else a contiguous copy."""
+    x = x.to(torch.float32)
+    return x if x.stride(-1) == 1 or x.shape[-1] == 1 else x.contiguous()
+
+
+def head_rows(B: int, H: int, T: int, D: int) -> torch.Tensor:
+    """An empty [B, H, T, D] in the [B, T, H, D] layout: ``y.transpose(1, 2).reshape(B, T,
+    H * D)``, how attention's output goes to its projection, is then a view, not a copy."""
+    return torch.empty(B, T, H, D, dtype=torch.float32).transpose(1, 2)
+
+
+def qkv_slots(q, k, v) -> bool:
+    """Whether q, k, v [B, H, T, D] are the three head views of one [B, T, 3, H, D] buffer
+    (:func:`lengen.ops.heads.split_heads` of a fused projection, unchanged by the scheme)."""
+    B, H, T, D = q.shape
+    st = (T * 3 * H * D, D, 3 * H * D, 1)
+    if not (q.stride() == k.stride() == v.stride() == st and q.dtype == torch.float32):
+        return False
+    if q.untyped_storage().data_ptr() != v.untyped_storage().data_ptr():
+        return False
+    step = H * D * q.element_size()
+    return k.data_ptr() - q.data_ptr() == step and v.data_ptr() - k.data_ptr() == step
+
+
+def grads_like(q, k, v):
+    """dq, dk, dv for the kernel to write: the same three slots of one new [B, T, 3, H, D]
+    buffer when q, k, v are slots of one (:func:`qkv_slots`), so that the projection's gradient
+    is that buffer with no copy; else one contiguous tensor each."""
+    if qkv_slots(q, k, v):
+        B, H, T, D = q.shape
+        g = torch.empty(B, T, 3, H, D, dtype=torch.float32)
+        return g[:, :, 0].transpose(1, 2), g[:, :, 1].transpose(1, 2), g[:, :, 2].transpose(1, 2)
+    return tuple(torch.empty(x.shape, dtype=torch.float32) for x in (q, k, v))
+
+
+def layout(*xs) -> torch.Tensor:
+    """The kernel's ``lay``: (batch, head, row) strides in floats of each [B, H, T, D] tensor."""
+    return torch.tensor([list(x.stride()[:3]) for x in xs], dtype=torch.int64)
+
+
 
 def _check(status: int, what: str) -> None:
     if status:                                   # never a silently missing result
@@ -145,7 +187,7 @@ class _FusedRows(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, bias, col, log_gate, qv, P, pe, scale):
         B, H, T, D = q.shape
-        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+        q, k, v = rows_view(q), rows_view(k), rows_view(v)
         lib = kernels()
         b4 = None
         if bias is not None:
@@ -167,7 +209,8 @@ class _FusedRows(torch.autograd.Function):
             pe_pad = pe3.new_zeros(pe3.shape[0], D, Np)                   # rows of whole vectors
             pe_pad[..., :npos] = pe3
             peT = pe3.transpose(1, 2).contiguous()                         # [1 or H, npos, D]
-        out = torch.empty_like(q)
+        out = head_rows(B, H, T, D)                                    # [B, H, T, D]
+        lay = layout(q, k, v, out)
         m = torch.empty(B, H, T, dtype=torch.float32)        # row max of the base-2 logits
         lsum = torch.empty(B, H, T, dtype=torch.float32)     # row sum of the weights (0: no key)
         chunks = index_chunks(B * H)
@@ -178,7 +221,8 @@ class _FusedRows(torch.autograd.Function):
                                       v.data_ptr(), _ptr(b4), sb, sh, _ptr(colc), _ptr(gc),
                                       _ptr(qv), _ptr(P), _ptr(Pt), Up, _ptr(pe_pad), _ptr(peT),
                                       npos, Np, 0 if pe3 is None else pe3.shape[0],
-                                      out.data_ptr(), m.data_ptr(), lsum.data_ptr()), "forward")
+                                      lay.data_ptr(), out.data_ptr(), m.data_ptr(),
+                                      lsum.data_ptr()), "forward")
 
         run_groups(run, len(chunks))
         ctx.save_for_backward(q, k, v, b4, colc, gc, qv, P, Pt, pe_pad, peT, out, m, lsum)
@@ -199,8 +243,9 @@ class _FusedRows(torch.autograd.Function):
         needs = ctx.needs_input_grad
         B, H, T, D = q.shape
         lib = kernels()
-        dout = dout.to(torch.float32).contiguous()
-        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        dout = rows_view(dout)
+        dq, dk, dv = grads_like(q, k, v)
+        lay = layout(q, k, v, out, dout, dq, dk, dv)
         chunks = index_chunks(B * H)
         dcol = torch.zeros(B, H, T) if colc is not None and needs[4] else None
         dg = torch.empty(B, H, T) if gc is not None else None
@@ -221,8 +266,9 @@ class _FusedRows(torch.autograd.Function):
                                       v.data_ptr(), _ptr(b4), sb, sh, _ptr(colc), _ptr(gc),
                                       _ptr(qv), _ptr(P), _ptr(Pt), Up, _ptr(pe_pad), _ptr(peT),
                                       npos, Np, 0 if peT is None else peT.shape[0],
-                                      out.data_ptr(), dout.data_ptr(), m.data_ptr(),
-                                      lsum.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
+                                      lay.data_ptr(), out.data_ptr(), dout.data_ptr(),
+                                      m.data_ptr(), lsum.data_ptr(), dq.data_ptr(),
+                                      dk.data_ptr(), dv.data_ptr(),
                                       _ptr(dbias[ci]), dsb, dsh, _ptr(dcol), _ptr(dg), _ptr(dqv),
                                       _ptr(dPs[ci]), _ptr(dpeTs[ci])),
                    "backward")

@@ -1,0 +1,75 @@
+"""The heads of a fused q, k, v projection, without the copy of its gradient back into place.
+
+Attention projects x once, ``qkv = x W`` [B, T, 3 H hd], and reads q, k and v as views of it,
+[B, H, T, hd] each. Written as ``qkv.view(B, T, 3, H, hd).permute(2, 0, 3, 1, 4)`` and unbound,
+autograd gives the projection its gradient by stacking dq, dk and dv ([3, B, H, T, hd], one copy)
+and making that contiguous again for the weight's and x's gradients (a second copy): two passes
+over the [B, T, 3D] gradient per layer that do no arithmetic.
+
+:func:`split_heads` returns the same three views. Its backward makes one [B, T, 3D] gradient:
+when dq, dk and dv already are the three head slots of one [B, T, 3, H, hd] buffer in this layout
+(the CPU kernel of :mod:`lengen.ops.fused_rows` writes them so), that buffer is the gradient, no
+copy; otherwise each is copied into its slot of a new one (one pass, the stack's). The reference
+is the view-and-unbind above (``tests/test_heads.py``: values, gradients, every slot missing).
+"""
+from __future__ import annotations
+
+import torch
+
+
+def _slot_buffer(dq, dk, dv, B: int, T: int, H: int, hd: int):
+    """The [B, T, 3 H hd] tensor whose head slots dq, dk, dv are, or None when they are not."""
+    if dq is None or dk is None or dv is None:
+        return None
+    st = (T * 3 * H * hd, hd, 3 * H * hd, 1)
+    if not (dq.stride() == dk.stride() == dv.stride() == st
+            and dq.dtype == dk.dtype == dv.dtype and dq.device == dk.device == dv.device):
+        return None
+    if not (dq.untyped_storage().data_ptr() == dk.untyped_storage().data_ptr()
+            == dv.untyped_storage().data_ptr()):
+        return None
+    step = H * hd * dq.element_size()
+    if dk.data_ptr() - dq.data_ptr() != step or dv.data_ptr() - dk.data_ptr() != step:
+        return None
+    return dq.as_strided((B, T, 3 * H * hd), (T * 3 * H * hd, 3 * H * hd, 1))
+
+
+class _SplitHeads(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, qkv, n_heads: int):
+        B, T, C = qkv.shape
+        hd = C // (3 * n_heads)
+        ctx.shape = (B, T, n_heads, hd)
+        ctx.set_materialize_grads(False)       # a head with no gradient stays None, not zeros
+        heads = qkv.view(B, T, 3, n_heads, hd)                        # [B, T, 3, H, hd]
+        return tuple(heads[:, :, s].transpose(1, 2) for s in range(3))  # [B, H, T, hd] each
+
+    @staticmethod
+    def backward(ctx, dq, dk, dv):
+        B, T, H, hd = ctx.shape
+        same = _slot_buffer(dq, dk, dv, B, T, H, hd)
+        if same is not None:
+            return same, None
+        like = next((g for g in (dq, dk, dv) if g is not None), None)
+        if like is None:
+            return None, None
+        out = like.new_empty(B, T, 3, H, hd)
+        for s, g in enumerate((dq, dk, dv)):
+            if g is None:
+                out[:, :, s].zero_()
+            else:
+                out[:, :, s].copy_(g.transpose(1, 2))
+        return out.view(B, T, 3 * H * hd), None
+
+
+def split_heads(qkv: torch.Tensor, n_heads: int):
+    """q, k, v [B, H, T, hd] as views of a fused projection ``qkv`` [B, T, 3 H hd] (q's heads
+    first, then k's, then v's), with the one-pass backward of the module docstring."""
+    if qkv.dim() != 3 or qkv.shape[-1] % (3 * n_heads):
+        raise ValueError(f"qkv must be [B, T, 3 * n_heads * head_dim] with n_heads={n_heads}, "
+                         f"got {list(qkv.shape)}")
+    if not torch.is_grad_enabled() or not qkv.requires_grad:
+        B, T, C = qkv.shape
+        heads = qkv.view(B, T, 3, n_heads, C // (3 * n_heads))
+        return tuple(heads[:, :, s].transpose(1, 2) for s in range(3))
+    return _SplitHeads.apply(qkv, n_heads)
