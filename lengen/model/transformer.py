@@ -26,6 +26,7 @@ from lengen.errors import ArgumentError, ConfigError
 from lengen.model.cache import KVCache
 from lengen.model.config import ModelConfig
 from lengen.model.generate import generate
+from lengen.ops.glu import swiglu
 from lengen.ops.norm import rms_norm
 from lengen.ops.packing import Packing, needed_tokens
 from lengen.posenc import POSENC_POINT, build_posenc
@@ -155,8 +156,9 @@ class MLP(nn.Module):
     def forward(self, x):
         if self.gate is None:
             return self.down(self.PLAIN[self.kind](self.up(x)))
-        act = F.silu if self.kind == "swiglu" else F.gelu
-        return self.down(act(self.gate(x)) * self.up(x))
+        if self.kind == "swiglu":           # one C pass forward and backward in CPU training
+            return self.down(swiglu(self.gate(x), self.up(x)))
+        return self.down(F.gelu(self.gate(x)) * self.up(x))
 
 
 class Block(nn.Module):
