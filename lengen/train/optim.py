@@ -31,11 +31,23 @@ def param_groups(model: nn.Module, weight_decay: float, decay_all: bool = False)
             {"params": no_decay, "weight_decay": 0.0}]
 
 
+def fused_on_cpu(params) -> bool:
+    """Whether the optimizer runs torch's fused kernel: every parameter a float32 CPU tensor.
+    The default for CPU tensors is a loop of about ten ops per parameter (each a pass over it
+    and a dispatch); the fused kernel does one pass per tensor, with the same update to fp32
+    rounding (tests/test_train.py). CUDA keeps torch's own default (foreach)."""
+    params = list(params)
+    return bool(params) and all(p.device.type == "cpu" and p.dtype == torch.float32
+                                for p in params)
+
+
 def build_optimizer(model: nn.Module, tc) -> torch.optim.Optimizer:
+    fused = fused_on_cpu(model.parameters()) or None
     if tc.optimizer == "adam":
-        return torch.optim.Adam(model.parameters(), lr=tc.lr, betas=tuple(tc.betas), eps=tc.eps)
+        return torch.optim.Adam(model.parameters(), lr=tc.lr, betas=tuple(tc.betas), eps=tc.eps,
+                                fused=fused)
     return torch.optim.AdamW(param_groups(model, tc.weight_decay, tc.decay_all), lr=tc.lr,
-                             betas=tuple(tc.betas), eps=tc.eps)
+                             betas=tuple(tc.betas), eps=tc.eps, fused=fused)
 
 
 def lr_factor(step: int, *, total: int, warmup: int, min_frac: float, schedule: str) -> float:
