@@ -111,7 +111,7 @@ def build(source: Path, cc: list[str], out_dir: Path) -> Path:
     os.close(fd)
     try:
         subprocess.run([*cc, *FLAGS, "-o", tmp, str(source)], check=True, capture_output=True,
-                       text=True, timeout=120)
+                       text=True, timeout=300)
         os.replace(tmp, lib)                                 # atomic: a racing build is harmless
     finally:
         if os.path.exists(tmp):
