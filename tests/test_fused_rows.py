@@ -513,8 +513,8 @@ def test_heads_read_and_written_in_place(kind, D, T, monkeypatch):
     x["qkv"] = torch.randn(B, T, 3 * H * D, generator=torch.Generator().manual_seed(6))
     go = torch.randn(B, T, H * D, generator=torch.Generator().manual_seed(7))
     seen = []
-    real = heads._slot_buffer
-    monkeypatch.setattr(heads, "_slot_buffer", lambda *a: seen.append(real(*a)) or seen[-1])
+    real = heads.qkv_buffer
+    monkeypatch.setattr(heads, "qkv_buffer", lambda *a: seen.append(real(*a)) or seen[-1])
     fused, ref = pair(kind)
     names = ["qkv", "gate", "pe", "bias"] + REL
     results = []

@@ -52,8 +52,8 @@ def test_gradients_that_are_one_buffer_pass_without_copy(monkeypatch):
             return slots
 
     seen = []
-    real = heads._slot_buffer
-    monkeypatch.setattr(heads, "_slot_buffer", lambda *a: seen.append(real(*a)) or seen[-1])
+    real = heads.qkv_buffer
+    monkeypatch.setattr(heads, "qkv_buffer", lambda *a: seen.append(real(*a)) or seen[-1])
     x = leaf()
     q, k, v = Ident.apply(*split_heads(x, H))
     (q.sum() + k.sum() + v.sum()).backward()
@@ -65,7 +65,7 @@ def test_slots_out_of_order_are_copied_into_place():
     """Slot-shaped gradients that are not q, k, v in that order are not taken as the buffer."""
     buf = torch.randn(B, T, 3, H, HD)
     dq, dk, dv = (buf[:, :, s].transpose(1, 2) for s in (1, 0, 2))
-    assert heads._slot_buffer(dq, dk, dv, B, T, H, HD) is None
+    assert heads.qkv_buffer(dq, dk, dv) is None
     got = heads._SplitHeads.backward(type("C", (), {"shape": (B, T, H, HD)})(), dq, dk, dv)[0]
     want = torch.stack([dq, dk, dv]).permute(1, 3, 0, 2, 4).reshape(B, T, -1)
     assert torch.equal(got, want)

@@ -37,6 +37,7 @@ import torch
 
 from lengen.ops.ckernels import env_on, load
 from lengen.ops.cpu_workspace import index_chunks, run_groups, sum_parts
+from lengen.ops.heads import new_slots, qkv_buffer
 from lengen.ops.tile_bias import as_4d, reduce_to
 
 SOURCE = Path(__file__).with_name("fused_rows.c")
@@ -138,27 +139,12 @@ def head_rows(B: int, H: int, T: int, D: int) -> torch.Tensor:
     return torch.empty(B, T, H, D, dtype=torch.float32).transpose(1, 2)
 
 
-def qkv_slots(q, k, v) -> bool:
-    """Whether q, k, v [B, H, T, D] are the three head views of one [B, T, 3, H, D] buffer
-    (:func:`lengen.ops.heads.split_heads` of a fused projection, unchanged by the scheme)."""
-    B, H, T, D = q.shape
-    st = (T * 3 * H * D, D, 3 * H * D, 1)
-    if not (q.stride() == k.stride() == v.stride() == st and q.dtype == torch.float32):
-        return False
-    if q.untyped_storage().data_ptr() != v.untyped_storage().data_ptr():
-        return False
-    step = H * D * q.element_size()
-    return k.data_ptr() - q.data_ptr() == step and v.data_ptr() - k.data_ptr() == step
-
-
 def grads_like(q, k, v):
     """dq, dk, dv for the kernel to write: the same three slots of one new [B, T, 3, H, D]
-    buffer when q, k, v are slots of one (:func:`qkv_slots`), so that the projection's gradient
-    is that buffer with no copy; else one contiguous tensor each."""
-    if qkv_slots(q, k, v):
-        B, H, T, D = q.shape
-        g = torch.empty(B, T, 3, H, D, dtype=torch.float32)
-        return g[:, :, 0].transpose(1, 2), g[:, :, 1].transpose(1, 2), g[:, :, 2].transpose(1, 2)
+    buffer when q, k, v are slots of one (:func:`lengen.ops.heads.qkv_buffer`), so that the
+    projection's gradient is that buffer with no copy; else one contiguous tensor each."""
+    if qkv_buffer(q, k, v) is not None:
+        return new_slots(*q.shape)
     return tuple(torch.empty(x.shape, dtype=torch.float32) for x in (q, k, v))
 
 

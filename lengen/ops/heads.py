@@ -17,21 +17,31 @@ from __future__ import annotations
 import torch
 
 
-def _slot_buffer(dq, dk, dv, B: int, T: int, H: int, hd: int):
-    """The [B, T, 3 H hd] tensor whose head slots dq, dk, dv are, or None when they are not."""
-    if dq is None or dk is None or dv is None:
+def qkv_buffer(q, k, v):
+    """The [B, T, 3 H hd] tensor whose three head slots q, k, v [B, H, T, hd] are (q's heads
+    first, then k's, then v's, the layout of :func:`split_heads`), or None when they are not."""
+    if q is None or k is None or v is None:
         return None
+    B, H, T, hd = q.shape
     st = (T * 3 * H * hd, hd, 3 * H * hd, 1)
-    if not (dq.stride() == dk.stride() == dv.stride() == st
-            and dq.dtype == dk.dtype == dv.dtype and dq.device == dk.device == dv.device):
+    if not (q.stride() == k.stride() == v.stride() == st and k.shape == v.shape == q.shape
+            and q.dtype == k.dtype == v.dtype and q.device == k.device == v.device):
         return None
-    if not (dq.untyped_storage().data_ptr() == dk.untyped_storage().data_ptr()
-            == dv.untyped_storage().data_ptr()):
+    if not (q.untyped_storage().data_ptr() == k.untyped_storage().data_ptr()
+            == v.untyped_storage().data_ptr()):
         return None
-    step = H * hd * dq.element_size()
-    if dk.data_ptr() - dq.data_ptr() != step or dv.data_ptr() - dk.data_ptr() != step:
+    step = H * hd * q.element_size()
+    if k.data_ptr() - q.data_ptr() != step or v.data_ptr() - k.data_ptr() != step:
         return None
-    return dq.as_strided((B, T, 3 * H * hd), (T * 3 * H * hd, 3 * H * hd, 1))
+    return q.as_strided((B, T, 3 * H * hd), (T * 3 * H * hd, 3 * H * hd, 1))
+
+
+def new_slots(B: int, H: int, T: int, hd: int, dtype=torch.float32):
+    """Three empty [B, H, T, hd] tensors that are the head slots of one new [B, T, 3 H hd]
+    buffer (:func:`qkv_buffer` gives it back): what a kernel writes dq, dk, dv into so that
+    :func:`split_heads`' backward needs no copy."""
+    g = torch.empty(B, T, 3, H, hd, dtype=dtype)
+    return tuple(g[:, :, s].transpose(1, 2) for s in range(3))
 
 
 class _SplitHeads(torch.autograd.Function):
@@ -47,7 +57,7 @@ class _SplitHeads(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dq, dk, dv):
         B, T, H, hd = ctx.shape
-        same = _slot_buffer(dq, dk, dv, B, T, H, hd)
+        same = qkv_buffer(dq, dk, dv)
         if same is not None:
             return same, None
         like = next((g for g in (dq, dk, dv) if g is not None), None)

@@ -35,7 +35,7 @@ def fused_on_cpu(params) -> bool:
     """Whether the optimizer runs torch's fused kernel: every parameter a float32 CPU tensor.
     The default for CPU tensors is a loop of about ten ops per parameter (each a pass over it
     and a dispatch); the fused kernel does one pass per tensor, with the same update to fp32
-    rounding (tests/test_train.py). CUDA keeps torch's own default (foreach)."""
+    rounding (tests/test_optim.py). CUDA keeps torch's own default (foreach)."""
     params = list(params)
     return bool(params) and all(p.device.type == "cpu" and p.dtype == torch.float32
                                 for p in params)
