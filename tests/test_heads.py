@@ -80,3 +80,23 @@ def test_without_grad_the_same_views():
 def test_bad_width_is_refused():
     with pytest.raises(ValueError, match="3 \\* n_heads"):
         split_heads(torch.zeros(B, T, 3 * H * HD + 1), H)
+
+
+def test_functional_transforms_as_unbind():
+    """torch.func.grad and forward-mode jvp see the same function as the view-and-unbind."""
+    from torch.func import grad, jvp
+    x, t = leaf().detach(), leaf(1).detach()
+
+    def loss(split):
+        return lambda y: sum((a * (i + 1)).square().sum() for i, a in enumerate(split(y)))
+
+    ours, ref = loss(lambda y: split_heads(y, H)), loss(reference)
+    torch.testing.assert_close(grad(ours)(x), grad(ref)(x))
+    torch.testing.assert_close(jvp(ours, (x,), (t,))[1], jvp(ref, (x,), (t,))[1])
+
+
+def test_plain_views_off_cpu_float32():
+    """Other dtypes (and devices) get the plain views: the kernel never hands back slots there."""
+    x = leaf().detach().double().requires_grad_(True)
+    q, k, v = split_heads(x, H)
+    assert q.grad_fn is not None and "SplitHeads" not in type(q.grad_fn).__name__

@@ -52,3 +52,26 @@ def test_loop_where_not_all_float32_cpu():
     assert not fused_on_cpu(net.parameters())
     assert not build_optimizer(net, config()).defaults["fused"]
     assert fused_on_cpu(model().parameters()) and not fused_on_cpu([])
+
+
+def test_resume_keeps_this_machines_implementation():
+    """A checkpoint saved by the per-parameter loop (an older lengen, or another device)
+    restores its values into a fused optimizer that stays fused, and fp16's GradScaler can
+    step it; and the other way round."""
+    from lengen.train.optim import load_optimizer_state, param_groups
+    old = model()
+    loop = torch.optim.AdamW(param_groups(old, 0.1), lr=1e-3, fused=False, foreach=False)
+    old(torch.zeros(2, 3, dtype=torch.long)).sum().backward()
+    loop.step()
+    fused = build_optimizer(model(), config())
+    load_optimizer_state(fused, loop.state_dict())
+    assert all(g["fused"] for g in fused.param_groups)
+    assert all(torch.equal(a["exp_avg"], b["exp_avg"])
+               for a, b in zip(fused.state.values(), loop.state.values()))
+    scaler = torch.amp.GradScaler("cpu")
+    params = [p for g in fused.param_groups for p in g["params"]]
+    scaler.scale(sum(p.sum() for p in params)).backward()
+    scaler.step(fused)                                    # fails if it steps as the loop
+    scaler.update()
+    load_optimizer_state(loop, fused.state_dict())
+    assert all(not g["fused"] for g in loop.param_groups)

@@ -76,8 +76,17 @@ def test_two_worker_threads():
 
 
 def test_non_contiguous_inputs():
-    g, u, dh = inputs((16, 40), seed=5)
-    check(g.t(), u[:, ::1].t(), dh.t(), "transposed")
+    g, u, dh = inputs((16, 80), seed=5)
+    check(g[:, ::2].t(), u[:, 1::2].t(), dh[:, ::2].t(), "strided and transposed")
+
+
+def test_overflowing_upstream_gradient_as_pytorch():
+    """dh g overflows where silu(g) is 0: du must be 0 (PyTorch: dh * silu(g)), not NaN."""
+    g = torch.tensor([-3e38, -1e30, -200.0] * 3)
+    dh = torch.tensor([2.0, 1e10, 2e36] * 3)
+    u = torch.ones(9)
+    got, want = run(swiglu, g, u, dh), run(torch_swiglu, g, u, dh)
+    assert torch.equal(got[2], want[2])
 
 
 def test_when_it_applies():

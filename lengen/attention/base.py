@@ -68,7 +68,8 @@ class Attention(nn.Module):
             qkv = pack.unpack(self.qkv(x))                                  # [B, T, 3D]
             x = pack.unpack(x) if self.reads_x else None       # [B, T, D]: FoT's / TRA's gates
         # q, k, v: [B, H, T, hd], views of qkv (the fused kernel writes their gradients into
-        # one [B, T, 3D] buffer, which split_heads hands to the projection without a copy)
+        # one [B, T, 3D] buffer, which split_heads hands to the projection without a copy when
+        # nothing between made new q, k; else one copy into place, where unbind made two)
         q, k, v = split_heads(qkv, self.n_heads)
         q, k = self.prepare_qk(q, k)
         q, k = posenc.rotate(q, k, pos)

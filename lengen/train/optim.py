@@ -50,6 +50,18 @@ def build_optimizer(model: nn.Module, tc) -> torch.optim.Optimizer:
                              betas=tuple(tc.betas), eps=tc.eps, fused=fused)
 
 
+def load_optimizer_state(opt: torch.optim.Optimizer, state: dict) -> None:
+    """``opt.load_state_dict(state)``, keeping how ``opt`` steps: torch copies every param
+    group's settings from the checkpoint, ``fused`` and ``foreach`` included, so a run saved by
+    another lengen version or on another device would step with the saved implementation (and a
+    fused optimizer restored as the loop fails under fp16's GradScaler). The values are the
+    checkpoint's; the implementation is the one :func:`build_optimizer` chose here."""
+    keep = {k: opt.defaults.get(k) for k in ("fused", "foreach")}
+    opt.load_state_dict(state)
+    for group in opt.param_groups:
+        group.update(keep)
+
+
 def lr_factor(step: int, *, total: int, warmup: int, min_frac: float, schedule: str) -> float:
     """Multiplier of the base lr at ``step`` (0-based step about to be taken)."""
     if warmup and step < warmup:

@@ -9,7 +9,7 @@ import torch
 
 from lengen.tasks.base import block_seed
 from lengen.train import distributed
-from lengen.train.optim import build_optimizer, build_scheduler
+from lengen.train.optim import build_optimizer, build_scheduler, load_optimizer_state
 from lengen.train.precision import grad_scaler
 
 
@@ -73,7 +73,7 @@ class TrainingState:
         ranks it did not have get fresh dropout streams (``log`` says so on the main rank)."""
         d, tc = self.d, self.tc
         step = int(state["step"])
-        self.opt.load_state_dict(state["optimizer"])
+        load_optimizer_state(self.opt, state["optimizer"])
         self.sched.load_state_dict(state["scheduler"])
         self.data_gen.set_state(state["data_rng"])
         if "positions_rng" in state:      # checkpoints before the positions stream had none

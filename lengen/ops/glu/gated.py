@@ -24,7 +24,7 @@ from lengen.ops.ckernels import enabled, load
 from lengen.ops.cpu_workspace import index_chunks, run_groups
 
 SOURCE = Path(__file__).with_name("glu_rows.c")
-VERSION = 1
+VERSION = 2
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 
 

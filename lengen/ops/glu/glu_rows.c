@@ -6,14 +6,15 @@
  * passes over tensors of 2 MB each in the flip-flop cpu-scale model (benchmarks/RESULTS.md,
  * "SwiGLU"). Bound in lengen.ops.glu.gated.py; built at first use by lengen/ops/ckernels.py.
  *
- * s from e = 2^(-|g| log2 e) (a polynomial 2^x, as lengen/ops/fused_rows.c; e is 0 where it
- * would fall below the normal floats): s = 1 / (1 + e) for g >= 0, e / (1 + e) otherwise,
- * which neither overflows nor loses the small weights. A NaN g gives a NaN h and dg.
+ * s from e = 2^(-|g| log2 e) (a polynomial 2^x, as lengen/ops/fused_rows.c): s = 1 / (1 + e)
+ * for g >= 0, e / (1 + e) otherwise, so that 1 + e never overflows. e is flushed to 0 below
+ * 2^-126 (g < -87.3, where PyTorch's sigmoid is under 1e-38 too): h and du are then 0 where
+ * PyTorch gives a value under 1e-36 in magnitude for finite u and dh. A NaN g gives a NaN h and dg.
  * Elements run 8 at a time (GCC / Clang vector extensions); on x86-64 the exported functions
  * also have an AVX2 + FMA build, picked at run time. */
 #include <stdint.h>
 
-int64_t glu_rows_version(void) { return 1; }
+int64_t glu_rows_version(void) { return 2; }
 
 #if defined(__clang__)
 #pragma clang fp contract(fast)
@@ -87,12 +88,12 @@ INLINE void bwd_impl(int64_t n0, int64_t n1, const float *g, const float *u, con
     for (; i + VL <= n1; i += VL) {
         const v8 gv = load8(g + i), s = sigmoid8(gv), d = load8(dh + i);
         store8(dg + i, d * load8(u + i) * s * (1.0f + gv * (1.0f - s)));
-        store8(du + i, d * gv * s);
+        store8(du + i, d * (gv * s)); /* silu(g) first, as PyTorch: dh g overflows, silu(g) does not */
     }
     for (; i < n1; i++) {
         const float s = sigmoid1(g[i]);
         dg[i] = dh[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
-        du[i] = dh[i] * g[i] * s;
+        du[i] = dh[i] * (g[i] * s);
     }
 }
 
