@@ -5,10 +5,14 @@ import subprocess
 
 
 def lengen_revision() -> str:
-    """Short commit of the lengen checkout (+ '-dirty' when lengen/ has uncommitted changes)."""
+    """Short commit of the checkout the imported ``lengen`` comes from (+ '-dirty' when its
+    lengen/ has uncommitted changes): a script run with another checkout on PYTHONPATH reports
+    that one."""
     import pathlib
 
-    root = pathlib.Path(__file__).resolve().parent.parent
+    import lengen
+
+    root = pathlib.Path(lengen.__file__).resolve().parent.parent
     try:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
                              text=True, check=True).stdout.strip()
