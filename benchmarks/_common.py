@@ -67,3 +67,27 @@ def machine_line(info: dict | None = None) -> str:
                                      if m["usable_cores"] != m["cores"] else "")
     return (f"machine: {m['cpu']}, {cores}, torch {m['torch']}, ATen CPU capability "
             f"{m['cpu_capability']}, OMP_WAIT_POLICY {m['omp_wait_policy']}")
+
+
+def interleaved(cases: dict, repeats: int) -> dict:
+    """Seconds per call of each case (a dict of zero-argument callables), ``repeats`` rounds in
+    which every case runs once in turn, after one untimed call each: a drift of the machine
+    then hits every case alike, and :func:`median_ratio` of two cases cancels it per round."""
+    import time
+
+    for fn in cases.values():
+        fn()
+    times = {c: [] for c in cases}
+    for _ in range(repeats):
+        for c, fn in cases.items():
+            t0 = time.perf_counter()
+            fn()
+            times[c].append(time.perf_counter() - t0)
+    return times
+
+
+def median_ratio(base: list, other: list) -> float:
+    """The median over rounds of base / other (times from :func:`interleaved`)."""
+    import statistics
+
+    return statistics.median(a / b for a, b in zip(base, other))

@@ -12,13 +12,13 @@ import json
 import os
 import statistics
 import sys
-import time
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import lengen_revision, machine_info, machine_line  # noqa: E402
+from _common import (interleaved, lengen_revision, machine_info, machine_line,  # noqa: E402
+                     median_ratio)
 from roofline import build  # noqa: E402
 
 from lengen.train.optim import param_groups  # noqa: E402
@@ -44,18 +44,10 @@ def main(argv=None):
             opt = torch.optim.AdamW(param_groups(net, tc.weight_decay, tc.decay_all), lr=tc.lr,
                                     betas=tuple(tc.betas), eps=tc.eps, fused=fused)
             cases[key, fused] = opt.step
-    for fn in cases.values():
-        fn()
-    times = {c: [] for c in cases}
-    for _ in range(args.repeats):
-        for c, fn in cases.items():
-            t0 = time.perf_counter()
-            fn()
-            times[c].append(time.perf_counter() - t0)
+    times = interleaved(cases, args.repeats)
     rows = [dict(model=m, loop_ms=1e3 * statistics.median(times[m, False]),
                  fused_ms=1e3 * statistics.median(times[m, True]),
-                 speedup=statistics.median([a / b for a, b in zip(times[m, False],
-                                                                  times[m, True])]))
+                 speedup=median_ratio(times[m, False], times[m, True]))
             for m in MODELS]
     setup = dict(repeats=args.repeats, threads=torch.get_num_threads(), lengen=lengen_revision())
     print("AdamW step; speed-up = median over rounds of loop / fused")

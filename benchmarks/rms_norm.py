@@ -12,7 +12,6 @@ import argparse
 import json
 import os
 import statistics
-import time
 
 import torch
 import torch.nn.functional as F
@@ -21,9 +20,10 @@ from lengen.ops.norm import rms
 from lengen.ops.norm.rms import rms_norm
 
 try:                                     # run as a script from the repository root
-    from _common import lengen_revision, machine_info, machine_line
+    from _common import interleaved, lengen_revision, machine_info, machine_line, median_ratio
 except ImportError:                      # pragma: no cover
-    from benchmarks._common import lengen_revision, machine_info, machine_line
+    from benchmarks._common import (interleaved, lengen_revision, machine_info, machine_line,
+                                    median_ratio)
 
 #: name -> (shape, weighted)
 SHAPES = {"flipflop": ((32, 127, 64), True), "addition": ((32, 68, 64), True),
@@ -49,18 +49,10 @@ def main(argv=None):
         d = shape[-1]
         cases[name, "torch"] = lambda x=x, w=w, dy=dy, d=d: F.rms_norm(x, (d,), w, 1e-6).backward(dy)
         cases[name, "lengen"] = lambda x=x, w=w, dy=dy: rms_norm(x, w, 1e-6).backward(dy)
-    for fn in cases.values():
-        fn()
-    times = {c: [] for c in cases}
-    for _ in range(args.repeats):
-        for c, fn in cases.items():
-            t0 = time.perf_counter()
-            fn()
-            times[c].append(time.perf_counter() - t0)
+    times = interleaved(cases, args.repeats)
     rows = [dict(shape=n, torch_ms=1e3 * statistics.median(times[n, "torch"]),
                  lengen_ms=1e3 * statistics.median(times[n, "lengen"]),
-                 speedup=statistics.median([a / b for a, b in zip(times[n, "torch"],
-                                                                  times[n, "lengen"])]))
+                 speedup=median_ratio(times[n, "torch"], times[n, "lengen"]))
             for n in SHAPES]
     setup = dict(repeats=args.repeats, threads=torch.get_num_threads(), lengen=lengen_revision())
     print("RMSNorm forward + backward; speed-up = median over rounds of torch / lengen")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 
 import torch
 import torch.nn.functional as F
@@ -19,9 +18,10 @@ from lengen.ops.glu import gated
 from lengen.ops.glu.gated import swiglu
 
 try:                                     # run as a script from the repository root
-    from _common import lengen_revision, machine_info, machine_line
+    from _common import interleaved, lengen_revision, machine_info, machine_line, median_ratio
 except ImportError:                      # pragma: no cover
-    from benchmarks._common import lengen_revision, machine_info, machine_line
+    from benchmarks._common import (interleaved, lengen_revision, machine_info, machine_line,
+                                    median_ratio)
 
 SHAPES = {"flipflop": (32, 127, 128), "wide": (32, 127, 512)}
 
@@ -44,18 +44,10 @@ def main(argv=None):
         dh = torch.randn(*shape, generator=gen)
         cases[name, "torch"] = lambda g=g, u=u, dh=dh: (F.silu(g) * u).backward(dh)
         cases[name, "lengen"] = lambda g=g, u=u, dh=dh: swiglu(g, u).backward(dh)
-    for fn in cases.values():
-        fn()
-    times = {c: [] for c in cases}
-    for _ in range(args.repeats):
-        for c, fn in cases.items():
-            t0 = time.perf_counter()
-            fn()
-            times[c].append(time.perf_counter() - t0)
+    times = interleaved(cases, args.repeats)
     rows = [dict(shape=n, torch_ms=1e3 * statistics.median(times[n, "torch"]),
                  lengen_ms=1e3 * statistics.median(times[n, "lengen"]),
-                 speedup=statistics.median([a / b for a, b in zip(times[n, "torch"],
-                                                                  times[n, "lengen"])]))
+                 speedup=median_ratio(times[n, "torch"], times[n, "lengen"]))
             for n in SHAPES]
     setup = dict(repeats=args.repeats, threads=torch.get_num_threads(), lengen=lengen_revision())
     print("SwiGLU forward + backward (gradients into leaves); speed-up = median over rounds of "

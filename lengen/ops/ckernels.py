@@ -150,6 +150,18 @@ def load(source: Path, version: int) -> ctypes.CDLL | None:
         return lib
 
 
+def load_typed(source: Path, version: int, signatures: dict) -> ctypes.CDLL | None:
+    """:func:`load`, with each entry point's ctypes signature set once per loaded library:
+    ``signatures`` maps a function name to ``(argtypes, restype)``."""
+    lib = load(source, version)
+    if lib is not None and not getattr(lib, "_lengen_typed", False):
+        for name, (argtypes, restype) in signatures.items():
+            fn = getattr(lib, name)
+            fn.argtypes, fn.restype = argtypes, restype
+        lib._lengen_typed = True
+    return lib
+
+
 def reset() -> None:
     """Forget loaded libraries (tests switch C kernels on and off)."""
     with _lock:

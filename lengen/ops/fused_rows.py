@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from lengen.ops.ckernels import env_on, load
+from lengen.ops.ckernels import env_on, load_typed
 from lengen.ops.cpu_workspace import index_chunks, run_groups, sum_parts
 from lengen.ops.heads import new_slots, qkv_buffer
 from lengen.ops.tile_bias import as_4d, reduce_to
@@ -53,19 +53,13 @@ def kernels():
     """The loaded library with typed entry points, or None (off, no compiler, failed build)."""
     if not enabled():
         return None
-    lib = load(SOURCE, VERSION)
-    if lib is not None and not getattr(lib, "_lengen_typed", False):
-        lib.fused_rows_fwd.argtypes = [_I, _I, _I, _I, _I, _D, _P, _P, _P, _P, _I, _I, _P, _P,
-                                       _P, _P, _P, _I, _P, _P, _I, _I, _I, _P, _P, _P, _P]
-        lib.fused_rows_fwd.restype = _I
-        lib.fused_rows_bwd.argtypes = [_I, _I, _I, _I, _I, _D, _P, _P, _P, _P, _I, _I, _P, _P,
-                                       _P, _P, _P, _I, _P, _P, _I, _I, _I, _P, _P, _P, _P, _P,
-                                       _P, _P, _P, _P, _I, _I, _P, _P, _P, _P, _P]
-        lib.fused_rows_bwd.restype = _I
-        lib.fused_rows_force_baseline.argtypes = [_I]
-        lib.fused_rows_force_baseline.restype = None
-        lib._lengen_typed = True
-    return lib
+    return load_typed(SOURCE, VERSION, {
+        "fused_rows_fwd": ([_I, _I, _I, _I, _I, _D, _P, _P, _P, _P, _I, _I, _P, _P, _P, _P, _P,
+                            _I, _P, _P, _I, _I, _I, _P, _P, _P, _P], _I),
+        "fused_rows_bwd": ([_I, _I, _I, _I, _I, _D, _P, _P, _P, _P, _I, _I, _P, _P, _P, _P, _P,
+                            _I, _P, _P, _I, _I, _I, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I, _I,
+                            _P, _P, _P, _P, _P], _I),
+        "fused_rows_force_baseline": ([_I], None)})
 
 
 def _bias_extent(shape) -> tuple[int, int]:

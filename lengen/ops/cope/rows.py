@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from lengen.ops.ckernels import load
+from lengen.ops.ckernels import load_typed
 from lengen.ops.cpu_tiles import LOG2E
 
 SOURCE = Path(__file__).with_name("cope_rows.c")
@@ -20,17 +20,14 @@ _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 def kernels():
     """The loaded library with typed entry points, or None (no compiler, build failed, or
     ``LENGEN_C_KERNELS=0``)."""
-    lib = load(SOURCE, VERSION)
-    if lib is not None and not getattr(lib, "_lengen_typed", False):
-        for suf in _SUFFIX.values():
-            f = getattr(lib, f"cope_rows_fwd_{suf}")
-            f.argtypes = [_P, _P, _P, _I, _I, _I, _P, _P, _I, _I, _I, ctypes.c_double]
-            f.restype = None
-            f = getattr(lib, f"cope_rows_bwd_{suf}")
-            f.argtypes = [_P, _P, _P, _I, _I, _I, _P, _P, _I, _I, _I]
-            f.restype = ctypes.c_int64                   # 0, or 1: out of memory, nothing done
-        lib._lengen_typed = True
-    return lib
+    sig = {}
+    for suf in _SUFFIX.values():
+        sig[f"cope_rows_fwd_{suf}"] = ([_P, _P, _P, _I, _I, _I, _P, _P, _I, _I, _I,
+                                        ctypes.c_double], None)
+        # returns 0, or 1: out of memory, nothing done
+        sig[f"cope_rows_bwd_{suf}"] = ([_P, _P, _P, _I, _I, _I, _P, _P, _I, _I, _I],
+                                       ctypes.c_int64)
+    return load_typed(SOURCE, VERSION, sig)
 
 
 def _rows(t: torch.Tensor):

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from lengen.ops.ckernels import enabled, load
+from lengen.ops.ckernels import enabled, load_typed
 from lengen.ops.cpu_workspace import index_chunks, run_groups
 
 SOURCE = Path(__file__).with_name("glu_rows.c")
@@ -33,16 +33,10 @@ def kernels():
     ``LENGEN_C_KERNELS=0``, read at every call)."""
     if not enabled():
         return None
-    lib = load(SOURCE, VERSION)
-    if lib is not None and not getattr(lib, "_lengen_typed", False):
-        lib.swiglu_fwd.argtypes = [_I, _I, _P, _P, _P]
-        lib.swiglu_fwd.restype = None
-        lib.swiglu_bwd.argtypes = [_I, _I, _P, _P, _P, _P, _P]
-        lib.swiglu_bwd.restype = None
-        lib.glu_rows_force_baseline.argtypes = [_I]
-        lib.glu_rows_force_baseline.restype = None
-        lib._lengen_typed = True
-    return lib
+    return load_typed(SOURCE, VERSION, {
+        "swiglu_fwd": ([_I, _I, _P, _P, _P], None),
+        "swiglu_bwd": ([_I, _I, _P, _P, _P, _P, _P], None),
+        "glu_rows_force_baseline": ([_I], None)})
 
 
 def applies(g: torch.Tensor, u: torch.Tensor) -> bool:

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from lengen.ops.ckernels import enabled, load
+from lengen.ops.ckernels import enabled, load_typed
 from lengen.ops.cpu_workspace import index_chunks, run_groups, sum_parts
 
 SOURCE = Path(__file__).with_name("rms_rows.c")
@@ -34,14 +34,9 @@ def kernels():
     ``LENGEN_C_KERNELS=0``, read at every call)."""
     if not enabled():
         return None
-    lib = load(SOURCE, VERSION)
-    if lib is not None and not getattr(lib, "_lengen_typed", False):
-        lib.rms_rows_fwd.argtypes = [_I, _I, _I, _P, _P, _D, _P, _P]
-        lib.rms_rows_fwd.restype = None
-        lib.rms_rows_bwd.argtypes = [_I, _I, _I, _P, _P, _P, _P, _P, _P]
-        lib.rms_rows_bwd.restype = None
-        lib._lengen_typed = True
-    return lib
+    return load_typed(SOURCE, VERSION, {
+        "rms_rows_fwd": ([_I, _I, _I, _P, _P, _D, _P, _P], None),
+        "rms_rows_bwd": ([_I, _I, _I, _P, _P, _P, _P, _P, _P], None)})
 
 
 def applies(x: torch.Tensor, weight: torch.Tensor | None) -> bool:
