@@ -162,6 +162,16 @@ def load_typed(source: Path, version: int, signatures: dict) -> ctypes.CDLL | No
     return lib
 
 
+def refuse_double_backward(what: str, instead: str = "set LENGEN_C_KERNELS=0 for that") -> None:
+    """Called first in a C kernel's autograd backward: with create_graph=True (grad mode on
+    during backward) the kernel's gradient would have no graph, so say so instead of returning
+    a gradient that silently has none."""
+    import torch
+
+    if torch.is_grad_enabled():
+        raise RuntimeError(f"{what} has no double backward (create_graph=True); {instead}")
+
+
 def reset() -> None:
     """Forget loaded libraries (tests switch C kernels on and off)."""
     with _lock:

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from lengen.ops.ckernels import env_on, load_typed
+from lengen.ops.ckernels import env_on, load_typed, refuse_double_backward
 from lengen.ops.cpu_workspace import index_chunks, run_groups, sum_parts
 from lengen.ops.heads import new_slots, qkv_buffer
 from lengen.ops.tile_bias import as_4d, reduce_to
@@ -215,8 +215,7 @@ class _FusedRows(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout):
-        if torch.is_grad_enabled():    # create_graph=True: the kernel's backward has no graph
-            raise RuntimeError("fused_rows attention has no double backward (create_graph=True); "
+        refuse_double_backward("fused_rows attention",
                                "use attention impl='naive' for that, or LENGEN_FUSED_ROWS=0")
         q, k, v, b4, colc, gc, qv, P, Pt, pe_pad, peT, out, m, lsum = ctx.saved_tensors
         scale, sb, sh, Up, bshape, bdtype, cdtype, gdtype = ctx.meta

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from lengen.ops.ckernels import enabled, load_typed
+from lengen.ops.ckernels import enabled, load_typed, refuse_double_backward
 from lengen.ops.cpu_workspace import index_chunks, run_groups
 
 SOURCE = Path(__file__).with_name("glu_rows.c")
@@ -61,9 +61,7 @@ class _SwiGLU(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dh):
-        if torch.is_grad_enabled():    # create_graph=True: the kernel's backward has no graph
-            raise RuntimeError("the C SwiGLU has no double backward (create_graph=True); set "
-                               "LENGEN_C_KERNELS=0 for that")
+        refuse_double_backward("the C SwiGLU")
         gc, uc = ctx.saved_tensors
         dh = dh.to(torch.float32).contiguous()
         dg, du = torch.empty_like(gc), torch.empty_like(uc)

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from lengen.ops.ckernels import enabled, load_typed
+from lengen.ops.ckernels import enabled, load_typed, refuse_double_backward
 from lengen.ops.cpu_workspace import index_chunks, run_groups, sum_parts
 
 SOURCE = Path(__file__).with_name("rms_rows.c")
@@ -71,9 +71,7 @@ class _RMSNorm(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
-        if torch.is_grad_enabled():    # create_graph=True: the kernel's backward has no graph
-            raise RuntimeError("the C RMSNorm has no double backward (create_graph=True); set "
-                               "LENGEN_C_KERNELS=0 for that")
+        refuse_double_backward("the C RMSNorm")
         xc, wc, rstd = ctx.saved_tensors
         d = xc.shape[-1]
         rows = xc.numel() // d
