@@ -27,8 +27,11 @@
  *   P_ij = 2^(min(0, max(L2_ij - m_i, FLOOR2))) / l_i, m_i the row max, l_i the row sum (the floor
  *          keeps exp out of denormals, as cpu_tiles.exp_floor); excluded keys get exactly 0; a row
  *          with no key outputs 0 (l_i = 0).
- * Forward writes out_i = sum_j P_ij v_j and keeps m_i, l_i. Backward recomputes each row's logits
- * with the same code (the same bits) and, with dL_ij = P_ij (dO_i . v_j - dO_i . O_i):
+ * Forward writes out_i = sum_j P_ij v_j and keeps m_i, l_i, and, when given a buffer pw (softmax
+ * and FoT, not TRA or CoPE, whose backward needs more of the row), every row's P_ij. Backward
+ * takes P from pw, or else recomputes each row's logits with the same code (the same bits either
+ * way: remaking the logits and weights was about a third of a row's backward, and a row's weights
+ * take i + 1 floats), and, with dL_ij = P_ij (dO_i . v_j - dO_i . O_i):
  *   dq_i = scale sum_j dL_ij k_j,  dk_j += scale dL_ij q_i,  dv_j += P_ij dO_i,
  *   dbias_ij += dL_ij,  dcol_j += dL_ij,  dg_i = sum_j dL_ij Dbar_ij.
  * (For TRA dL is 0 off the survivors, where relu' would block it; on them relu' = 1.)
@@ -97,7 +100,7 @@ INLINE void store8(float *x, v8 y) { *(vu *)x = y; }
 INLINE v8 splat(float x) { return (v8){0} + x; } /* a broadcast */
 INLINE v8 select8(v8i mask, v8 a, v8 b) { return (v8)((mask & (v8i)a) | (~mask & (v8i)b)); }
 
-int64_t fused_rows_version(void) { return 7; }
+int64_t fused_rows_version(void) { return 9; }
 
 /* x rounded up to a whole number of vectors */
 INLINE int64_t round_up(int64_t x) { return (x + VL - 1) / VL * VL; }
@@ -259,6 +262,7 @@ typedef struct {
     float *zb, *bb; /* CoPE: the row's z and its differences, npos + 2 VL each (zeroed once) */
     float *dqv, *dP; /* backward: their gradients (dP: this call's accumulator) */
     float *dpeT;     /* backward: CoPE's embedding gradient, as peT (this call's accumulator) */
+    float *pw;       /* each row's weights P_i0..P_ii, kept by forward for backward, or NULL */
     float *dzrow;    /* backward: CoPE's dz of the RB rows in hand (zero between rows) */
 } Args;
 
@@ -267,6 +271,12 @@ INLINE int64_t pair_at(const Args *a, int t, int64_t p) {
     return (p / a->H) * a->lay[t][0] + (p % a->H) * a->lay[t][1];
 }
 INLINE int64_t row_step(const Args *a, int t) { return a->lay[t][2]; }
+
+/* where row i of pair p keeps its weights in pw: the rows of a pair one after another, i + 1
+ * floats each */
+INLINE float *kept_row(const Args *a, int64_t p, int64_t i) {
+    return a->pw + p * (a->T * (a->T + 1) / 2) + i * (i + 1) / 2;
+}
 
 /* CoPE: the head of pair p's embeddings (0 when the heads share them) */
 INLINE int64_t cope_head(const Args *a, int64_t p) { return a->pe_heads > 1 ? p % a->H : 0; }
@@ -482,6 +492,10 @@ INLINE void fwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, con
             }
             weighted_sum(acc, s, vp, sv, len, D);
             const float inv = 1.0f / l;
+            if (a->pw) { /* P_ij as backward computes it, so its gradients keep their bits */
+                float *pr = kept_row(a, p, i);
+                for (int64_t j = 0; j < len; j++) pr[j] = s[j] * inv;
+            }
             for (int64_t d = 0; d < D; d++) oi[d] = acc[d] * inv;
             mrow[p * T + i] = m;
             lrow[p * T + i] = l;
@@ -497,8 +511,9 @@ INLINE int all_zero(const float *x, const int64_t D) {
 
 /* Backward of row i over keys 0..len-1 (len <= i + RB): its weights P into s and logit gradients
  * dL into dl (both 0 right of the query and on a row with no key), and its terms of dbias, dcol
- * and dg. */
-INLINE void row_grad(const Args *a, int64_t p, int64_t i, int64_t len, const float *qi,
+ * and dg. Returns 0 when the row's dL is all zero without being computed (no key, or no output
+ * gradient), else 1. */
+INLINE int row_grad(const Args *a, int64_t p, int64_t i, int64_t len, const float *qi,
                      const float *doi, const float *oi, const float *kt, const float *vt,
                      float m, float l, float *s, float *dl, float *dbar, float *db, float *dcol,
                      float *dg, float *dn, float *dzr, const int64_t D) {
@@ -511,19 +526,20 @@ INLINE void row_grad(const Args *a, int64_t p, int64_t i, int64_t len, const flo
         for (int64_t j = 0; j < len; j++) s[j] = dl[j] = 0.0f;
         if (a->dqv)
             for (int64_t j = 0; j < len; j++) dn[j] = 0.0f;
-        return;
+        return 0;
     }
-    row_logits(a, p, i, qi, kt, s, dbar, D);
-    row_weights(s, n, m);
-    const float inv = 1.0f / l;
+    if (a->pw) { /* the weights forward kept: no logits to make again */
+        memcpy(s, kept_row(a, p, i), sizeof(float) * n);
+    } else {
+        row_logits(a, p, i, qi, kt, s, dbar, D);
+        row_weights(s, n, m);
+        const float inv = 1.0f / l;
+        for (int64_t j = 0; j < n; j++) s[j] *= inv; /* P_ij */
+    }
     float delta = 0.0f;
     for (int64_t d = 0; d < D; d++) delta += doi[d] * oi[d];
     dots(doi, vt, a->Tp, n, 1.0f, dl, D);
-    for (int64_t j = 0; j < n; j++) {
-        const float pj = s[j] * inv;
-        s[j] = pj;
-        dl[j] = pj * (dl[j] - delta); /* dL_ij */
-    }
+    for (int64_t j = 0; j < n; j++) dl[j] = s[j] * (dl[j] - delta); /* dL_ij */
     for (int64_t j = n; j < len; j++) s[j] = dl[j] = 0.0f;
     if (db)
         for (int64_t j = 0; j < n; j++) db[i * T + j] += dl[j];
@@ -586,6 +602,7 @@ INLINE void row_grad(const Args *a, int64_t p, int64_t i, int64_t len, const flo
         for (int u = 0; u < VL; u++) gsum += acc8[u];
         dg[p * T + i] = gsum;
     }
+    return 1;
 }
 
 /* CoPE: z_i = scale q_i . e, so a row's dz adds scale sum_n dz_n e_n to dq_i and scale q_i dz_n
@@ -669,6 +686,7 @@ INLINE void bwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, con
         for (int64_t i = 0; i < T; i += RB) {
             const int64_t nr = T - i < RB ? T - i : RB, len = i + nr;
             const float *qr[RB], *dor[RB], *qvr[RB];
+            int live = 0;
             /* one call site for every row: the compiler inlines row_grad (and the row logits in
              * it) once per head dim (the build time grew with each call site) */
             for (int r = 0; r < RB; r++) {
@@ -677,11 +695,17 @@ INLINE void bwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, con
                 dor[r] = dop + ir * sdo;
                 qvr[r] = a->qv ? a->qv + (p * T + ir) * D : NULL;
                 if (r < nr) {
-                    row_grad(a, p, ir, len, qr[r], dor[r], op + ir * so, kt, vt, mp[ir], lp[ir],
+                    live |= row_grad(a, p, ir, len, qr[r], dor[r], op + ir * so, kt, vt, mp[ir], lp[ir],
                              sr[r], dlr[r], dbar, db, dcol, dg, dnr[r], dzr[r], D);
                 } else {
                     for (int64_t j = 0; j < i + RB; j++) sr[r][j] = dlr[r][j] = dnr[r][j] = 0.0f;
                 }
+            }
+            if (!live) {
+                /* no row of the block has a gradient (in the model's last block most rows: the
+                 * tokens no loss reads): dk, dv and the table get nothing from it, dq is 0 */
+                for (int64_t r = 0; r < nr; r++) memset(dqp + (i + r) * sdq, 0, sizeof(float) * D);
+                continue;
             }
             if (a->dqv) {
                 /* the table's gradient: row i + r reads table row (T-1-i) + (j - r) for key j, so
@@ -732,10 +756,10 @@ INLINE void bwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, con
         const float *k, const float *v, const float *bias, int64_t sb, int64_t sh,                 \
         const float *col, const float *g, const float *qv, const float *P, const float *Pt,       \
         int64_t Up, const float *pe, const float *peT, int64_t npos, int64_t Np,                \
-        int64_t pe_heads, const int64_t *lay, float *out, float *mrow, float *lrow
+        int64_t pe_heads, const int64_t *lay, float *out, float *mrow, float *lrow, float *pw
 #define FWD_CALL                                                                                   \
     p0, p1, T, D, H, scale, q, k, v, bias, sb, sh, col, g, qv, P, Pt, Up, pe, peT, npos, Np,       \
-        pe_heads, lay, out, mrow, lrow
+        pe_heads, lay, out, mrow, lrow, pw
 #define BWD_ARGS                                                                                   \
     int64_t p0, int64_t p1, int64_t T, int64_t D, int64_t H, double scale, const float *q,         \
         const float *k, const float *v, const float *bias, int64_t sb, int64_t sh,                 \
@@ -743,10 +767,12 @@ INLINE void bwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, con
         int64_t Up, const float *pe, const float *peT, int64_t npos, int64_t Np,                \
         int64_t pe_heads, const int64_t *lay, const float *out, const float *dout,                \
         const float *mrow, const float *lrow, float *dq, float *dk, float *dv, float *dbias,      \
-        int64_t dsb, int64_t dsh, float *dcol, float *dg, float *dqv, float *dP, float *dpeT
+        int64_t dsb, int64_t dsh, float *dcol, float *dg, float *dqv, float *dP, float *dpeT,    \
+        float *pw
 #define BWD_CALL                                                                                   \
     p0, p1, T, D, H, scale, q, k, v, bias, sb, sh, col, g, qv, P, Pt, Up, pe, peT, npos, Np,       \
-        pe_heads, lay, out, dout, mrow, lrow, dq, dk, dv, dbias, dsb, dsh, dcol, dg, dqv, dP, dpeT
+        pe_heads, lay, out, dout, mrow, lrow, dq, dk, dv, dbias, dsb, dsh, dcol, dg, dqv, dP,     \
+        dpeT, pw
 
 /* The row scratch of Args (6 Tp + 2 floats and CoPE's two tables) from work; after make_args */
 INLINE void row_scratch(Args *a, float *work) {
@@ -798,6 +824,7 @@ INLINE int64_t fwd_impl(FWD_ARGS) {
     Args a = make_args(T, H, scale, bias, sb, sh, col, g, qv, P, Pt, Up, pe, peT, npos, Np,
                        pe_heads, lay);
     row_scratch(&a, work + D * Tp + 2 * Tp);
+    a.pw = g || pe ? NULL : pw; /* TRA and CoPE need more of the row than its weights */
 #define FWD(DD) fwd_pairs(p0, p1, &a, q, k, v, out, mrow, lrow, work, DD)
     DISPATCH(FWD)
 #undef FWD
@@ -818,6 +845,7 @@ INLINE int64_t bwd_impl(BWD_ARGS) {
     a.dqv = qv ? dqv : NULL;
     a.dP = qv ? dP : NULL;
     a.dpeT = pe ? dpeT : NULL;
+    a.pw = g || pe ? NULL : pw;
     a.dzrow = a.bb + cope_table(a.npos); /* RB rows of dz */
     memset(a.dzrow, 0, sizeof(float) * RB * cope_table(a.npos));
 #define BWD(DD)                                                                                    \

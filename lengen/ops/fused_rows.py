@@ -41,7 +41,7 @@ from lengen.ops.heads import new_slots, qkv_buffer
 from lengen.ops.tile_bias import as_4d, reduce_to
 
 SOURCE = Path(__file__).with_name("fused_rows.c")
-VERSION = 7
+VERSION = 9
 _P, _I, _D = ctypes.c_void_p, ctypes.c_int64, ctypes.c_double
 
 
@@ -55,10 +55,10 @@ def kernels():
         return None
     return load_typed(SOURCE, VERSION, {
         "fused_rows_fwd": ([_I, _I, _I, _I, _I, _D, _P, _P, _P, _P, _I, _I, _P, _P, _P, _P, _P,
-                            _I, _P, _P, _I, _I, _I, _P, _P, _P, _P], _I),
+                            _I, _P, _P, _I, _I, _I, _P, _P, _P, _P, _P], _I),
         "fused_rows_bwd": ([_I, _I, _I, _I, _I, _D, _P, _P, _P, _P, _I, _I, _P, _P, _P, _P, _P,
                             _I, _P, _P, _I, _I, _I, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I, _I,
-                            _P, _P, _P, _P, _P], _I),
+                            _P, _P, _P, _P, _P, _P], _I),
         "fused_rows_force_baseline": ([_I], None)})
 
 
@@ -163,6 +163,21 @@ def _table_t(P: torch.Tensor) -> tuple[torch.Tensor, int]:
     return Pt, Up
 
 
+#: the most bytes forward keeps of the attention weights for backward (softmax and FoT; TRA's and
+#: CoPE's backward remake their rows): B H T (T + 1) / 2 floats, 4.2 MB at the flip-flop
+#: models' 32 x 4 heads x 127; past this backward remakes the weights from q and k
+KEEP_WEIGHTS_BYTES = 64 << 20
+
+
+def kept_weights(B: int, H: int, T: int, needs_grad: bool, gc, pe) -> torch.Tensor | None:
+    """The buffer forward fills with every row's attention weights (row i of a (batch, head)
+    pair: i + 1 floats), or None: no gradient to come, TRA or CoPE, or over the budget."""
+    n = B * H * (T * (T + 1) // 2)
+    if not needs_grad or gc is not None or pe is not None or 4 * n > KEEP_WEIGHTS_BYTES:
+        return None
+    return torch.empty(n, dtype=torch.float32)
+
+
 class _FusedRows(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, bias, col, log_gate, qv, P, pe, scale):
@@ -194,6 +209,7 @@ class _FusedRows(torch.autograd.Function):
         m = torch.empty(B, H, T, dtype=torch.float32)        # row max of the base-2 logits
         lsum = torch.empty(B, H, T, dtype=torch.float32)     # row sum of the weights (0: no key)
         chunks = index_chunks(B * H)
+        pw = kept_weights(B, H, T, any(ctx.needs_input_grad), gc, pe)
 
         def run(ci):
             p0, p1 = chunks[ci]
@@ -202,10 +218,10 @@ class _FusedRows(torch.autograd.Function):
                                       _ptr(qv), _ptr(P), _ptr(Pt), Up, _ptr(pe_pad), _ptr(peT),
                                       npos, Np, 0 if pe3 is None else pe3.shape[0],
                                       lay.data_ptr(), out.data_ptr(), m.data_ptr(),
-                                      lsum.data_ptr()), "forward")
+                                      lsum.data_ptr(), _ptr(pw)), "forward")
 
         run_groups(run, len(chunks))
-        ctx.save_for_backward(q, k, v, b4, colc, gc, qv, P, Pt, pe_pad, peT, out, m, lsum)
+        ctx.save_for_backward(q, k, v, b4, colc, gc, qv, P, Pt, pe_pad, peT, out, m, lsum, pw)
         ctx.pe_shape = None if pe is None else (pe.shape, pe.dtype)
         ctx.meta = (scale, sb, sh, Up, None if bias is None else bias.shape,
                     None if bias is None else bias.dtype,
@@ -217,7 +233,7 @@ class _FusedRows(torch.autograd.Function):
     def backward(ctx, dout):
         refuse_double_backward("fused_rows attention",
                                "use attention impl='naive' for that, or LENGEN_FUSED_ROWS=0")
-        q, k, v, b4, colc, gc, qv, P, Pt, pe_pad, peT, out, m, lsum = ctx.saved_tensors
+        q, k, v, b4, colc, gc, qv, P, Pt, pe_pad, peT, out, m, lsum, pw = ctx.saved_tensors
         scale, sb, sh, Up, bshape, bdtype, cdtype, gdtype = ctx.meta
         needs = ctx.needs_input_grad
         B, H, T, D = q.shape
@@ -249,7 +265,7 @@ class _FusedRows(torch.autograd.Function):
                                       m.data_ptr(), lsum.data_ptr(), dq.data_ptr(),
                                       dk.data_ptr(), dv.data_ptr(),
                                       _ptr(dbias[ci]), dsb, dsh, _ptr(dcol), _ptr(dg), _ptr(dqv),
-                                      _ptr(dPs[ci]), _ptr(dpeTs[ci])),
+                                      _ptr(dPs[ci]), _ptr(dpeTs[ci]), _ptr(pw)),
                    "backward")
 
         run_groups(run, len(chunks))
