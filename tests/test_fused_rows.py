@@ -87,9 +87,9 @@ def pair(kind):
             bias = rel if bias is None else bias + rel
         return None if bias is None else (lambda s, e: bias[..., s:e, :])
 
-    def fused(q, k, v, gate, pe, bias=None, qv=None, P=None, content=None):
+    def fused(q, k, v, gate, pe, bias=None, qv=None, P=None, content=None, rows=None):
         sc = q.shape[-1] ** -0.5
-        kw = dict(scale=sc, bias=bias, qv=qv, P=P, col=content)
+        kw = dict(scale=sc, bias=bias, qv=qv, P=P, col=content, rows=rows)
         if kind == "fot":
             kw["col"] = -gate.cumsum(-1) + (0 if content is None else content)
         if kind == "tra":
@@ -564,3 +564,32 @@ def test_which_calls_keep_the_weights(monkeypatch):
     assert fused_rows.kept_weights(2, 3, 5, True, None, gate) is None
     monkeypatch.setattr(fused_rows, "KEEP_WEIGHTS_BYTES", 4 * 2 * 3 * 15 - 1)
     assert fused_rows.kept_weights(2, 3, 5, True, None, None) is None
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("D,T", [(16, 9), (16, 70), (5, 12)])
+def test_rows_not_read_are_skipped(kind, D, T):
+    """``rows``: the query rows whose outputs are read (the model's last block reads only the
+    scored tokens). Those rows and every gradient are the reference's when the loss reads only
+    them, with a bias and the relative term; the other rows come out 0."""
+    x = relative(inputs(2, 3, T, D, seed=5 * D + T), seed=T + 3)
+    x["bias"] = 0.5 * torch.randn(3, T, T, generator=torch.Generator().manual_seed(6))
+    rows = torch.rand(2, T, generator=torch.Generator().manual_seed(7)) < 0.3
+    rows[0, :4] = False                                          # a whole block of four left out
+    rows[1, -1] = True
+    x["go"] = torch.where(rows[:, None, :, None], x["go"], 0.0)  # the loss reads those rows only
+    fused, ref = pair(kind)
+    names = NAMES + REL + ["bias"]
+    got = grads(lambda **kw: fused(**kw, rows=rows), x, names)
+    want = grads(ref, x, names)
+    want[0] = torch.where(rows[:, None, :, None], want[0], 0.0)
+    close(got, want, f"{kind} rows D={D} T={T}")
+    assert not got[0][~rows[:, None, :, None].expand_as(got[0])].any()
+
+
+def test_rows_must_be_a_bool_mask_of_the_batch():
+    x = inputs(2, 3, 5, 8)
+    with pytest.raises(ValueError, match=r"bool \[B, T\] = \[2, 5\]"):
+        fused_attention(x["q"], x["k"], x["v"], scale=1.0, rows=torch.ones(2, 5))
+    with pytest.raises(ValueError, match=r"\[2, 5\]"):
+        fused_attention(x["q"], x["k"], x["v"], scale=1.0, rows=torch.ones(3, 5, dtype=torch.bool))

@@ -214,3 +214,38 @@ def test_when_training_asks_for_the_scored_rows():
     own = OwnForward(model.cfg)
     assert scored_rows(own, a_batch(0.3), tc) is None
     forward_loss(own, a_batch(0.3), None, tc, torch.device("cpu"), None)   # trains, full forward
+
+
+@pytest.mark.parametrize("attention", ["softmax", "fot", "tra", "cope"])
+def test_the_last_block_skips_the_rows_it_drops(attention, monkeypatch):
+    """The kinds on the C kernel get the kept tokens as its query ``rows`` in the last block
+    only (packed or not), and the result stays the full forward's (``agree``)."""
+    from lengen.ops import fused_rows
+    if fused_rows.kernels() is None:
+        pytest.skip("no C compiler: the ops use their tiled path")
+    seen = []
+    real = fused_rows._FusedRows.apply
+    monkeypatch.setattr(fused_rows._FusedRows, "apply",
+                        lambda *a: seen.append(a[-1]) or real(*a))
+    posenc = "nope" if attention in ("fot", "tra", "cope") else "rope"
+    keep = some_keep()
+    agree(build(attention, posenc), keep)
+    calls = len(seen) // 2                                      # the reference ran first
+    assert all(r is None for r in seen[:calls] + seen[calls:-1])
+    assert torch.equal(seen[-1], keep)
+
+
+def test_a_kind_whose_attend_has_no_rows_gets_none():
+    """A plugin kind overriding ``attend`` without ``rows``: the block's rows never reach it."""
+    from lengen.attention.softmax import SoftmaxAttention
+
+    class OwnAttend(SoftmaxAttention):
+        def attend(self, q, k, v, x, bias_fn):
+            return super().attend(q, k, v, x, bias_fn)
+
+    model = build()
+    for block in model.blocks:
+        own = OwnAttend(d_model=16, n_heads=2)
+        own.load_state_dict(block.attn.state_dict())
+        block.attn = own
+    agree(model, some_keep())

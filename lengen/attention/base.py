@@ -14,6 +14,8 @@ has them) and uses the memory-lean op in eval mode, so evaluation memory grows l
 """
 from __future__ import annotations
 
+import inspect
+
 import torch
 from torch import nn
 
@@ -21,6 +23,12 @@ from lengen.ops.heads import split_heads
 from lengen.ops.tile_bias import BiasHook
 
 IMPLS = ("auto", "naive", "lean")
+
+
+def attends_rows(attn) -> bool:
+    """Whether ``attn.attend`` takes ``rows=`` (the query rows whose outputs are read): the
+    built-in kinds do; a plugin's own ``attend`` need not (asked of the class each time)."""
+    return "rows" in inspect.signature(type(attn).attend).parameters
 
 
 class Attention(nn.Module):
@@ -52,14 +60,17 @@ class Attention(nn.Module):
         return self.impl == "lean" or (self.impl == "auto" and not self.training)
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, posenc, *, cache=None,
-                key_pos: torch.Tensor | None = None, pack=None) -> torch.Tensor:
+                key_pos: torch.Tensor | None = None, pack=None,
+                rows: torch.Tensor | None = None) -> torch.Tensor:
         """x: [B, T, D], pos: [T] or [B, T] -> [B, T, D]. With ``cache`` (a
         :class:`lengen.model.cache.LayerCache`) x holds only the new tokens, ``key_pos`` the
         positions of every key (cached and new) and the step attends to the cached keys too.
         With ``pack`` (a :class:`lengen.ops.packing.Packing` of a causal batch) x is [N, D],
         the tokens that matter, and so is the output: the projections run on those rows, the
         attention itself on the padded layout (zeros at the left-out tokens, after every kept
-        one in its row, so no kept query sees them)."""
+        one in its row, so no kept query sees them). ``rows`` (bool [B, T]): the query rows whose
+        outputs the caller reads; the others may come out as anything (a kind whose ``attend``
+        takes ``rows``, :func:`attends_rows`, gets it; the C kernel skips them)."""
         if pack is None:
             B, T, _ = x.shape
             qkv = self.qkv(x)                                               # [B, T, 3D]
@@ -82,7 +93,8 @@ class Attention(nn.Module):
             bias_fn = (BiasHook(lambda s, e: posenc.bias(pos[..., s:e], pos, q[:, :, s:e], k),
                                 lambda: posenc.tiled_bias(pos, q, k))
                        if posenc.has_bias else None)
-            y = self.attend(q, k, v, x, bias_fn)                # [B, H, T, hd]
+            skip = {} if rows is None or not attends_rows(self) else {"rows": rows}
+            y = self.attend(q, k, v, x, bias_fn, **skip)                    # [B, H, T, hd]
         y = y.transpose(1, 2)                                               # [B, T, H, hd]
         if pack is not None:
             return self.proj(pack.pack(y.reshape(B, T, self.d_model)))      # [N, D]
@@ -119,6 +131,9 @@ class Attention(nn.Module):
         return q, k
 
     def attend(self, q, k, v, x, bias_fn):
+        """[B, H, T, hd] from q, k, v [B, H, T, hd] (x: the layer input, for kinds with gates).
+        A kind may also take ``rows=None`` (see :meth:`forward`) and skip the query rows it
+        leaves out."""
         raise NotImplementedError
 
     def _keep(self, out):

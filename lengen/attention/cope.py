@@ -21,6 +21,8 @@ dense reference; evaluation with ``auto`` and ``lean`` the query-blocked op.
 """
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 from torch import nn
 
@@ -44,7 +46,7 @@ class ContextualPositionAttention(Attention):
     def reset_parameters(self):
         nn.init.zeros_(self.pos_emb)   # paper: position embeddings start at zero
 
-    def attend(self, q, k, v, x, bias_fn):
+    def attend(self, q, k, v, x, bias_fn, rows=None):
         if self.record_weights:
             return self._keep(cope_attention_naive(q, k, v, self.pos_emb, bias_fn=bias_fn,
                                                    return_weights=True))
@@ -52,7 +54,7 @@ class ContextualPositionAttention(Attention):
             return cope_attention_chunked(q, k, v, self.pos_emb, bias_fn=bias_fn,
                                           block_size=self.block_size)
         if self.impl == "auto":
-            return training_op(q, bias_fn)(q, k, v, self.pos_emb, bias_fn=bias_fn)
+            return training_op(q, bias_fn, rows)(q, k, v, self.pos_emb, bias_fn=bias_fn)
         return cope_attention_naive(q, k, v, self.pos_emb, bias_fn=bias_fn)
 
     def attend_cached(self, q, k, v, x, bias_fn, q_offset, cache):
@@ -61,7 +63,10 @@ class ContextualPositionAttention(Attention):
                                       block_size=self.block_size, q_offset=q_offset)
 
 
-def training_op(q: torch.Tensor, bias_fn=None):
+def training_op(q: torch.Tensor, bias_fn=None, rows=None):
     """The op ``impl='auto'`` trains with: the CPU op for CPU tensors (the per-row C kernel where
-    it applies, else the tiled op), the dense reference elsewhere (no GPU kernel yet)."""
-    return cope_attention_fast_cpu if q.device.type == "cpu" else cope_attention_naive
+    it applies, else the tiled op; ``rows`` goes to it), the dense reference elsewhere (no GPU
+    kernel yet)."""
+    if q.device.type != "cpu":
+        return cope_attention_naive
+    return cope_attention_fast_cpu if rows is None else partial(cope_attention_fast_cpu, rows=rows)

@@ -40,14 +40,14 @@ class ForgettingAttention(Attention):
         acc = torch.promote_types(x.dtype, torch.float32)
         return F.logsigmoid(self.forget_gate(x).to(acc)).transpose(1, 2)
 
-    def attend(self, q, k, v, x, bias_fn):
+    def attend(self, q, k, v, x, bias_fn, rows=None):
         log_f = self.log_forget(x)                                             # [B, H, T]
         if self.record_weights:
             return self._keep(fot_attention_naive(q, k, v, log_f, bias_fn=bias_fn, return_weights=True))
         if self.use_lean():
             return fot_attention_chunked(q, k, v, log_f, bias_fn=bias_fn, block_size=self.block_size)
         if self.impl == "auto":
-            return training_op(q, bias_fn)(q, k, v, log_f, bias_fn=bias_fn)
+            return training_op(q, bias_fn, rows)(q, k, v, log_f, bias_fn=bias_fn)
         return fot_attention_naive(q, k, v, log_f, bias_fn=bias_fn)
 
     def attend_cached(self, q, k, v, x, bias_fn, q_offset, cache):
@@ -59,7 +59,7 @@ class ForgettingAttention(Attention):
                                     block_size=self.block_size, q_offset=q_offset)
 
 
-def training_op(q: torch.Tensor, bias_fn=None):
+def training_op(q: torch.Tensor, bias_fn=None, rows=None):
     """The op ``impl='auto'`` trains with on this device (see :mod:`lengen.ops.select`)."""
-    return pick(q, bias_fn, fast_cpu=fot_attention_fast_cpu, naive=fot_attention_naive,
+    return pick(q, bias_fn, rows=rows, fast_cpu=fot_attention_fast_cpu, naive=fot_attention_naive,
                 triton_module="lengen.ops.fot.triton", triton_name="fot_attention_triton")

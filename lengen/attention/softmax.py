@@ -25,7 +25,7 @@ FUSED_MAX_HEAD_DIM = 32
 class SoftmaxAttention(Attention):
     reads_x = False                       # attend ignores x (lengen.attention.base)
 
-    def attend(self, q, k, v, x, bias_fn):
+    def attend(self, q, k, v, x, bias_fn, rows=None):
         if self.record_weights:
             return self._keep(softmax_attention_naive(q, k, v, causal=self.causal, bias_fn=bias_fn,
                                                       return_weights=True))
@@ -37,12 +37,13 @@ class SoftmaxAttention(Attention):
                 and fused_applies(q, k, v, scale, None, None, self.causal)):
             # CPU training: one C pass per query row beats SDPA's CPU kernel at small head dims
             # (benchmarks/RESULTS.md, "Fused rows"); CUDA tensors never get here (fused_applies)
-            return fused_attention(q, k, v, scale=scale)
+            return fused_attention(q, k, v, scale=scale, rows=rows)
         if bias_fn is None or self.use_lean():
             return softmax_attention_chunked(q, k, v, causal=self.causal, bias_fn=bias_fn,
                                              block_size=self.block_size)
         if self.impl == "auto" and q.device.type == "cpu":
-            return softmax_attention_fast_cpu(q, k, v, causal=self.causal, bias_fn=bias_fn)
+            return softmax_attention_fast_cpu(q, k, v, causal=self.causal, bias_fn=bias_fn,
+                                              rows=rows)
         # CUDA training with a bias (a Triton kernel would be selected here): one SDPA call over
         # the full [H, T, T] bias
         return softmax_attention_chunked(q, k, v, causal=self.causal, bias_fn=bias_fn,

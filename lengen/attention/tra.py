@@ -71,14 +71,14 @@ class ThresholdRelativeAttention(Attention):
         acc = torch.promote_types(x.dtype, torch.float32)
         return F.logsigmoid(self.gate(x).to(acc)).transpose(1, 2)
 
-    def attend(self, q, k, v, x, bias_fn):
+    def attend(self, q, k, v, x, bias_fn, rows=None):
         log_gate = self.log_gate(x)                                        # [B, H, T]
         if self.record_weights:
             return self._keep(tra_attention_naive(q, k, v, log_gate, bias_fn=bias_fn, return_weights=True))
         if self.use_lean():
             return tra_attention_chunked(q, k, v, log_gate, bias_fn=bias_fn, block_size=self.block_size)
         if self.impl == "auto":
-            return training_op(q, bias_fn)(q, k, v, log_gate, bias_fn=bias_fn)
+            return training_op(q, bias_fn, rows)(q, k, v, log_gate, bias_fn=bias_fn)
         return tra_attention_naive(q, k, v, log_gate, bias_fn=bias_fn)
 
     def attend_cached(self, q, k, v, x, bias_fn, q_offset, cache):
@@ -88,7 +88,7 @@ class ThresholdRelativeAttention(Attention):
                                      block_size=self.block_size, q_offset=q_offset)
 
 
-def training_op(q: torch.Tensor, bias_fn=None):
+def training_op(q: torch.Tensor, bias_fn=None, rows=None):
     """The op ``impl='auto'`` trains with on this device (see :mod:`lengen.ops.select`)."""
-    return pick(q, bias_fn, fast_cpu=tra_attention_fast_cpu, naive=tra_attention_naive,
+    return pick(q, bias_fn, rows=rows, fast_cpu=tra_attention_fast_cpu, naive=tra_attention_naive,
                 triton_module="lengen.ops.tra.triton", triton_name="tra_attention_triton")

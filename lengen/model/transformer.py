@@ -180,13 +180,26 @@ class Block(nn.Module):
         not (asked of the module's class each time: it may be replaced after building)."""
         return takes_argument(type(self.attn), "pack")
 
+    def query_rows(self, keep, pack, x) -> dict:
+        """``{"rows": bool [B, T]}``, attention's query rows whose outputs ``keep`` (indices into
+        the rows of x flattened, packed by ``pack`` or not) keeps, so that a kind that can skips
+        the others (:func:`lengen.attention.base.attends_rows`); ``{}`` without ``keep`` or for
+        a plugin whose ``forward`` has no ``rows``."""
+        if keep is None or not takes_argument(type(self.attn), "rows"):
+            return {}
+        B, T = (pack.B, pack.T) if pack is not None else x.shape[:2]
+        flat = keep if pack is None else pack.index.index_select(0, keep)      # into [B * T]
+        rows = torch.zeros(B * T, dtype=torch.bool, device=keep.device)
+        return {"rows": rows.index_fill_(0, flat, True).view(B, T)}
+
     def forward(self, x, pos, posenc, cache=None, key_pos=None, keep=None, pack=None):
         """x [B, T, D] -> [B, T, D]. ``pack`` (:class:`lengen.ops.packing.Packing`): x holds
         the batch's needed tokens only, [N, D], and so does the output; ``keep`` (indices into
         the rows of x flattened to [-1, D]): the output is those rows only, [K, D]. Attention
         runs over every token (all are keys); rows are dropped after it, so the MLP and the
         norms run on the kept rows. Every op after attention acts on each token alone, hence
-        the kept rows are exactly those of the full block."""
+        the kept rows are exactly those of the full block; a kind that can skips the other query
+        rows (:meth:`query_rows`)."""
         D = x.shape[-1]
 
         def rows(h):                                                # [K, D]
@@ -194,9 +207,10 @@ class Block(nn.Module):
 
         def attn(h):
             if pack is None:
-                a = self.attn(h, pos, posenc, cache=cache, key_pos=key_pos)
+                a = self.attn(h, pos, posenc, cache=cache, key_pos=key_pos,
+                              **self.query_rows(keep, None, h))
             elif self.attn_packs:
-                a = self.attn(h, pos, posenc, pack=pack)
+                a = self.attn(h, pos, posenc, pack=pack, **self.query_rows(keep, pack, h))
             else:                          # a kind whose forward predates packing: pad around it
                 a = pack.pack(self.attn(pack.unpack(h), pos, posenc))
             return rows(a)

@@ -27,11 +27,12 @@
  *   P_ij = 2^(min(0, max(L2_ij - m_i, FLOOR2))) / l_i, m_i the row max, l_i the row sum (the floor
  *          keeps exp out of denormals, as cpu_tiles.exp_floor); excluded keys get exactly 0; a row
  *          with no key outputs 0 (l_i = 0).
- * Forward writes out_i = sum_j P_ij v_j and keeps m_i, l_i, and, when given a buffer pw (softmax
- * and FoT, not TRA or CoPE, whose backward needs more of the row), every row's P_ij. Backward
- * takes P from pw, or else recomputes each row's logits with the same code (the same bits either
- * way: remaking the logits and weights was about a third of a row's backward, and a row's weights
- * take i + 1 floats), and, with dL_ij = P_ij (dO_i . v_j - dO_i . O_i):
+ * Forward writes out_i = sum_j P_ij v_j (0 for a query row the caller marks as not read: the
+ * model's last block reads only the scored tokens) and keeps m_i, l_i and, when given a buffer
+ * pw, every row's P_ij (softmax and FoT; TRA's and CoPE's backward needs more of the row).
+ * Backward takes P from pw (a row's weights are i + 1 floats; remaking them costs a pass over
+ * q . k and the exponentials), else recomputes each row's logits with the same code (the same
+ * bits either way) and, with dL_ij = P_ij (dO_i . v_j - dO_i . O_i):
  *   dq_i = scale sum_j dL_ij k_j,  dk_j += scale dL_ij q_i,  dv_j += P_ij dO_i,
  *   dbias_ij += dL_ij,  dcol_j += dL_ij,  dg_i = sum_j dL_ij Dbar_ij.
  * (For TRA dL is 0 off the survivors, where relu' would block it; on them relu' = 1.)
@@ -100,7 +101,7 @@ INLINE void store8(float *x, v8 y) { *(vu *)x = y; }
 INLINE v8 splat(float x) { return (v8){0} + x; } /* a broadcast */
 INLINE v8 select8(v8i mask, v8 a, v8 b) { return (v8)((mask & (v8i)a) | (~mask & (v8i)b)); }
 
-int64_t fused_rows_version(void) { return 9; }
+int64_t fused_rows_version(void) { return 10; }
 
 /* x rounded up to a whole number of vectors */
 INLINE int64_t round_up(int64_t x) { return (x + VL - 1) / VL * VL; }
@@ -263,6 +264,7 @@ typedef struct {
     float *dqv, *dP; /* backward: their gradients (dP: this call's accumulator) */
     float *dpeT;     /* backward: CoPE's embedding gradient, as peT (this call's accumulator) */
     float *pw;       /* each row's weights P_i0..P_ii, kept by forward for backward, or NULL */
+    const uint8_t *need; /* forward: [B, T], the query rows whose outputs are read, or NULL */
     float *dzrow;    /* backward: CoPE's dz of the RB rows in hand (zero between rows) */
 } Args;
 
@@ -479,7 +481,9 @@ INLINE void fwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, con
             float *oi = op + i * so, acc[D];
             for (int64_t d = 0; d < D; d++) oi[d] = 0.0f;
             const int64_t len = i + 1;
-            if (row_logits(a, p, i, qp + i * sq, kt, s, dbar, D) == 0) {
+            /* a row nobody reads (need): output 0 and, as a row with no key, no gradient */
+            if ((a->need && !a->need[(p / a->H) * T + i]) ||
+                row_logits(a, p, i, qp + i * sq, kt, s, dbar, D) == 0) {
                 mrow[p * T + i] = 0.0f;
                 lrow[p * T + i] = 0.0f;
                 continue;
@@ -756,10 +760,11 @@ INLINE void bwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, con
         const float *k, const float *v, const float *bias, int64_t sb, int64_t sh,                 \
         const float *col, const float *g, const float *qv, const float *P, const float *Pt,       \
         int64_t Up, const float *pe, const float *peT, int64_t npos, int64_t Np,                \
-        int64_t pe_heads, const int64_t *lay, float *out, float *mrow, float *lrow, float *pw
+        int64_t pe_heads, const int64_t *lay, float *out, float *mrow, float *lrow, float *pw,   \
+        const uint8_t *need
 #define FWD_CALL                                                                                   \
     p0, p1, T, D, H, scale, q, k, v, bias, sb, sh, col, g, qv, P, Pt, Up, pe, peT, npos, Np,       \
-        pe_heads, lay, out, mrow, lrow, pw
+        pe_heads, lay, out, mrow, lrow, pw, need
 #define BWD_ARGS                                                                                   \
     int64_t p0, int64_t p1, int64_t T, int64_t D, int64_t H, double scale, const float *q,         \
         const float *k, const float *v, const float *bias, int64_t sb, int64_t sh,                 \
@@ -825,6 +830,7 @@ INLINE int64_t fwd_impl(FWD_ARGS) {
                        pe_heads, lay);
     row_scratch(&a, work + D * Tp + 2 * Tp);
     a.pw = g || pe ? NULL : pw; /* TRA and CoPE need more of the row than its weights */
+    a.need = need;
 #define FWD(DD) fwd_pairs(p0, p1, &a, q, k, v, out, mrow, lrow, work, DD)
     DISPATCH(FWD)
 #undef FWD

@@ -41,7 +41,7 @@ from lengen.ops.heads import new_slots, qkv_buffer
 from lengen.ops.tile_bias import as_4d, reduce_to
 
 SOURCE = Path(__file__).with_name("fused_rows.c")
-VERSION = 9
+VERSION = 10
 _P, _I, _D = ctypes.c_void_p, ctypes.c_int64, ctypes.c_double
 
 
@@ -55,7 +55,7 @@ def kernels():
         return None
     return load_typed(SOURCE, VERSION, {
         "fused_rows_fwd": ([_I, _I, _I, _I, _I, _D, _P, _P, _P, _P, _I, _I, _P, _P, _P, _P, _P,
-                            _I, _P, _P, _I, _I, _I, _P, _P, _P, _P, _P], _I),
+                            _I, _P, _P, _I, _I, _I, _P, _P, _P, _P, _P, _P], _I),
         "fused_rows_bwd": ([_I, _I, _I, _I, _I, _D, _P, _P, _P, _P, _I, _I, _P, _P, _P, _P, _P,
                             _I, _P, _P, _I, _I, _I, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I, _I,
                             _P, _P, _P, _P, _P, _P], _I),
@@ -180,7 +180,7 @@ def kept_weights(B: int, H: int, T: int, needs_grad: bool, gc, pe) -> torch.Tens
 
 class _FusedRows(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, bias, col, log_gate, qv, P, pe, scale):
+    def forward(ctx, q, k, v, bias, col, log_gate, qv, P, pe, scale, rows):
         B, H, T, D = q.shape
         q, k, v = rows_view(q), rows_view(k), rows_view(v)
         lib = kernels()
@@ -210,6 +210,7 @@ class _FusedRows(torch.autograd.Function):
         lsum = torch.empty(B, H, T, dtype=torch.float32)     # row sum of the weights (0: no key)
         chunks = index_chunks(B * H)
         pw = kept_weights(B, H, T, any(ctx.needs_input_grad), gc, pe)
+        need = None if rows is None else rows.to(torch.uint8).contiguous()       # [B, T]
 
         def run(ci):
             p0, p1 = chunks[ci]
@@ -218,7 +219,7 @@ class _FusedRows(torch.autograd.Function):
                                       _ptr(qv), _ptr(P), _ptr(Pt), Up, _ptr(pe_pad), _ptr(peT),
                                       npos, Np, 0 if pe3 is None else pe3.shape[0],
                                       lay.data_ptr(), out.data_ptr(), m.data_ptr(),
-                                      lsum.data_ptr(), _ptr(pw)), "forward")
+                                      lsum.data_ptr(), _ptr(pw), _ptr(need)), "forward")
 
         run_groups(run, len(chunks))
         ctx.save_for_backward(q, k, v, b4, colc, gc, qv, P, Pt, pe_pad, peT, out, m, lsum, pw)
@@ -278,16 +279,22 @@ class _FusedRows(torch.autograd.Function):
             shape, dtype = ctx.pe_shape
             dpe = sum_parts(dpeTs).transpose(1, 2).reshape(shape).to(dtype)
         return (dq, dk, dv, db, None if dcol is None else dcol.to(cdtype),
-                None if dg is None else dg.to(gdtype), dqv, dP, dpe, None)
+                None if dg is None else dg.to(gdtype), dqv, dP, dpe, None, None)
 
 
 def fused_attention(q, k, v, *, scale: float, bias=None, col=None, log_gate=None, qv=None, P=None,
-                    pe=None):
+                    pe=None, rows=None):
     """Causal attention of q, k, v [B, H, T, D] (float32; check :func:`fused_applies` first):
     softmax over ``scale q.k + col_j + bias (+ qv_i . P[(T - 1) - i + j])``
     (``col`` [B, H, T], ``bias`` broadcastable to [B, H, T, T], ``qv`` [B, H, T, D] and ``P``
     [H, 2T - 1, D]: a Toeplitz relative term), TRA's thresholded logits when ``log_gate``
     [B, H, T] is given, or CoPE's when its position embeddings ``pe`` [D, npos] or [H, D, npos]
     are (the counted positions' logits ``z = scale q . e``, made per row in the kernel;
-    :mod:`lengen.ops.cope.naive`)."""
-    return _FusedRows.apply(q, k, v, bias, col, log_gate, qv, P, pe, float(scale))
+    :mod:`lengen.ops.cope.naive`). ``rows`` (bool [B, T]): the query rows whose outputs the
+    caller reads (:func:`lengen.attention.base.query_rows`); the others are not computed, come out
+    0 and pass no gradient back."""
+    if rows is not None and (rows.dtype != torch.bool or tuple(rows.shape) != (q.shape[0],
+                                                                                q.shape[2])):
+        raise ValueError(f"rows must be a bool [B, T] = [{q.shape[0]}, {q.shape[2]}], got "
+                         f"{rows.dtype} {list(rows.shape)}")
+    return _FusedRows.apply(q, k, v, bias, col, log_gate, qv, P, pe, float(scale), rows)

@@ -10,6 +10,7 @@ tests/test_triton_kernels.py).
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 
@@ -18,9 +19,11 @@ def triton_available() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
-def pick(q, bias_fn, *, fast_cpu, naive, triton_module: str, triton_name: str):
+def pick(q, bias_fn, *, fast_cpu, naive, triton_module: str, triton_name: str, rows=None):
+    """The op; ``rows`` (bool [B, T], the query rows whose outputs are read) goes to the CPU op,
+    which may skip the others (the other ops compute every row)."""
     if q.device.type == "cpu":
-        return fast_cpu
+        return fast_cpu if rows is None else functools.partial(fast_cpu, rows=rows)
     if q.device.type == "cuda" and bias_fn is None and q.shape[-1] <= 128 and triton_available():
         return getattr(importlib.import_module(triton_module), triton_name)
     return naive

@@ -179,13 +179,14 @@ class _CoPEFastCPU(torch.autograd.Function):
 
 
 def cope_attention_fast_cpu(q, k, v, pos_emb, *, bias_fn=None, scale=None, return_weights=False,
-                            budget: int | None = None, qblock: int | None = None):
+                            budget: int | None = None, qblock: int | None = None, rows=None):
     """Drop-in for ``cope_attention_naive`` (q, k, v: [B, H, T, hd]; pos_emb [hd, npos] or
     [H, hd, npos]). ``bias_fn(0, T)`` is called once; its gradient flows back. A ``bias_fn`` with a
     tiled form (:func:`lengen.ops.tile_bias.tiled_bias`) is evaluated per tile instead.
     Float32 with no tile size given (and no low-rank relative term) runs the per-row C kernel
     (:mod:`lengen.ops.fused_rows`), which does the same maths row by row; ``budget`` / ``qblock``
-    select this module's tiled path."""
+    select this module's tiled path. ``rows`` (bool [B, T]): the query rows whose outputs are
+    read; the C kernel skips the others, the tiled path computes them all."""
     if return_weights or q.dtype not in (torch.float32, torch.float64):
         return cope_attention_naive(q, k, v, pos_emb, bias_fn=bias_fn, scale=scale,
                                     return_weights=return_weights)
@@ -199,5 +200,6 @@ def cope_attention_fast_cpu(q, k, v, pos_emb, *, bias_fn=None, scale=None, retur
                                                            rP=rP, pe=pe):
         # the per-row C kernel: it makes z' = scale q . e, counts positions and interpolates per
         # row, and returns the gradients of q and e
-        return fused_attention(q, k, v, scale=scale, bias=bias, col=col, qv=rqv, P=rP, pe=pe)
+        return fused_attention(q, k, v, scale=scale, bias=bias, col=col, qv=rqv, P=rP, pe=pe,
+                               rows=rows)
     return _CoPEFastCPU.apply(q, k, v, pos_emb, bias, scale, budget, qblock, col, rqv, rP)

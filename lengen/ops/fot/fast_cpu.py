@@ -22,12 +22,12 @@ from lengen.ops.softmax.fast_cpu import softmax_attention_fast_cpu
 
 
 def fot_attention_fast_cpu(q, k, v, log_f, *, bias_fn=None, scale=None, return_weights=False,
-                           **tile_kw):
+                           rows=None, **tile_kw):
     """Drop-in for ``fot_attention_naive`` (q, k, v: [B, H, T, hd]; log_f: [B, H, T]).
-    ``tile_kw``: ``budget`` / ``qblock`` of :func:`softmax_attention_fast_cpu`."""
+    ``tile_kw``: ``budget`` / ``qblock``, and ``rows``, of :func:`softmax_attention_fast_cpu`."""
     if return_weights or q.dtype not in (torch.float32, torch.float64):
         return fot_attention_naive(q, k, v, log_f, bias_fn=bias_fn, scale=scale,
                                    return_weights=return_weights)
     c = log_f.to(torch.promote_types(log_f.dtype, torch.float32)).cumsum(-1)   # [B, H, T]
     return softmax_attention_fast_cpu(q, k, v, causal=True, bias_fn=bias_fn, scale=scale,
-                                      col_bias=-c.to(q.dtype), **tile_kw)
+                                      col_bias=-c.to(q.dtype), rows=rows, **tile_kw)

@@ -85,7 +85,7 @@ class _SoftmaxFastCPU(torch.autograd.Function):
 
 def softmax_attention_fast_cpu(q, k, v, *, causal=True, bias_fn=None, scale=None,
                                return_weights=False, col_bias=None, budget: int | None = None,
-                               qblock: int | None = None):
+                               qblock: int | None = None, rows=None):
     """Drop-in for ``softmax_attention_naive`` (q, k, v: [B, H, T, hd]) plus an optional per-key
     bias ``col_bias`` [B, H, Tk]. ``bias_fn(0, T)`` is called once; its gradient flows back. A
     ``bias_fn`` with a tiled form (:func:`lengen.ops.tile_bias.tiled_bias`) is evaluated per tile
@@ -94,7 +94,9 @@ def softmax_attention_fast_cpu(q, k, v, *, causal=True, bias_fn=None, scale=None
     Causal float32 self-attention (Transformer-XL's Toeplitz term included, its low-rank form
     not) runs the per-row C kernel
     (:mod:`lengen.ops.fused_rows`) when it is available and no tile size is given; ``budget`` /
-    ``qblock`` select the tiled path."""
+    ``qblock`` select the tiled path. ``rows`` (bool [B, T]): the query rows whose outputs are
+    read; the C kernel skips the others (:func:`lengen.ops.fused_rows.fused_attention`), the
+    tiled path computes them all."""
     if return_weights or q.dtype not in (torch.float32, torch.float64):
         if col_bias is not None:
             raise NotImplementedError("col_bias needs float32/float64 and no return_weights")
@@ -108,5 +110,5 @@ def softmax_attention_fast_cpu(q, k, v, *, causal=True, bias_fn=None, scale=None
     bias, col, rqv, rP = bias_inputs(bias_fn, T, Tk, col_bias)
     if budget is None and qblock is None and fused_applies(q, k, v, scale, bias, rqv, causal,
                                                            col=col, rP=rP):
-        return fused_attention(q, k, v, scale=scale, bias=bias, col=col, qv=rqv, P=rP)
+        return fused_attention(q, k, v, scale=scale, bias=bias, col=col, qv=rqv, P=rP, rows=rows)
     return _SoftmaxFastCPU.apply(q, k, v, bias, col, scale, causal, budget, qblock, rqv, rP)

@@ -122,7 +122,7 @@ class _TRAFastCPU(torch.autograd.Function):
 
 
 def tra_attention_fast_cpu(q, k, v, log_gate, *, bias_fn=None, scale=None, return_weights=False,
-                           budget: int | None = None, qblock: int | None = None):
+                           budget: int | None = None, qblock: int | None = None, rows=None):
     """Drop-in for ``tra_attention_naive`` (q, k, v: [B, H, T, hd]; log_gate: [B, H, T]).
 
     ``bias_fn(0, T)`` is called once (the full [.., T, T] bias exists in training anyway); its
@@ -131,7 +131,8 @@ def tra_attention_fast_cpu(q, k, v, log_gate, *, bias_fn=None, scale=None, retur
     and bf16/fp16 inputs use the dense reference. Float32 (Transformer-XL's Toeplitz term included,
     its low-rank form not) runs the
     per-row C kernel (:mod:`lengen.ops.fused_rows`) when it is available and no tile size is
-    given; ``budget`` / ``qblock`` select the tiled path.
+    given; ``budget`` / ``qblock`` select the tiled path. ``rows`` (bool [B, T]): the query rows
+    whose outputs are read; the C kernel skips the others, the tiled path computes them all.
     """
     if return_weights or q.dtype not in (torch.float32, torch.float64):
         return tra_attention_naive(q, k, v, log_gate, bias_fn=bias_fn, scale=scale,
@@ -142,5 +143,5 @@ def tra_attention_fast_cpu(q, k, v, log_gate, *, bias_fn=None, scale=None, retur
     if budget is None and qblock is None and fused_applies(q, k, v, scale, bias, rqv, col=col,
                                                            log_gate=log_gate, rP=rP):
         return fused_attention(q, k, v, scale=scale, bias=bias, col=col, log_gate=log_gate,
-                               qv=rqv, P=rP)
+                               qv=rqv, P=rP, rows=rows)
     return _TRAFastCPU.apply(q, k, v, log_gate, bias, scale, budget, qblock, col, rqv, rP)
