@@ -101,7 +101,7 @@ INLINE void store8(float *x, v8 y) { *(vu *)x = y; }
 INLINE v8 splat(float x) { return (v8){0} + x; } /* a broadcast */
 INLINE v8 select8(v8i mask, v8 a, v8 b) { return (v8)((mask & (v8i)a) | (~mask & (v8i)b)); }
 
-int64_t fused_rows_version(void) { return 10; }
+int64_t fused_rows_version(void) { return 11; }
 
 /* x rounded up to a whole number of vectors */
 INLINE int64_t round_up(int64_t x) { return (x + VL - 1) / VL * VL; }
@@ -650,6 +650,62 @@ INLINE void axpy_rows(float *y, const float *w, const float *const *x, const int
     }
 }
 
+/* Whether a block's RB rows of D floats fit in registers (8 vectors), as the two helpers below
+ * hold them; other head dims take axpy_rows and weighted_sum. */
+#define KEYS_IN_REGS(D) ((D) % VL == 0 && (D) <= 2 * VL)
+
+/* y_j[0..D) += sum_r w[r][j] x[r][0..D) for keys j < len (rows of y ly floats apart), with the
+ * RB rows x[r] held in registers: per key one read-modify-write of y_j and RB broadcasts (the
+ * same additions in the same order as axpy_rows, without reloading the x rows for every key) */
+INLINE void axpy_keys(float *y, int64_t ly, float *const *w, const float *const *x, int64_t len,
+                      const int64_t D) {
+    const int64_t nv = D / VL;
+    v8 xr[RB][2];
+    for (int r = 0; r < RB; r++)
+        for (int64_t u = 0; u < nv; u++) xr[r][u] = load8(x[r] + u * VL);
+    for (int64_t j = 0; j < len; j++) {
+        float *yj = y + j * ly;
+        for (int64_t u = 0; u < nv; u++) {
+            v8 acc = load8(yj + u * VL);
+            for (int r = 0; r < RB; r++) acc += splat(w[r][j]) * xr[r][u];
+            store8(yj + u * VL, acc);
+        }
+    }
+}
+
+/* y[r][0..D) = sum_{j < len} w[r][j] x[j, 0..D) for two rows r at once (rows of x ld floats
+ * apart): each x row is loaded once for both; the even / odd chains of weighted_sum, so the
+ * same bits */
+INLINE void weighted_sum2(float *y0, float *y1, const float *w0, const float *w1, const float *x,
+                          int64_t ld, int64_t len, const int64_t D) {
+    const int64_t nv = D / VL;
+    v8 a0[2][2], a1[2][2]; /* [row][vector], even and odd keys */
+    for (int r = 0; r < 2; r++)
+        for (int64_t u = 0; u < nv; u++) a0[r][u] = a1[r][u] = splat(0.0f);
+    int64_t j = 0;
+    for (; j + 2 <= len; j += 2) {
+        const float *x0 = x + j * ld, *x1 = x0 + ld;
+        const v8 p0 = splat(w0[j]), p1 = splat(w0[j + 1]), q0 = splat(w1[j]), q1 = splat(w1[j + 1]);
+        for (int64_t u = 0; u < nv; u++) {
+            const v8 e = load8(x0 + u * VL), o = load8(x1 + u * VL);
+            a0[0][u] += p0 * e;
+            a1[0][u] += p1 * o;
+            a0[1][u] += q0 * e;
+            a1[1][u] += q1 * o;
+        }
+    }
+    if (j < len)
+        for (int64_t u = 0; u < nv; u++) {
+            const v8 e = load8(x + j * ld + u * VL);
+            a0[0][u] += splat(w0[j]) * e;
+            a0[1][u] += splat(w1[j]) * e;
+        }
+    for (int64_t u = 0; u < nv; u++) {
+        store8(y0 + u * VL, a0[0][u] + a1[0][u]);
+        store8(y1 + u * VL, a0[1][u] + a1[1][u]);
+    }
+}
+
 /* Query rows go RB at a time: each key's rows of dk and dv (and the relative term's table rows)
  * are read and written once for all of them (those read-modify-writes were the largest cost of a
  * row at a time). A last block of fewer rows is filled with rows of zero weights. */
@@ -724,20 +780,31 @@ INLINE void bwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, con
                     axpy_rows(dPh + m * D, w, qvr, D);
                 }
             }
-            for (int64_t j = 0; j < len; j++) {
-                float wl[RB], ws[RB];
-                for (int r = 0; r < RB; r++) {
-                    dlr[r][j] *= scale; /* now the gradient of the score q . k */
-                    wl[r] = dlr[r][j];
-                    ws[r] = sr[r][j];
+            for (int r = 0; r < RB; r++) /* now the gradient of the score q . k */
+                for (int64_t j = 0; j < len; j++) dlr[r][j] *= scale;
+            if (KEYS_IN_REGS(D)) {
+                axpy_keys(dkp, sdk, dlr, qr, len, D);
+                axpy_keys(dvp, sdv, sr, dor, len, D);
+            } else {
+                for (int64_t j = 0; j < len; j++) {
+                    float wl[RB], ws[RB];
+                    for (int r = 0; r < RB; r++) {
+                        wl[r] = dlr[r][j];
+                        ws[r] = sr[r][j];
+                    }
+                    axpy_rows(dkp + j * sdk, wl, qr, D);
+                    axpy_rows(dvp + j * sdv, ws, dor, D);
                 }
-                axpy_rows(dkp + j * sdk, wl, qr, D);
-                axpy_rows(dvp + j * sdv, ws, dor, D);
             }
-            for (int64_t r = 0; r < nr; r++) {
-                weighted_sum(dqp + (i + r) * sdq, dlr[r], kp, sk, len, D);
-                if (a->pe) cope_pe_grad(a, p, i + r, qr[r], dzr[r], dqp + (i + r) * sdq, D);
-            }
+            int64_t r = 0;
+            if (KEYS_IN_REGS(D))
+                for (; r + 2 <= nr; r += 2)
+                    weighted_sum2(dqp + (i + r) * sdq, dqp + (i + r + 1) * sdq, dlr[r], dlr[r + 1],
+                                  kp, sk, len, D);
+            for (; r < nr; r++) weighted_sum(dqp + (i + r) * sdq, dlr[r], kp, sk, len, D);
+            if (a->pe)
+                for (r = 0; r < nr; r++)
+                    cope_pe_grad(a, p, i + r, qr[r], dzr[r], dqp + (i + r) * sdq, D);
         }
     }
 }
