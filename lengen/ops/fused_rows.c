@@ -29,10 +29,11 @@
  *          with no key outputs 0 (l_i = 0).
  * Forward writes out_i = sum_j P_ij v_j (0 for a query row the caller marks as not read: the
  * model's last block reads only the scored tokens) and keeps m_i, l_i and, when given a buffer
- * pw, every row's P_ij (softmax and FoT; TRA's and CoPE's backward needs more of the row).
- * Backward takes P from pw (a row's weights are i + 1 floats; remaking them costs a pass over
- * q . k and the exponentials), else recomputes each row's logits with the same code (the same
- * bits either way) and, with dL_ij = P_ij (dO_i . v_j - dO_i . O_i):
+ * pw, every row's P_ij (softmax, FoT and CoPE; TRA's backward needs more of the row). Backward
+ * takes P from pw (a row's weights are i + 1 floats; remaking them costs a pass over q . k, the
+ * relative term's pass and the exponentials; CoPE still makes q . k again for its gates and
+ * buckets), else recomputes each row's logits with the same code (the same bits either way)
+ * and, with dL_ij = P_ij (dO_i . v_j - dO_i . O_i):
  *   dq_i = scale sum_j dL_ij k_j,  dk_j += scale dL_ij q_i,  dv_j += P_ij dO_i,
  *   dbias_ij += dL_ij,  dcol_j += dL_ij,  dg_i = sum_j dL_ij Dbar_ij.
  * (For TRA dL is 0 off the survivors, where relu' would block it; on them relu' = 1.)
@@ -101,7 +102,7 @@ INLINE void store8(float *x, v8 y) { *(vu *)x = y; }
 INLINE v8 splat(float x) { return (v8){0} + x; } /* a broadcast */
 INLINE v8 select8(v8i mask, v8 a, v8 b) { return (v8)((mask & (v8i)a) | (~mask & (v8i)b)); }
 
-int64_t fused_rows_version(void) { return 11; }
+int64_t fused_rows_version(void) { return 12; }
 
 /* x rounded up to a whole number of vectors */
 INLINE int64_t round_up(int64_t x) { return (x + VL - 1) / VL * VL; }
@@ -297,7 +298,7 @@ INLINE int64_t cope_reach(const Args *a, int64_t i) {
 /* CoPE's row i (raw[j] = q_i . k_j): gates, counted positions (from the query leftwards, 8 keys
  * at a time: a suffix sum within the vector plus the keys to its right, so the additions run in
  * another order than the reference's one-by-one cumsum) and the interpolated position logit,
- * into the base-2 logits s[0..i];
+ * into the base-2 logits s[0..i] (none when s is NULL: backward with the weights kept);
  * keeps the gates, w, b and buckets for backward. Gates are >= 0, so once the count reaches
  * npos - 1 every key further left is clamped there too (w = 0, b = 0): from that key on the row
  * is one vectorised pass, and backward only sums its gradient into z[npos - 1]. */
@@ -354,7 +355,7 @@ INLINE void cope_row(const Args *a, int64_t p, int64_t i, const float *qi, float
             const v8 zl = __builtin_shuffle(load8(a->zb + l0), load8(a->zb + l0 + VL), rel);
             const v8 bj = __builtin_shuffle(load8(a->bb + l0), load8(a->bb + l0 + VL), rel);
             store8(a->bv + jb, bj);
-            store8(s + jb, al * load8(raw + jb) + LOG2E * (zl + w * bj));
+            if (s) store8(s + jb, al * load8(raw + jb) + LOG2E * (zl + w * bj));
         }
 #else
         /* the table lookups lane by lane from memory (inserting lanes into a vector register one
@@ -363,7 +364,7 @@ INLINE void cope_row(const Args *a, int64_t p, int64_t i, const float *qi, float
             const int32_t b0 = a->lo[j];
             const float zl = a->zb[b0], bj = a->bb[b0];
             a->bv[j] = bj;
-            s[j] = a->alpha * raw[j] + LOG2E * (zl + a->wv[j] * bj);
+            if (s) s[j] = a->alpha * raw[j] + LOG2E * (zl + a->wv[j] * bj);
         }
 #endif
         if (clamp[0]) { /* counts grow leftwards, so clamped lanes are the lowest ones, up to
@@ -376,7 +377,7 @@ INLINE void cope_row(const Args *a, int64_t p, int64_t i, const float *qi, float
         }
     }
     *a->jtop = jt;
-    if (jt >= 0) { /* every key left of the vector that reached the clamp */
+    if (jt >= 0 && s) { /* every key left of the vector that reached the clamp */
         const v8 zt = splat(LOG2E * zr[top]);
         for (int64_t j = 0; j < jt / VL * VL; j += VL) store8(s + j, al * load8(raw + j) + zt);
     }
@@ -533,6 +534,10 @@ INLINE int row_grad(const Args *a, int64_t p, int64_t i, int64_t len, const floa
         return 0;
     }
     if (a->pw) { /* the weights forward kept: no logits to make again */
+        if (a->pe) { /* CoPE's gradient needs the row's gates, counts and buckets */
+            dots(qi, kt, a->Tp, n, 1.0f, a->raw, D);
+            cope_row(a, p, i, qi, NULL, D);
+        }
         memcpy(s, kept_row(a, p, i), sizeof(float) * n);
     } else {
         row_logits(a, p, i, qi, kt, s, dbar, D);
@@ -896,7 +901,7 @@ INLINE int64_t fwd_impl(FWD_ARGS) {
     Args a = make_args(T, H, scale, bias, sb, sh, col, g, qv, P, Pt, Up, pe, peT, npos, Np,
                        pe_heads, lay);
     row_scratch(&a, work + D * Tp + 2 * Tp);
-    a.pw = g || pe ? NULL : pw; /* TRA and CoPE need more of the row than its weights */
+    a.pw = g ? NULL : pw; /* TRA's backward needs more of the row than its weights */
     a.need = need;
 #define FWD(DD) fwd_pairs(p0, p1, &a, q, k, v, out, mrow, lrow, work, DD)
     DISPATCH(FWD)
@@ -918,7 +923,7 @@ INLINE int64_t bwd_impl(BWD_ARGS) {
     a.dqv = qv ? dqv : NULL;
     a.dP = qv ? dP : NULL;
     a.dpeT = pe ? dpeT : NULL;
-    a.pw = g || pe ? NULL : pw;
+    a.pw = g ? NULL : pw;
     a.dzrow = a.bb + cope_table(a.npos); /* RB rows of dz */
     memset(a.dzrow, 0, sizeof(float) * RB * cope_table(a.npos));
 #define BWD(DD)                                                                                    \
