@@ -531,11 +531,12 @@ def test_heads_read_and_written_in_place(kind, D, T, monkeypatch):
     close(*results, f"{kind} in place D={D} T={T}")
 
 
-@pytest.mark.parametrize("kind", ["softmax", "fot", "cope"])
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("D,T", [(16, 9), (16, 70), (5, 12)])
 def test_kept_weights_give_the_remade_gradients(kind, D, T, monkeypatch):
-    """Softmax, FoT and CoPE keep every row's weights in forward for backward (CoPE makes its
-    gates and buckets again from q . k, not its logits); with the budget at 0
+    """Every kind keeps each row's weights in forward for backward (TRA makes its survivors'
+    distances and CoPE its gates and buckets again from q . k, not their logits); with the
+    budget at 0
     backward makes them again from q and k. Both give the same bits, with a bias, the relative
     term and rows without upstream gradient (the skipped blocks of the four-row backward)."""
     x = relative(inputs(2, 3, T, D, seed=3 * D + T), seed=T + 2)
@@ -556,14 +557,12 @@ def test_kept_weights_give_the_remade_gradients(kind, D, T, monkeypatch):
 
 
 def test_which_calls_keep_the_weights(monkeypatch):
-    """Only a forward whose backward will run keeps them, not TRA's (its backward needs more
-    of each row), and not past the budget: B H T (T + 1) / 2 floats."""
-    gate = torch.zeros(1, 1, 5)
-    assert fused_rows.kept_weights(2, 3, 5, True, None).numel() == 2 * 3 * 15
-    assert fused_rows.kept_weights(2, 3, 5, False, None) is None
-    assert fused_rows.kept_weights(2, 3, 5, True, gate) is None
+    """Only a forward whose backward will run keeps them, and not past the budget:
+    B H T (T + 1) / 2 floats."""
+    assert fused_rows.kept_weights(2, 3, 5, True).numel() == 2 * 3 * 15
+    assert fused_rows.kept_weights(2, 3, 5, False) is None
     monkeypatch.setattr(fused_rows, "KEEP_WEIGHTS_BYTES", 4 * 2 * 3 * 15 - 1)
-    assert fused_rows.kept_weights(2, 3, 5, True, None) is None
+    assert fused_rows.kept_weights(2, 3, 5, True) is None
 
 
 @pytest.mark.parametrize("kind", KINDS)

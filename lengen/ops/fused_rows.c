@@ -29,11 +29,11 @@
  *          with no key outputs 0 (l_i = 0).
  * Forward writes out_i = sum_j P_ij v_j (0 for a query row the caller marks as not read: the
  * model's last block reads only the scored tokens) and keeps m_i, l_i and, when given a buffer
- * pw, every row's P_ij (softmax, FoT and CoPE; TRA's backward needs more of the row). Backward
- * takes P from pw (a row's weights are i + 1 floats; remaking them costs a pass over q . k, the
- * relative term's pass and the exponentials; CoPE still makes q . k again for its gates and
- * buckets), else recomputes each row's logits with the same code (the same bits either way)
- * and, with dL_ij = P_ij (dO_i . v_j - dO_i . O_i):
+ * pw, every row's P_ij. Backward takes P from pw (a row's weights are i + 1 floats; remaking
+ * them costs a pass over q . k, the relative term's pass and the exponentials; TRA and CoPE
+ * still make q . k again, for the survivors' distances and for the gates and buckets), else
+ * recomputes each row's logits with the same code (the same bits either way) and, with
+ * dL_ij = P_ij (dO_i . v_j - dO_i . O_i):
  *   dq_i = scale sum_j dL_ij k_j,  dk_j += scale dL_ij q_i,  dv_j += P_ij dO_i,
  *   dbias_ij += dL_ij,  dcol_j += dL_ij,  dg_i = sum_j dL_ij Dbar_ij.
  * (For TRA dL is 0 off the survivors, where relu' would block it; on them relu' = 1.)
@@ -102,7 +102,7 @@ INLINE void store8(float *x, v8 y) { *(vu *)x = y; }
 INLINE v8 splat(float x) { return (v8){0} + x; } /* a broadcast */
 INLINE v8 select8(v8i mask, v8 a, v8 b) { return (v8)((mask & (v8i)a) | (~mask & (v8i)b)); }
 
-int64_t fused_rows_version(void) { return 12; }
+int64_t fused_rows_version(void) { return 13; }
 
 /* x rounded up to a whole number of vectors */
 INLINE int64_t round_up(int64_t x) { return (x + VL - 1) / VL * VL; }
@@ -383,6 +383,31 @@ INLINE void cope_row(const Args *a, int64_t p, int64_t i, const float *qi, float
     }
 }
 
+/* TRA's row s[0..len) of scaled base-2 scores (padded with -BIG to a whole vector): the keys
+ * that survive (s > 0), Dbar_ij = survivors in j..i into dbar (0 elsewhere) and, when logits,
+ * s_j <- s_j + (Dbar_ij - 1) g2 on survivors and -BIG elsewhere (g2 = log delta in base 2).
+ * Dbar is a suffix count, 8 keys at a time from the query leftwards (within a vector by three
+ * shifted adds, then the count of the vectors to its right); the padding never survives, and
+ * counts are exact in fp32. Returns the number of survivors. */
+INLINE int64_t tra_row(float *s, float *dbar, int64_t len, float g2, int logits) {
+    const v8 zero = splat(0.0f), one = splat(1.0f), vg = splat(g2), none = splat(-BIG);
+    v8 carry = zero;
+    for (int64_t j = round_up(len) - VL; j >= 0; j -= VL) {
+        const v8 x = load8(s + j);
+        const v8i keep = x > zero;
+        v8 c = select8(keep, one, zero);
+        c += shift_down(c, 1);
+        c += shift_down(c, 2);
+        c += shift_down(c, 4);
+        c += carry;
+        carry = splat(c[0]);
+        const v8 db = select8(keep, c, zero);
+        store8(dbar + j, db);
+        if (logits) store8(s + j, select8(keep, x + (db - one) * vg, none));
+    }
+    return (int64_t)carry[0];
+}
+
 /* Base-2 logits of row i of pair p into s[0..i] (excluded keys: -BIG); TRA also fills dbar.
  * Returns the number of keys the row attends. */
 INLINE int64_t row_logits(const Args *a, int64_t p, int64_t i, const float *qi, const float *kt,
@@ -396,29 +421,8 @@ INLINE int64_t row_logits(const Args *a, int64_t p, int64_t i, const float *qi, 
     }
     for (int64_t j = len; j < round_up(len); j++) s[j] = -BIG; /* vector padding */
     int64_t count = len;
-    if (a->g) { /* TRA: survivors and their contextual distance, from the query leftwards */
-        const float g2 = a->g[p * T + i] * LOG2E;
-        /* Dbar_ij = survivors in j..i: a suffix count, 8 keys at a time from the query leftwards
-         * (within a vector by three shifted adds, then the count of the vectors to its right).
-         * The padding right of the query is -BIG, so it never survives. Counts are exact in fp32. */
-        const v8 zero = splat(0.0f), one = splat(1.0f), vg = splat(g2), none = splat(-BIG);
-        v8 carry = zero;
-        for (int64_t j = round_up(len) - VL; j >= 0; j -= VL) {
-            const v8 x = load8(s + j);
-            const v8i keep = x > zero;
-            v8 c = select8(keep, one, zero);
-            c += shift_down(c, 1);
-            c += shift_down(c, 2);
-            c += shift_down(c, 4);
-            c += carry;
-            carry = splat(c[0]);
-            const v8 db = select8(keep, c, zero);
-            store8(dbar + j, db);
-            store8(s + j, select8(keep, x + (db - one) * vg, none));
-        }
-        const int64_t c = (int64_t)carry[0];
-        count = c;
-    }
+    if (a->g) /* TRA: survivors and their contextual distance, from the query leftwards */
+        count = tra_row(s, dbar, len, a->g[p * T + i] * LOG2E, 1);
     if (a->col) {
         const float *cp = a->col + p * T, ci = cp[i];
         for (int64_t j = 0; j < len; j++) s[j] += (cp[j] - ci) * LOG2E;
@@ -537,6 +541,11 @@ INLINE int row_grad(const Args *a, int64_t p, int64_t i, int64_t len, const floa
         if (a->pe) { /* CoPE's gradient needs the row's gates, counts and buckets */
             dots(qi, kt, a->Tp, n, 1.0f, a->raw, D);
             cope_row(a, p, i, qi, NULL, D);
+        }
+        if (a->g) { /* TRA's needs its survivors' distances, from the signs of q . k */
+            dots(qi, kt, a->Tp, n, a->alpha, a->raw, D);
+            for (int64_t j = n; j < round_up(n); j++) a->raw[j] = -BIG;
+            tra_row(a->raw, dbar, n, 0.0f, 0);
         }
         memcpy(s, kept_row(a, p, i), sizeof(float) * n);
     } else {
@@ -901,7 +910,7 @@ INLINE int64_t fwd_impl(FWD_ARGS) {
     Args a = make_args(T, H, scale, bias, sb, sh, col, g, qv, P, Pt, Up, pe, peT, npos, Np,
                        pe_heads, lay);
     row_scratch(&a, work + D * Tp + 2 * Tp);
-    a.pw = g ? NULL : pw; /* TRA's backward needs more of the row than its weights */
+    a.pw = pw;
     a.need = need;
 #define FWD(DD) fwd_pairs(p0, p1, &a, q, k, v, out, mrow, lrow, work, DD)
     DISPATCH(FWD)
@@ -923,7 +932,7 @@ INLINE int64_t bwd_impl(BWD_ARGS) {
     a.dqv = qv ? dqv : NULL;
     a.dP = qv ? dP : NULL;
     a.dpeT = pe ? dpeT : NULL;
-    a.pw = g ? NULL : pw;
+    a.pw = pw;
     a.dzrow = a.bb + cope_table(a.npos); /* RB rows of dz */
     memset(a.dzrow, 0, sizeof(float) * RB * cope_table(a.npos));
 #define BWD(DD)                                                                                    \

@@ -41,7 +41,7 @@ from lengen.ops.heads import new_slots, qkv_buffer
 from lengen.ops.tile_bias import as_4d, reduce_to
 
 SOURCE = Path(__file__).with_name("fused_rows.c")
-VERSION = 12
+VERSION = 13
 _P, _I, _D = ctypes.c_void_p, ctypes.c_int64, ctypes.c_double
 
 
@@ -163,17 +163,17 @@ def _table_t(P: torch.Tensor) -> tuple[torch.Tensor, int]:
     return Pt, Up
 
 
-#: the most bytes forward keeps of the attention weights for backward (softmax, FoT and CoPE;
-#: TRA's backward remakes its rows): B H T (T + 1) / 2 floats, 4.2 MB at the flip-flop
-#: models' 32 x 4 heads x 127; past this backward remakes the weights from q and k
+#: the most bytes forward keeps of the attention weights for backward: B H T (T + 1) / 2
+#: floats, 4.2 MB at the flip-flop models' 32 x 4 heads x 127; past this backward remakes the
+#: weights from q and k
 KEEP_WEIGHTS_BYTES = 64 << 20
 
 
-def kept_weights(B: int, H: int, T: int, needs_grad: bool, gc) -> torch.Tensor | None:
+def kept_weights(B: int, H: int, T: int, needs_grad: bool) -> torch.Tensor | None:
     """The buffer forward fills with every row's attention weights (row i of a (batch, head)
-    pair: i + 1 floats), or None: no gradient to come, TRA, or over the budget."""
+    pair: i + 1 floats), or None: no gradient to come, or over the budget."""
     n = B * H * (T * (T + 1) // 2)
-    if not needs_grad or gc is not None or 4 * n > KEEP_WEIGHTS_BYTES:
+    if not needs_grad or 4 * n > KEEP_WEIGHTS_BYTES:
         return None
     return torch.empty(n, dtype=torch.float32)
 
@@ -209,7 +209,7 @@ class _FusedRows(torch.autograd.Function):
         m = torch.empty(B, H, T, dtype=torch.float32)        # row max of the base-2 logits
         lsum = torch.empty(B, H, T, dtype=torch.float32)     # row sum of the weights (0: no key)
         chunks = index_chunks(B * H)
-        pw = kept_weights(B, H, T, any(ctx.needs_input_grad), gc)
+        pw = kept_weights(B, H, T, any(ctx.needs_input_grad))
         need = None if rows is None else rows.to(torch.uint8).contiguous()       # [B, T]
 
         def run(ci):
