@@ -102,7 +102,7 @@ INLINE void store8(float *x, v8 y) { *(vu *)x = y; }
 INLINE v8 splat(float x) { return (v8){0} + x; } /* a broadcast */
 INLINE v8 select8(v8i mask, v8 a, v8 b) { return (v8)((mask & (v8i)a) | (~mask & (v8i)b)); }
 
-int64_t fused_rows_version(void) { return 13; }
+int64_t fused_rows_version(void) { return 14; }
 
 /* x rounded up to a whole number of vectors */
 INLINE int64_t round_up(int64_t x) { return (x + VL - 1) / VL * VL; }
@@ -583,13 +583,32 @@ INLINE int row_grad(const Args *a, int64_t p, int64_t i, int64_t len, const floa
             for (int u = 0; u < VL; u++) clamped += acc8[u];
             dzr[top] += clamped;
         }
-        for (int64_t j = jt + 1; j < n; j++) { /* the buckets of the keys left of the clamp */
+        /* the buckets of the keys right of the clamp: dzr[lo] += d - d w, dzr[lo + 1] += d w.
+         * Neighbouring keys mostly share a bucket (counts grow by a gate < 1 a key), so the
+         * two entries in hand are carried in registers until the bucket changes (adding into
+         * memory key by key waited on each store); every entry gets the same additions in the
+         * same order. lo is below npos - 1 here but for a count that rounds onto the clamp in a
+         * lane right of jtop (w = 0 there): never write past the row's entries. */
+        int32_t cur = -1;
+        float s_lo = 0.0f, s_hi = 0.0f; /* dzr[cur], dzr[cur + 1] */
+        for (int64_t j = jt + 1; j < n; j++) {
             const float d = dl[j], w = a->wv[j];
             const int32_t lo = a->lo[j];
-            dzr[lo] += d - d * w;
-            /* lo is below npos - 1 here but for a count that rounds onto the clamp in a lane
-             * right of jtop (w = 0 there): never write past the row's entries */
-            if (lo < top) dzr[lo + 1] += d * w;
+            if (lo != cur) {
+                if (cur >= 0) {
+                    dzr[cur] = s_lo;
+                    if (cur < top) dzr[cur + 1] = s_hi;
+                }
+                s_hi = lo == cur - 1 ? s_lo : lo < top ? dzr[lo + 1] : 0.0f;
+                s_lo = dzr[lo];
+                cur = lo;
+            }
+            s_lo += d - d * w;
+            if (lo < top) s_hi += d * w;
+        }
+        if (cur >= 0) {
+            dzr[cur] = s_lo;
+            if (cur < top) dzr[cur + 1] = s_hi;
         }
         /* the running position gradient from the left, 8 keys at a time (a prefix sum within
          * the vector by three shifted adds, plus the keys to its left) */
