@@ -216,36 +216,49 @@ def test_when_training_asks_for_the_scored_rows():
     forward_loss(own, a_batch(0.3), None, tc, torch.device("cpu"), None)   # trains, full forward
 
 
+@pytest.mark.parametrize("packed", [True, False])
 @pytest.mark.parametrize("attention", ["softmax", "fot", "tra", "cope"])
-def test_the_last_block_skips_the_rows_it_drops(attention, monkeypatch):
+def test_the_last_block_skips_the_rows_it_drops(attention, packed, monkeypatch):
     """The kinds on the C kernel get the kept tokens as its query ``rows`` in the last block
-    only (packed or not), and the result stays the full forward's (``agree``)."""
+    only, packed (some_keep leaves most rows' ends unneeded) or not (no packing allowed), and
+    the result stays the full forward's (``agree``)."""
+    from lengen.model import transformer
     from lengen.ops import fused_rows
     if fused_rows.kernels() is None:
         pytest.skip("no C compiler: the ops use their tiled path")
+    if not packed:
+        monkeypatch.setattr(transformer, "PACK_SHARE", 0.0)
     seen = []
     real = fused_rows._FusedRows.apply
     monkeypatch.setattr(fused_rows._FusedRows, "apply",
                         lambda *a: seen.append(a[-1]) or real(*a))
     posenc = "nope" if attention in ("fot", "tra", "cope") else "rope"
     keep = some_keep()
+    assert (plan_rows(keep, causal=True)[0] is not None) == packed
     agree(build(attention, posenc), keep)
     calls = len(seen) // 2                                      # the reference ran first
     assert all(r is None for r in seen[:calls] + seen[calls:-1])
     assert torch.equal(seen[-1], keep)
 
 
-def test_a_kind_whose_attend_has_no_rows_gets_none():
+def test_a_kind_whose_attend_has_no_rows_gets_none(monkeypatch):
     """A plugin kind overriding ``attend`` without ``rows``: the block's rows never reach it."""
     from lengen.attention.softmax import SoftmaxAttention
+    from lengen.ops import fused_rows
 
     class OwnAttend(SoftmaxAttention):
         def attend(self, q, k, v, x, bias_fn):
             return super().attend(q, k, v, x, bias_fn)
 
+    seen = []
+    real = fused_rows._FusedRows.apply
+    monkeypatch.setattr(fused_rows._FusedRows, "apply",
+                        lambda *a: seen.append(a[-1]) or real(*a))
     model = build()
     for block in model.blocks:
         own = OwnAttend(d_model=16, n_heads=2)
         own.load_state_dict(block.attn.state_dict())
         block.attn = own
     agree(model, some_keep())
+    assert seen or fused_rows.kernels() is None                  # the C kernel ran
+    assert all(r is None for r in seen)

@@ -14,6 +14,7 @@ has them) and uses the memory-lean op in eval mode, so evaluation memory grows l
 """
 from __future__ import annotations
 
+import functools
 import inspect
 
 import torch
@@ -27,8 +28,13 @@ IMPLS = ("auto", "naive", "lean")
 
 def attends_rows(attn) -> bool:
     """Whether ``attn.attend`` takes ``rows=`` (the query rows whose outputs are read): the
-    built-in kinds do; a plugin's own ``attend`` need not (asked of the class each time)."""
-    return "rows" in inspect.signature(type(attn).attend).parameters
+    built-in kinds do; a plugin's own ``attend`` need not (asked of the module's class)."""
+    return _attend_takes_rows(type(attn))
+
+
+@functools.lru_cache(maxsize=None)
+def _attend_takes_rows(cls) -> bool:
+    return "rows" in inspect.signature(cls.attend).parameters
 
 
 class Attention(nn.Module):

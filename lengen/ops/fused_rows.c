@@ -788,15 +788,16 @@ INLINE void bwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, con
                 dor[r] = dop + ir * sdo;
                 qvr[r] = a->qv ? a->qv + (p * T + ir) * D : NULL;
                 if (r < nr) {
-                    live |= row_grad(a, p, ir, len, qr[r], dor[r], op + ir * so, kt, vt, mp[ir], lp[ir],
-                             sr[r], dlr[r], dbar, db, dcol, dg, dnr[r], dzr[r], D);
+                    live |= row_grad(a, p, ir, len, qr[r], dor[r], op + ir * so, kt, vt, mp[ir],
+                                     lp[ir], sr[r], dlr[r], dbar, db, dcol, dg, dnr[r], dzr[r], D);
                 } else {
                     for (int64_t j = 0; j < i + RB; j++) sr[r][j] = dlr[r][j] = dnr[r][j] = 0.0f;
                 }
             }
             if (!live) {
                 /* no row of the block has a gradient (in the model's last block most rows: the
-                 * tokens no loss reads): dk, dv and the table get nothing from it, dq is 0 */
+                 * tokens no loss reads): for finite inputs dk, dv and the table get exactly
+                 * nothing from it, and dq is 0 */
                 for (int64_t r = 0; r < nr; r++) memset(dqp + (i + r) * sdq, 0, sizeof(float) * D);
                 continue;
             }

@@ -6,8 +6,11 @@ row (``fused_rows.c``, built by :mod:`lengen.ops.ckernels`): the fast path the t
 Why a second path: with small heads (the cpu-scale models have head dim 16) the tiled path is
 bound by its passes over each [tq, T] tile (matmul, max, exp, sum, value product, and in
 backward as many again), not by arithmetic. The kernel does a row's scores, softmax and value
-product in one pass with the row in L1, and its backward recomputes the row from ``q``, ``k``
-and the kept row max and sum (as flash attention does) instead of keeping the [T, T] weights.
+product in one pass with the row in L1. Forward keeps each row's weights (row i: i + 1 floats,
+up to ``KEEP_WEIGHTS_BYTES`` per call) for backward, which then needs no exponentials, logits or
+relative-term pass (TRA and CoPE still make ``q . k`` again for their survivor counts and
+gates); past that budget backward recomputes each row from ``q``, ``k`` and the kept row max and
+sum, as flash attention does. Query rows the caller marks as not read (``rows``) are skipped.
 The maths is the same as the references' (the C file's header has the equations); the tests
 compare both paths with the dense references, values and gradients.
 
@@ -23,8 +26,9 @@ and Transformer-XL's Toeplitz relative term (``qv``, ``P``:
 (trig) form and float64 stay on the tiled path. ``LENGEN_FUSED_ROWS=0`` (or
 ``LENGEN_C_KERNELS=0``, or no C compiler) turns it off, and so does ``torch.compile`` (``train.compile``): traced through the
 ctypes calls, the compiled graph's replay of the q / k / v views broke (tests/test_precision.py),
-so compiled models keep SDPA and the tiled ops. Memory: it keeps two floats per query row for
-backward, where the tiled path keeps the [T, T] weights.
+so compiled models keep SDPA and the tiled ops. Memory: it keeps two floats per query row and
+the causal half of the [T, T] weights for backward (up to ``KEEP_WEIGHTS_BYTES`` per call, else
+the two floats only), where the tiled path keeps the [T, T] weights.
 Pairs of (batch, head) are split among the worker threads of
 :func:`lengen.ops.cpu_workspace.run_groups` (ctypes releases the GIL during a call).
 """
@@ -163,9 +167,9 @@ def _table_t(P: torch.Tensor) -> tuple[torch.Tensor, int]:
     return Pt, Up
 
 
-#: the most bytes forward keeps of the attention weights for backward: B H T (T + 1) / 2
-#: floats, 4.2 MB at the flip-flop models' 32 x 4 heads x 127; past this backward remakes the
-#: weights from q and k
+#: the most bytes one call (one layer) keeps of its attention weights for backward:
+#: B H T (T + 1) / 2 floats, 4.2 MB at the flip-flop models' 32 x 4 heads x 127; past this
+#: backward remakes the weights from q and k. Every layer keeps its own until backward.
 KEEP_WEIGHTS_BYTES = 64 << 20
 
 
@@ -293,8 +297,8 @@ def fused_attention(q, k, v, *, scale: float, bias=None, col=None, log_gate=None
     :mod:`lengen.ops.cope.naive`). ``rows`` (bool [B, T]): the query rows whose outputs the
     caller reads (:func:`lengen.attention.base.query_rows`); the others are not computed, come out
     0 and pass no gradient back."""
-    if rows is not None and (rows.dtype != torch.bool or tuple(rows.shape) != (q.shape[0],
-                                                                                q.shape[2])):
-        raise ValueError(f"rows must be a bool [B, T] = [{q.shape[0]}, {q.shape[2]}], got "
-                         f"{rows.dtype} {list(rows.shape)}")
+    if rows is not None and (rows.dtype != torch.bool or rows.device.type != "cpu"
+                             or tuple(rows.shape) != (q.shape[0], q.shape[2])):
+        raise ValueError(f"rows must be a bool [B, T] = [{q.shape[0]}, {q.shape[2]}] on the "
+                         f"CPU, got {rows.dtype} {list(rows.shape)} on {rows.device}")
     return _FusedRows.apply(q, k, v, bias, col, log_gate, qv, P, pe, float(scale), rows)
