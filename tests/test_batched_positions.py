@@ -94,7 +94,7 @@ def triton_op(monkeypatch):
         def counted(*args, **kw):
             calls.append(attention)
             return kernel(*args, **kw)
-        monkeypatch.setattr(module, "training_op", lambda q, bias_fn=None: counted)
+        monkeypatch.setattr(module, "training_op", lambda q, bias_fn=None, rows=None: counted)
         return calls
     return use
 
