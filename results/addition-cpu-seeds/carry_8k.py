@@ -12,7 +12,9 @@ wrong answer classified digit by digit (:mod:`lengen.eval.addition_errors`).
 
 ``analyse`` appends one JSON line per run (its final EM at 1..20 from ``eval.csv`` and the
 error-analysis rows); ``summarize`` reads ``carry-8k.jsonl`` and writes ``carry-8k.csv`` (per
-run and pooled per reading, with the claims' verdicts).
+run and pooled per reading, with the claims' verdicts), and from ``probes-8k-coupling.jsonl``
+(the probe script's lines of this rule's runs) ``coupling-8k.csv``: each run's EM, the FIRE
+reruns' check against their committed rows, and the coupling claim per reading.
 """
 from __future__ import annotations
 
@@ -29,6 +31,9 @@ from lengen.recipes.addition.scores import pooled
 from lengen.recipes.addition.specs import EVAL_SEED, SCALES
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+SEARCH = os.path.join(HERE, "..", "addition-fig3-search", "search-cpu.jsonl")
+PROBES = os.path.join(HERE, "probes-8k-coupling.jsonl")
+RERUN_TOL = 1.0                                   # points, at every length 1..20
 PASS = 95.0                                       # % EM, both readings
 READINGS = {"fits": (1, 10), "learns": (6, 10)}   # name -> digits whose mean EM must pass
 ONE_DIGIT = 90.0                                  # the paper's "> 90 %" of wrong answers
@@ -61,6 +66,7 @@ def analyse(out: str, *runs: str) -> None:
 
 
 def passes(em: dict, reading: str) -> bool:
+    """em: EM in % by digit count (int or str keys)."""
     lo, hi = READINGS[reading]
     return sum(em[str(n)] if str(n) in em else em[n] for n in range(lo, hi + 1)) \
         / (hi - lo + 1) >= PASS
@@ -98,8 +104,61 @@ def summarize() -> None:
     print(pd.DataFrame(table).to_string())
 
 
+def probe_lines(path: str) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def em_list(rec: dict) -> list[float]:
+    return [rec["em"][f"len={n}"] for n in range(1, 21)]
+
+
+def coupling() -> None:
+    """Runs, the FIRE reruns' check and 'position coupling extends further than FIRE'."""
+    committed = {r["name"]: r for r in probe_lines(SEARCH) if r["status"] == "done"}
+    rows = []
+    for r in probe_lines(PROBES):
+        em = em_list(r)
+        row = {"scope": "run", "run": r["name"], "setting": r["setting"], "seed": r["seed"],
+               "minutes": r["minutes"], "em_1": em[0], "em_1_10": sum(em[:10]) / 10,
+               "em_6_10": sum(em[5:10]) / 5, "ood": sum(em[10:]) / 10}
+        for reading in READINGS:
+            row[reading] = passes({n + 1: e for n, e in enumerate(em)}, reading)
+        if r["setting"] == "fire" and r["name"] in committed:
+            diff = max(abs(a - b) for a, b in zip(em, em_list(committed[r["name"]])))
+            row.update(rerun_max_diff=diff, rerun=("reproduces" if diff <= RERUN_TOL
+                                                   else "differs"))
+        rows.append(row)
+    runs = pd.DataFrame(rows)
+    fire = {r["seed"]: r for r in committed.values() if r["setting"] == "fire"
+            and r["lr"] == 0.003 and r["batch"] == 128 and r["steps"] == 8000}
+    for reading in READINGS:
+        both = []
+        for _, c in runs[runs.setting == "coupling"].iterrows():
+            f = fire.get(c.seed)
+            if f is not None and c[reading] and passes(
+                    {n + 1: e for n, e in enumerate(em_list(f))}, reading):
+                both.append((c.ood, sum(em_list(f)[10:]) / 10))
+        n_coupling = len(runs[runs.setting == "coupling"])
+        out = {"scope": f"coupling vs FIRE, {reading}", "n_common": len(both),
+               "coupling_passed": int(runs[runs.setting == "coupling"][reading].sum()),
+               "coupling_runs": n_coupling}
+        if len(both) < 2:
+            rows.append(dict(out, verdict="untested"))
+            continue
+        c_ood, f_ood = pd.Series([b[0] for b in both]), pd.Series([b[1] for b in both])
+        gap, spread = c_ood.mean() - f_ood.mean(), max(c_ood.std(), f_ood.std())
+        rows.append(dict(out, coupling_ood=c_ood.mean(), fire_ood=f_ood.mean(), gap=gap,
+                         larger_std=spread, verdict=("reproduced" if gap > spread else
+                                                     "direction only" if gap > 0
+                                                     else "not reproduced")))
+    pd.DataFrame(rows).to_csv(os.path.join(HERE, "coupling-8k.csv"), index=False)
+    print(pd.DataFrame(rows).to_string())
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "analyse":
         analyse(*sys.argv[2:])
     else:
         summarize()
+        coupling()
