@@ -15,6 +15,7 @@ from lengen.errors import ArgumentError
 from lengen.model import ModelConfig, Transformer
 from tiny_models import nontrivial
 from lengen.model.transformer import PACK_SHARE, plan_rows
+from lengen.ops import fused_rows
 from lengen.ops.packing import Packing, needed_tokens
 from lengen.posenc import POSENCS
 from lengen.tasks.base import Batch
@@ -216,6 +217,8 @@ def test_when_training_asks_for_the_scored_rows():
     forward_loss(own, a_batch(0.3), None, tc, torch.device("cpu"), None)   # trains, full forward
 
 
+@pytest.mark.skipif(fused_rows.kernels() is None,
+                    reason="no C compiler: the ops use their tiled path")
 @pytest.mark.parametrize("packed", [True, False])
 @pytest.mark.parametrize("attention", ["softmax", "fot", "tra", "cope"])
 def test_the_last_block_skips_the_rows_it_drops(attention, packed, monkeypatch):
@@ -223,9 +226,6 @@ def test_the_last_block_skips_the_rows_it_drops(attention, packed, monkeypatch):
     only, packed (some_keep leaves most rows' ends unneeded) or not (no packing allowed), and
     the result stays the full forward's (``agree``)."""
     from lengen.model import transformer
-    from lengen.ops import fused_rows
-    if fused_rows.kernels() is None:
-        pytest.skip("no C compiler: the ops use their tiled path")
     if not packed:
         monkeypatch.setattr(transformer, "PACK_SHARE", 0.0)
     seen = []
@@ -244,7 +244,6 @@ def test_the_last_block_skips_the_rows_it_drops(attention, packed, monkeypatch):
 def test_a_kind_whose_attend_has_no_rows_gets_none(monkeypatch):
     """A plugin kind overriding ``attend`` without ``rows``: the block's rows never reach it."""
     from lengen.attention.softmax import SoftmaxAttention
-    from lengen.ops import fused_rows
 
     class OwnAttend(SoftmaxAttention):
         def attend(self, q, k, v, x, bias_fn):
