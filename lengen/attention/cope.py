@@ -21,14 +21,13 @@ dense reference; evaluation with ``auto`` and ``lean`` the query-blocked op.
 """
 from __future__ import annotations
 
-from functools import partial
-
 import torch
 from torch import nn
 
 from lengen.attention.base import Attention
 from lengen.ops.cope import cope_attention_chunked, cope_attention_naive
 from lengen.ops.cope.fast_cpu import cope_attention_fast_cpu
+from lengen.ops.select import with_rows
 
 
 class ContextualPositionAttention(Attention):
@@ -69,4 +68,4 @@ def training_op(q: torch.Tensor, bias_fn=None, rows=None):
     kernel yet)."""
     if q.device.type != "cpu":
         return cope_attention_naive
-    return cope_attention_fast_cpu if rows is None else partial(cope_attention_fast_cpu, rows=rows)
+    return with_rows(cope_attention_fast_cpu, rows)

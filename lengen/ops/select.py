@@ -19,11 +19,17 @@ def triton_available() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
+def with_rows(op, rows=None):
+    """``op`` with ``rows`` (bool [B, T], the query rows whose outputs are read) bound, for the
+    CPU ops that may skip the others; ``op`` itself without it."""
+    return op if rows is None else functools.partial(op, rows=rows)
+
+
 def pick(q, bias_fn, *, fast_cpu, naive, triton_module: str, triton_name: str, rows=None):
     """The op; ``rows`` (bool [B, T], the query rows whose outputs are read) goes to the CPU op,
     which may skip the others (the other ops compute every row)."""
     if q.device.type == "cpu":
-        return fast_cpu if rows is None else functools.partial(fast_cpu, rows=rows)
+        return with_rows(fast_cpu, rows)
     if q.device.type == "cuda" and bias_fn is None and q.shape[-1] <= 128 and triton_available():
         return getattr(importlib.import_module(triton_module), triton_name)
     return naive
