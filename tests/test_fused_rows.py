@@ -193,7 +193,9 @@ def test_when_it_applies(monkeypatch):
     assert not fused_applies(q, q, q, 0.3, None, None, causal=False)
     assert not fused_applies(q.double(), q.double(), q.double(), 0.3, None, None)
     assert not fused_applies(q, q[:, :, :3], q[:, :, :3], 0.3, None, None)     # cross-attention
-    assert not fused_applies(q, q, q[..., :4], 0.3, None, None)                 # v narrower
+    assert fused_applies(q, q, q[..., :4], 0.3, None, None)                     # v narrower
+    assert fused_applies(q, q, torch.cat([q, q], -1), 0.3, None, None)          # v wider (diff)
+    assert not fused_applies(q, q, q[:, :1], 0.3, None, None)                   # v's heads
     assert not fused_applies(q, q, q, 0.3, None, torch.zeros(1, 2, 5, 8))       # no table
     assert fused_applies(q, q, q, 0.3, None, q, rP=torch.zeros(2, 9, 8))        # Toeplitz table
     assert not fused_applies(q, q, q, 0.3, None, q, rP=torch.zeros(5, 8))       # low-rank form
@@ -261,13 +263,16 @@ def baseline_build():
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("D,T", [(16, 45), (12, 9), (64, 20)])
-def test_baseline_build_matches_reference(kind, D, T, baseline_build):
+@pytest.mark.parametrize("D,Dv,T", [(16, 16, 45), (12, 12, 9), (64, 64, 20), (16, 32, 21)])
+def test_baseline_build_matches_reference(kind, D, Dv, T, baseline_build):
     x = inputs(2, 2, T, D, seed=D + T)
+    if Dv != D:                                      # differential attention's wider value
+        g = torch.Generator().manual_seed(Dv)
+        x.update(v=torch.randn(2, 2, T, Dv, generator=g), go=torch.randn(2, 2, T, Dv, generator=g))
     x["bias"] = 0.5 * torch.randn(2, T, T, generator=torch.Generator().manual_seed(6))
     fused, ref = pair(kind)
     names = NAMES + ["bias"]
-    close(grads(fused, x, names), grads(ref, x, names), f"baseline {kind} D={D} T={T}")
+    close(grads(fused, x, names), grads(ref, x, names), f"baseline {kind} D={D} Dv={Dv} T={T}")
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -360,6 +365,22 @@ def test_relative_term_matches_dense(kind, D, T):
     x["bias"] = 0.5 * torch.randn(3, T, T, generator=torch.Generator().manual_seed(1))
     names = names + ["bias"]
     close(grads(fused, x, names), grads(ref, x, names), f"{kind} relative + bias D={D} T={T}")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("D,Dv,T", [(16, 32, 9), (16, 32, 70), (8, 16, 33), (16, 8, 20),
+                                    (5, 12, 12), (32, 64, 17)])
+def test_value_of_another_width(kind, D, Dv, T):
+    """A value wider (differential attention's 2hd at head dim hd: the compile-time 16 / 32 copy,
+    and others at run-time widths) or narrower than q and k, with the relative term and a dense
+    bias: values and every gradient against the reference."""
+    x = relative(inputs(2, 3, T, D, seed=D * 10 + Dv + T), seed=T)
+    g = torch.Generator().manual_seed(Dv)
+    x.update(v=torch.randn(2, 3, T, Dv, generator=g), go=torch.randn(2, 3, T, Dv, generator=g),
+             bias=0.5 * torch.randn(3, T, T, generator=g))
+    fused, ref = pair(kind)
+    names = NAMES + REL + ["bias"]
+    close(grads(fused, x, names), grads(ref, x, names), f"{kind} D={D} Dv={Dv} T={T}")
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -220,7 +220,7 @@ def test_when_training_asks_for_the_scored_rows():
 @pytest.mark.skipif(fused_rows.kernels() is None,
                     reason="no C compiler: the ops use their tiled path")
 @pytest.mark.parametrize("packed", [True, False])
-@pytest.mark.parametrize("attention", ["softmax", "fot", "tra", "cope"])
+@pytest.mark.parametrize("attention", ["softmax", "fot", "tra", "cope", "diff"])
 def test_the_last_block_skips_the_rows_it_drops(attention, packed, monkeypatch):
     """The kinds on the C kernel get the kept tokens as its query ``rows`` in the last block
     only, packed (some_keep leaves most rows' ends unneeded) or not (no packing allowed), and

@@ -16,9 +16,9 @@ shared by the heads (the public ``subln``). ``lambda_init`` may be fixed with
 ``attention_kwargs.lambda_init``.
 
 Paths (``impl``, see :mod:`lengen.attention.base`): training with ``auto`` uses
-:mod:`lengen.ops.diff.fast_cpu` (fused SDPA without a bias on any device; the tiled softmax op
-with a bias on CPU); ``naive`` always uses the dense reference; evaluation with ``auto`` and
-``lean`` use the query-blocked op.
+:mod:`lengen.ops.diff.fast_cpu` (on CPU the per-row C kernel, with or without a bias, skipping
+the query rows the loss does not read; elsewhere fused SDPA without a bias); ``naive`` always
+uses the dense reference; evaluation with ``auto`` and ``lean`` use the query-blocked op.
 """
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ from lengen.checks import Float
 from lengen.ops.diff import diff_attention_chunked, diff_attention_naive
 from lengen.ops.diff.fast_cpu import diff_attention_fast_cpu
 from lengen.ops.norm import rms_norm
+from lengen.ops.select import with_rows
 
 
 def default_lambda_init(layer_idx: int) -> float:
@@ -75,7 +76,7 @@ class DifferentialAttention(Attention):
         B, H, T, hd = v.shape
         return v.view(B, H // 2, 2, T, hd).transpose(2, 3).reshape(B, H // 2, T, 2 * hd)
 
-    def attend(self, q, k, v, x, bias_fn):
+    def attend(self, q, k, v, x, bias_fn, rows=None):
         v = self.value_heads(v)                                    # [B, H/2, T, 2hd]
         lam = self.lambda_full().to(q.dtype)
         if self.record_weights:
@@ -85,7 +86,7 @@ class DifferentialAttention(Attention):
             y = diff_attention_chunked(q, k, v, lam, causal=self.causal, bias_fn=bias_fn,
                                        block_size=self.block_size)
         elif self.impl == "auto":
-            y = training_op(q, bias_fn)(q, k, v, lam, causal=self.causal, bias_fn=bias_fn)
+            y = training_op(q, bias_fn, rows)(q, k, v, lam, causal=self.causal, bias_fn=bias_fn)
         else:
             y = diff_attention_naive(q, k, v, lam, causal=self.causal, bias_fn=bias_fn)
         return self.head_norm(y)
@@ -102,9 +103,12 @@ class DifferentialAttention(Attention):
         return y * (1 - self.lambda_init)
 
 
-def training_op(q: torch.Tensor, bias_fn=None):
-    """The op ``impl='auto'`` trains with: the fast op on CPU, and elsewhere when there is no
-    bias (fused SDPA); the dense reference for a bias off the CPU."""
-    if q.device.type == "cpu" or bias_fn is None:
+def training_op(q: torch.Tensor, bias_fn=None, rows=None):
+    """The op ``impl='auto'`` trains with: the fast op on CPU (``rows``, the query rows whose
+    outputs are read, bound: its C kernel skips the others), and elsewhere when there is no bias
+    (fused SDPA); the dense reference for a bias off the CPU."""
+    if q.device.type == "cpu":
+        return with_rows(diff_attention_fast_cpu, rows)
+    if bias_fn is None:
         return diff_attention_fast_cpu
     return diff_attention_naive

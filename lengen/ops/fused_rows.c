@@ -44,7 +44,8 @@
  * dg_it = sum_{j <= t} dL_ij b_ij (a running sum from the left), and the score gradient is
  * scale (dL_ij + dg_ij g_ij (1 - g_ij)) in place of scale dL_ij.
  *
- * Layout: q, k, v, out, dout, dq, dk, dv are rows of D contiguous floats at any strides: the
+ * Layout: q, k, dq, dk are rows of D contiguous floats, v, out, dout, dv rows of Dv (the value's
+ * width: D, or 2D for differential attention's two halves) at any strides: the
  * caller's lay [8][3] gives, for each in that order, the floats between batches, heads and
  * query rows (pair p = b * H + h starts at x + b * sb + h * sh, row i at + i * st), so that the
  * heads can be read from and written into the layout of the model's projections ([B, T, 3, H,
@@ -102,7 +103,7 @@ INLINE void store8(float *x, v8 y) { *(vu *)x = y; }
 INLINE v8 splat(float x) { return (v8){0} + x; } /* a broadcast */
 INLINE v8 select8(v8i mask, v8 a, v8 b) { return (v8)((mask & (v8i)a) | (~mask & (v8i)b)); }
 
-int64_t fused_rows_version(void) { return 14; }
+int64_t fused_rows_version(void) { return 15; }
 
 /* x rounded up to a whole number of vectors */
 INLINE int64_t round_up(int64_t x) { return (x + VL - 1) / VL * VL; }
@@ -474,7 +475,7 @@ INLINE float row_weights(float *s, int64_t len, float m) {
 
 INLINE void fwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, const float *k,
                       const float *v, float *out, float *mrow, float *lrow, float *work,
-                      const int64_t D) {
+                      const int64_t D, const int64_t DV) {
     const int64_t T = a->T, Tp = a->Tp;
     float *kt = work, *s = kt + D * Tp, *dbar = s + Tp;
     const int64_t sq = row_step(a, L_Q), sv = row_step(a, L_V), so = row_step(a, L_OUT);
@@ -483,8 +484,8 @@ INLINE void fwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, con
         float *op = out + pair_at(a, L_OUT, p);
         transpose(k + pair_at(a, L_K, p), row_step(a, L_K), kt, T, Tp, D);
         for (int64_t i = 0; i < T; i++) {
-            float *oi = op + i * so, acc[D];
-            for (int64_t d = 0; d < D; d++) oi[d] = 0.0f;
+            float *oi = op + i * so, acc[DV];
+            for (int64_t d = 0; d < DV; d++) oi[d] = 0.0f;
             const int64_t len = i + 1;
             /* a row nobody reads (need): output 0 and, as a row with no key, no gradient */
             if ((a->need && !a->need[(p / a->H) * T + i]) ||
@@ -499,13 +500,13 @@ INLINE void fwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, con
                 lrow[p * T + i] = 0.0f;
                 continue;
             }
-            weighted_sum(acc, s, vp, sv, len, D);
+            weighted_sum(acc, s, vp, sv, len, DV);
             const float inv = 1.0f / l;
             if (a->pw) { /* P_ij as backward computes it, so its gradients keep their bits */
                 float *pr = kept_row(a, p, i);
                 for (int64_t j = 0; j < len; j++) pr[j] = s[j] * inv;
             }
-            for (int64_t d = 0; d < D; d++) oi[d] = acc[d] * inv;
+            for (int64_t d = 0; d < DV; d++) oi[d] = acc[d] * inv;
             mrow[p * T + i] = m;
             lrow[p * T + i] = l;
         }
@@ -525,13 +526,13 @@ INLINE int all_zero(const float *x, const int64_t D) {
 INLINE int row_grad(const Args *a, int64_t p, int64_t i, int64_t len, const float *qi,
                      const float *doi, const float *oi, const float *kt, const float *vt,
                      float m, float l, float *s, float *dl, float *dbar, float *db, float *dcol,
-                     float *dg, float *dn, float *dzr, const int64_t D) {
+                     float *dg, float *dn, float *dzr, const int64_t D, const int64_t DV) {
     const int64_t T = a->T, n = i + 1;
     if (dg) dg[p * T + i] = 0.0f;
     /* a row with no key (zero output, zero gradient), or one whose output gets no gradient: the
      * tokens no loss reads in the model's last block (lengen.model.transformer, keep=), 94 % of
      * a flip-flop batch; dL = P (dout . v - dout . out) is then exactly 0 for finite inputs */
-    if (l == 0.0f || all_zero(doi, D)) {
+    if (l == 0.0f || all_zero(doi, DV)) {
         for (int64_t j = 0; j < len; j++) s[j] = dl[j] = 0.0f;
         if (a->dqv)
             for (int64_t j = 0; j < len; j++) dn[j] = 0.0f;
@@ -555,8 +556,8 @@ INLINE int row_grad(const Args *a, int64_t p, int64_t i, int64_t len, const floa
         for (int64_t j = 0; j < n; j++) s[j] *= inv; /* P_ij */
     }
     float delta = 0.0f;
-    for (int64_t d = 0; d < D; d++) delta += doi[d] * oi[d];
-    dots(doi, vt, a->Tp, n, 1.0f, dl, D);
+    for (int64_t d = 0; d < DV; d++) delta += doi[d] * oi[d];
+    dots(doi, vt, a->Tp, n, 1.0f, dl, DV);
     for (int64_t j = 0; j < n; j++) dl[j] = s[j] * (dl[j] - delta); /* dL_ij */
     for (int64_t j = n; j < len; j++) s[j] = dl[j] = 0.0f;
     if (db)
@@ -706,6 +707,21 @@ INLINE void axpy_keys(float *y, int64_t ly, float *const *w, const float *const 
     }
 }
 
+/* y_j += sum_r w[r][j] x[r] for keys j < len: axpy_keys where the RB rows fit in registers,
+ * else one axpy_rows per key (the same additions in the same order either way) */
+INLINE void keys_update(float *y, int64_t ly, float *const *w, const float *const *x, int64_t len,
+                        const int64_t D) {
+    if (KEYS_IN_REGS(D)) {
+        axpy_keys(y, ly, w, x, len, D);
+        return;
+    }
+    for (int64_t j = 0; j < len; j++) {
+        float wj[RB];
+        for (int r = 0; r < RB; r++) wj[r] = w[r][j];
+        axpy_rows(y + j * ly, wj, x, D);
+    }
+}
+
 /* y[r][0..D) = sum_{j < len} w[r][j] x[j, 0..D) for two rows r at once (rows of x ld floats
  * apart): each x row is loaded once for both; the even / odd chains of weighted_sum, so the
  * same bits */
@@ -746,10 +762,10 @@ INLINE void bwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, con
                       const float *v, const float *out, const float *dout, const float *mrow,
                       const float *lrow, float *dq, float *dk, float *dv, float *dbias,
                       int64_t dsb, int64_t dsh, float *dcol, float *dg, float *work,
-                      const int64_t D) {
+                      const int64_t D, const int64_t DV) {
     const int64_t T = a->T, Tp = a->Tp, H = a->H, Tn = Tp + 2 * VL;
     const float scale = a->alpha / LOG2E;
-    float *kt = work, *vt = kt + D * Tp, *dbar = vt + D * Tp, *sr[RB], *dlr[RB], *dnr[RB],
+    float *kt = work, *vt = kt + D * Tp, *dbar = vt + DV * Tp, *sr[RB], *dlr[RB], *dnr[RB],
           *dzr[RB];
     /* per row: weights, logit gradients, and the relative term's dL (VL zeros in front: the
      * table loop below reads up to RB - 1 keys left of key 0) */
@@ -770,10 +786,10 @@ INLINE void bwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, con
         float *dqp = dq + pair_at(a, L_DQ, p), *dkp = dk + pair_at(a, L_DK, p),
               *dvp = dv + pair_at(a, L_DV, p);
         transpose(kp, sk, kt, T, Tp, D);
-        transpose(v + pair_at(a, L_V, p), row_step(a, L_V), vt, T, Tp, D);
+        transpose(v + pair_at(a, L_V, p), row_step(a, L_V), vt, T, Tp, DV);
         for (int64_t j = 0; j < T; j++) {
             memset(dkp + j * sdk, 0, sizeof(float) * D);
-            memset(dvp + j * sdv, 0, sizeof(float) * D);
+            memset(dvp + j * sdv, 0, sizeof(float) * DV);
         }
         float *db = dbias ? dbias + (p / H) * dsb + (p % H) * dsh : NULL;
         for (int64_t i = 0; i < T; i += RB) {
@@ -789,7 +805,8 @@ INLINE void bwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, con
                 qvr[r] = a->qv ? a->qv + (p * T + ir) * D : NULL;
                 if (r < nr) {
                     live |= row_grad(a, p, ir, len, qr[r], dor[r], op + ir * so, kt, vt, mp[ir],
-                                     lp[ir], sr[r], dlr[r], dbar, db, dcol, dg, dnr[r], dzr[r], D);
+                                     lp[ir], sr[r], dlr[r], dbar, db, dcol, dg, dnr[r], dzr[r], D,
+                                     DV);
                 } else {
                     for (int64_t j = 0; j < i + RB; j++) sr[r][j] = dlr[r][j] = dnr[r][j] = 0.0f;
                 }
@@ -816,20 +833,8 @@ INLINE void bwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, con
             }
             for (int r = 0; r < RB; r++) /* now the gradient of the score q . k */
                 for (int64_t j = 0; j < len; j++) dlr[r][j] *= scale;
-            if (KEYS_IN_REGS(D)) {
-                axpy_keys(dkp, sdk, dlr, qr, len, D);
-                axpy_keys(dvp, sdv, sr, dor, len, D);
-            } else {
-                for (int64_t j = 0; j < len; j++) {
-                    float wl[RB], ws[RB];
-                    for (int r = 0; r < RB; r++) {
-                        wl[r] = dlr[r][j];
-                        ws[r] = sr[r][j];
-                    }
-                    axpy_rows(dkp + j * sdk, wl, qr, D);
-                    axpy_rows(dvp + j * sdv, ws, dor, D);
-                }
-            }
+            keys_update(dkp, sdk, dlr, qr, len, D);
+            keys_update(dvp, sdv, sr, dor, len, DV);
             int64_t r = 0;
             if (KEYS_IN_REGS(D))
                 for (; r + 2 <= nr; r += 2)
@@ -843,31 +848,34 @@ INLINE void bwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, con
     }
 }
 
-/* The head dims the models use get a copy with D known at compile time (unrolled vector loops). */
+/* The head dims the models use get a copy with D (and the value's width DV) known at compile time
+ * (unrolled vector loops): DV = D, and DV = 2D at head dim 16 (differential attention's value at
+ * the cpu-scale models' head dim); any other pair runs the copy with both read at run time. */
 #define DISPATCH(CALL)                                                                             \
-    switch (D) {                                                                                   \
-    case 8: CALL(8); break;                                                                        \
-    case 16: CALL(16); break;                                                                      \
-    case 32: CALL(32); break;                                                                      \
-    case 64: CALL(64); break;                                                                      \
-    default: CALL(D); break;                                                                       \
-    }
+    if (DV == D && D == 8) CALL(8, 8);                                                             \
+    else if (DV == D && D == 16) CALL(16, 16);                                                     \
+    else if (DV == D && D == 32) CALL(32, 32);                                                     \
+    else if (DV == D && D == 64) CALL(64, 64);                                                     \
+    else if (DV == 32 && D == 16) CALL(16, 32);                                                    \
+    else CALL(D, DV);
 
 /* The exported functions run one of two builds of the same code: AVX2 + FMA where the CPU has
  * them (checked at run time, so the cached library also runs on older x86-64), else the
  * compiler's baseline. */
 #define FWD_ARGS                                                                                   \
-    int64_t p0, int64_t p1, int64_t T, int64_t D, int64_t H, double scale, const float *q,         \
+    int64_t p0, int64_t p1, int64_t T, int64_t D, int64_t DV, int64_t H, double scale,           \
+        const float *q,                                                                            \
         const float *k, const float *v, const float *bias, int64_t sb, int64_t sh,                 \
         const float *col, const float *g, const float *qv, const float *P, const float *Pt,       \
         int64_t Up, const float *pe, const float *peT, int64_t npos, int64_t Np,                \
         int64_t pe_heads, const int64_t *lay, float *out, float *mrow, float *lrow, float *pw,   \
         const uint8_t *need
 #define FWD_CALL                                                                                   \
-    p0, p1, T, D, H, scale, q, k, v, bias, sb, sh, col, g, qv, P, Pt, Up, pe, peT, npos, Np,       \
+    p0, p1, T, D, DV, H, scale, q, k, v, bias, sb, sh, col, g, qv, P, Pt, Up, pe, peT, npos, Np,   \
         pe_heads, lay, out, mrow, lrow, pw, need
 #define BWD_ARGS                                                                                   \
-    int64_t p0, int64_t p1, int64_t T, int64_t D, int64_t H, double scale, const float *q,         \
+    int64_t p0, int64_t p1, int64_t T, int64_t D, int64_t DV, int64_t H, double scale,           \
+        const float *q,                                                                            \
         const float *k, const float *v, const float *bias, int64_t sb, int64_t sh,                 \
         const float *col, const float *g, const float *qv, const float *P, const float *Pt,       \
         int64_t Up, const float *pe, const float *peT, int64_t npos, int64_t Np,                \
@@ -876,7 +884,7 @@ INLINE void bwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, con
         int64_t dsb, int64_t dsh, float *dcol, float *dg, float *dqv, float *dP, float *dpeT,    \
         float *pw
 #define BWD_CALL                                                                                   \
-    p0, p1, T, D, H, scale, q, k, v, bias, sb, sh, col, g, qv, P, Pt, Up, pe, peT, npos, Np,       \
+    p0, p1, T, D, DV, H, scale, q, k, v, bias, sb, sh, col, g, qv, P, Pt, Up, pe, peT, npos, Np,   \
         pe_heads, lay, out, dout, mrow, lrow, dq, dk, dv, dbias, dsb, dsh, dcol, dg, dqv, dP,     \
         dpeT, pw
 
@@ -932,7 +940,7 @@ INLINE int64_t fwd_impl(FWD_ARGS) {
     row_scratch(&a, work + D * Tp + 2 * Tp);
     a.pw = pw;
     a.need = need;
-#define FWD(DD) fwd_pairs(p0, p1, &a, q, k, v, out, mrow, lrow, work, DD)
+#define FWD(DD, DVV) fwd_pairs(p0, p1, &a, q, k, v, out, mrow, lrow, work, DD, DVV)
     DISPATCH(FWD)
 #undef FWD
     free(work);
@@ -943,21 +951,21 @@ INLINE int64_t bwd_impl(BWD_ARGS) {
     const int64_t Tp = round_up(T);
     /* kt, vt; dbar; RB rows of weights, logit gradients and (padded) dn; row scratch; tables */
     const int64_t rows = (1 + 2 * RB) * Tp + RB * (Tp + 2 * VL);
-    float *work = malloc(sizeof(float) * (2 * D * Tp + rows + 6 * Tp + 2 +
+    float *work = malloc(sizeof(float) * ((D + DV) * Tp + rows + 6 * Tp + 2 +
                                           (2 + RB) * cope_table(npos)));
     if (!work) return 1;
     Args a = make_args(T, H, scale, bias, sb, sh, col, g, qv, P, Pt, Up, pe, peT, npos, Np,
                        pe_heads, lay);
-    row_scratch(&a, work + 2 * D * Tp + rows);
+    row_scratch(&a, work + (D + DV) * Tp + rows);
     a.dqv = qv ? dqv : NULL;
     a.dP = qv ? dP : NULL;
     a.dpeT = pe ? dpeT : NULL;
     a.pw = pw;
     a.dzrow = a.bb + cope_table(a.npos); /* RB rows of dz */
     memset(a.dzrow, 0, sizeof(float) * RB * cope_table(a.npos));
-#define BWD(DD)                                                                                    \
+#define BWD(DD, DVV)                                                                               \
     bwd_pairs(p0, p1, &a, q, k, v, out, dout, mrow, lrow, dq, dk, dv, dbias, dsb, dsh, dcol, dg,  \
-              work, DD)
+              work, DD, DVV)
     DISPATCH(BWD)
 #undef BWD
     free(work);

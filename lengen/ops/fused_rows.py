@@ -15,7 +15,8 @@ The maths is the same as the references' (the C file's header has the equations)
 compare both paths with the dense references, values and gradients.
 
 It applies (:func:`fused_applies`) to float32 causal self-attention on CPU tensors (as many
-keys as queries, ``v``'s width equal to ``q``'s, ``scale > 0``) with no bias or a dense bias
+keys as queries, ``scale > 0``; ``v`` may be wider than ``q``: differential attention's
+2hd-wide value over hd-wide heads) with no bias or a dense bias
 that broadcasts to [B, H, T, T], an optional per-key column ``col`` [B, H, T] (forgetting
 attention; the per-key part of Transformer-XL's terms), for TRA the per-query ``log_gate``, for
 CoPE its position embeddings ``pe`` (the kernel makes each row's position logits
@@ -45,7 +46,7 @@ from lengen.ops.heads import new_slots, qkv_buffer
 from lengen.ops.tile_bias import as_4d, reduce_to
 
 SOURCE = Path(__file__).with_name("fused_rows.c")
-VERSION = 14
+VERSION = 15
 _P, _I, _D = ctypes.c_void_p, ctypes.c_int64, ctypes.c_double
 
 
@@ -58,9 +59,9 @@ def kernels():
     if not enabled():
         return None
     return load_typed(SOURCE, VERSION, {
-        "fused_rows_fwd": ([_I, _I, _I, _I, _I, _D, _P, _P, _P, _P, _I, _I, _P, _P, _P, _P, _P,
+        "fused_rows_fwd": ([_I, _I, _I, _I, _I, _I, _D, _P, _P, _P, _P, _I, _I, _P, _P, _P, _P, _P,
                             _I, _P, _P, _I, _I, _I, _P, _P, _P, _P, _P, _P], _I),
-        "fused_rows_bwd": ([_I, _I, _I, _I, _I, _D, _P, _P, _P, _P, _I, _I, _P, _P, _P, _P, _P,
+        "fused_rows_bwd": ([_I, _I, _I, _I, _I, _I, _D, _P, _P, _P, _P, _I, _I, _P, _P, _P, _P, _P,
                             _I, _P, _P, _I, _I, _I, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I, _I,
                             _P, _P, _P, _P, _P, _P], _I),
         "fused_rows_force_baseline": ([_I], None)})
@@ -81,7 +82,7 @@ def fused_applies(q, k, v, scale, bias, rqv, causal=True, col=None, log_gate=Non
     [H, 2T - 1, D]: :class:`lengen.ops.tile_bias.RelativeBias`; the low-rank form stays tiled)
     or CoPE's position embeddings ``pe`` (than [D, npos] or [H, D, npos]) goes to the callers'
     other paths, which broadcast or raise."""
-    if q.dim() != 4 or k.shape != q.shape or v.shape != q.shape:
+    if q.dim() != 4 or k.shape != q.shape or v.dim() != 4 or v.shape[:3] != q.shape[:3]:
         return False
     B, H, T, D = q.shape
     if bias is not None:
@@ -186,6 +187,7 @@ class _FusedRows(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, bias, col, log_gate, qv, P, pe, scale, rows):
         B, H, T, D = q.shape
+        Dv = v.shape[-1]
         q, k, v = rows_view(q), rows_view(k), rows_view(v)
         lib = kernels()
         b4 = None
@@ -208,7 +210,7 @@ class _FusedRows(torch.autograd.Function):
             pe_pad = pe3.new_zeros(pe3.shape[0], D, Np)                   # rows of whole vectors
             pe_pad[..., :npos] = pe3
             peT = pe3.transpose(1, 2).contiguous()                         # [1 or H, npos, D]
-        out = head_rows(B, H, T, D)                                    # [B, H, T, D]
+        out = head_rows(B, H, T, Dv)                                   # [B, H, T, Dv]
         lay = layout(q, k, v, out)
         m = torch.empty(B, H, T, dtype=torch.float32)        # row max of the base-2 logits
         lsum = torch.empty(B, H, T, dtype=torch.float32)     # row sum of the weights (0: no key)
@@ -218,7 +220,7 @@ class _FusedRows(torch.autograd.Function):
 
         def run(ci):
             p0, p1 = chunks[ci]
-            _check(lib.fused_rows_fwd(p0, p1, T, D, H, scale, q.data_ptr(), k.data_ptr(),
+            _check(lib.fused_rows_fwd(p0, p1, T, D, Dv, H, scale, q.data_ptr(), k.data_ptr(),
                                       v.data_ptr(), _ptr(b4), sb, sh, _ptr(colc), _ptr(gc),
                                       _ptr(qv), _ptr(P), _ptr(Pt), Up, _ptr(pe_pad), _ptr(peT),
                                       npos, Np, 0 if pe3 is None else pe3.shape[0],
@@ -262,7 +264,7 @@ class _FusedRows(torch.autograd.Function):
 
         def run(ci):
             p0, p1 = chunks[ci]
-            _check(lib.fused_rows_bwd(p0, p1, T, D, H, scale, q.data_ptr(), k.data_ptr(),
+            _check(lib.fused_rows_bwd(p0, p1, T, D, v.shape[-1], H, scale, q.data_ptr(), k.data_ptr(),
                                       v.data_ptr(), _ptr(b4), sb, sh, _ptr(colc), _ptr(gc),
                                       _ptr(qv), _ptr(P), _ptr(Pt), Up, _ptr(pe_pad), _ptr(peT),
                                       npos, Np, 0 if peT is None else peT.shape[0],
@@ -288,7 +290,8 @@ class _FusedRows(torch.autograd.Function):
 
 def fused_attention(q, k, v, *, scale: float, bias=None, col=None, log_gate=None, qv=None, P=None,
                     pe=None, rows=None):
-    """Causal attention of q, k, v [B, H, T, D] (float32; check :func:`fused_applies` first):
+    """Causal attention of q, k [B, H, T, D] and v [B, H, T, Dv] (float32; check
+    :func:`fused_applies` first; out [B, H, T, Dv]):
     softmax over ``scale q.k + col_j + bias (+ qv_i . P[(T - 1) - i + j])``
     (``col`` [B, H, T], ``bias`` broadcastable to [B, H, T, T], ``qv`` [B, H, T, D] and ``P``
     [H, 2T - 1, D]: a Toeplitz relative term), TRA's thresholded logits when ``log_gate``
