@@ -103,7 +103,7 @@ INLINE void store8(float *x, v8 y) { *(vu *)x = y; }
 INLINE v8 splat(float x) { return (v8){0} + x; } /* a broadcast */
 INLINE v8 select8(v8i mask, v8 a, v8 b) { return (v8)((mask & (v8i)a) | (~mask & (v8i)b)); }
 
-int64_t fused_rows_version(void) { return 15; }
+int64_t fused_rows_version(void) { return 17; }
 
 /* x rounded up to a whole number of vectors */
 INLINE int64_t round_up(int64_t x) { return (x + VL - 1) / VL * VL; }
@@ -303,10 +303,11 @@ INLINE int64_t cope_reach(const Args *a, int64_t i) {
  * keeps the gates, w, b and buckets for backward. Gates are >= 0, so once the count reaches
  * npos - 1 every key further left is clamped there too (w = 0, b = 0): from that key on the row
  * is one vectorised pass, and backward only sums its gradient into z[npos - 1]. */
-INLINE void cope_row(const Args *a, int64_t p, int64_t i, const float *qi, float *s,
-                     const int64_t D) {
+INLINE void cope_row(const Args *a, int64_t p, int64_t i, const float *qi, const float *kt,
+                     float *s, const int64_t D) {
     const int64_t top = a->npos - 1;
-    const float *raw = a->raw, ftop = (float)top;
+    float *raw = a->raw;
+    const float ftop = (float)top;
     const float *zr = a->zb;
     const v8 zero = splat(0.0f), one = splat(1.0f), lo2 = splat(FLOOR2), sc = splat(a->scale),
              vtop = splat(ftop), al = splat(a->alpha);
@@ -321,8 +322,20 @@ INLINE void cope_row(const Args *a, int64_t p, int64_t i, const float *qi, float
         dots(qi, a->pe + cope_head(a, p) * D * a->Np, a->Np, cope_reach(a, i), a->scale, a->zb, D);
         for (int64_t n = 0; n <= nb; n++) a->bb[n] = n < top ? zr[n + 1] - zr[n] : 0.0f;
     }
+    /* Backward (no s) makes q . k here, only for the keys the row reaches before the clamp: in
+     * the blocks of 4 VL keys that dots(.., i + 1, ..) uses (whole blocks from key 0, then the
+     * last 1-3 vectors), so that every key gets forward's bits */
+    int64_t have = 0; /* the leftmost key whose q . k is in raw (forward: all of them) */
+    if (!s) {
+        have = (i + 1) / (4 * VL) * (4 * VL);
+        if (have < i + 1) dots(qi, kt + have, a->Tp, i + 1 - have, 1.0f, raw + have, D);
+    }
     /* 8 keys at a time from the query's vector leftwards, until the count reaches the clamp */
     for (int64_t jb = i / VL * VL; jb >= 0; jb -= VL) {
+        if (jb < have) {
+            have -= 4 * VL;
+            dots(qi, kt + have, a->Tp, 4 * VL, 1.0f, raw + have, D);
+        }
         /* sigmoid(x) = 1 / (1 + e) for x >= 0, e / (1 + e) below, e = 2^(-|x| log2 e) */
         const v8 x = sc * load8(raw + jb);
         v8 t = select8(x < zero, x, -x) * LOG2E;
@@ -416,7 +429,7 @@ INLINE int64_t row_logits(const Args *a, int64_t p, int64_t i, const float *qi, 
     const int64_t len = i + 1, T = a->T;
     if (a->pe) { /* CoPE: the gates need the raw product */
         dots(qi, kt, a->Tp, len, 1.0f, a->raw, D);
-        cope_row(a, p, i, qi, s, D);
+        cope_row(a, p, i, qi, kt, s, D);
     } else {
         dots(qi, kt, a->Tp, len, a->alpha, s, D);
     }
@@ -539,10 +552,8 @@ INLINE int row_grad(const Args *a, int64_t p, int64_t i, int64_t len, const floa
         return 0;
     }
     if (a->pw) { /* the weights forward kept: no logits to make again */
-        if (a->pe) { /* CoPE's gradient needs the row's gates, counts and buckets */
-            dots(qi, kt, a->Tp, n, 1.0f, a->raw, D);
-            cope_row(a, p, i, qi, NULL, D);
-        }
+        if (a->pe) /* CoPE's gradient needs the row's gates, counts and buckets */
+            cope_row(a, p, i, qi, kt, NULL, D);
         if (a->g) { /* TRA's needs its survivors' distances, from the signs of q . k */
             dots(qi, kt, a->Tp, n, a->alpha, a->raw, D);
             for (int64_t j = n; j < round_up(n); j++) a->raw[j] = -BIG;
@@ -722,6 +733,47 @@ INLINE void keys_update(float *y, int64_t ly, float *const *w, const float *cons
     }
 }
 
+/* CoPE's embedding terms of a block's nr rows (cope_pe_grad's, for head dims whose RB rows fit
+ * in registers): the embeddings' gradient dpeT[n] += scale sum_r dz_r[n] q_r as one
+ * read-modify-write per bucket for the block (keys_update), and dq_r += scale sum_n dz_r[n]
+ * peT[n] with each bucket's row of peT loaded once for the block. Each sum gets the per-row
+ * path's additions in its order (a row past its own reach adds exact zeros); dz zeroed. */
+INLINE void cope_pe_block(const Args *a, int64_t p, int64_t i, int64_t nr, const float *const *qr,
+                          float *const *dzr, float *dq, int64_t sdq, const int64_t D) {
+    const int64_t h = cope_head(a, p), top = a->npos - 1, nd = cope_reach(a, i + nr - 1);
+    const int64_t nv = D / VL;
+    const float *peT = a->peT + h * a->npos * D;
+    float *dpeT = a->dpeT + h * a->npos * D;
+    for (int r = 0; r < RB; r++) /* rows past nr: zeros; a row's entries past its reach: 0 */
+        for (int64_t n = 0; n < nd; n++) dzr[r][n] *= a->scale;
+    keys_update(dpeT, D, dzr, qr, nd, D);
+    v8 acc[RB][2];
+    for (int r = 0; r < RB; r++)
+        for (int64_t u = 0; u < nv; u++) acc[r][u] = splat(0.0f);
+    for (int64_t n = 0; n < nd; n++) {
+        for (int64_t u = 0; u < nv; u++) {
+            const v8 e = load8(peT + n * D + u * VL);
+            for (int r = 0; r < RB; r++) acc[r][u] += splat(dzr[r][n]) * e;
+        }
+    }
+    if (nd < a->npos) { /* npos - 1, which no row of the block reaches (a NaN count's bucket) */
+        float w[RB];
+        for (int r = 0; r < RB; r++) w[r] = a->scale * dzr[r][top];
+        axpy_rows(dpeT + top * D, w, qr, D);
+        for (int r = 0; r < RB; r++) {
+            dzr[r][top] = 0.0f;
+            for (int64_t u = 0; u < nv; u++)
+                acc[r][u] += splat(w[r]) * load8(peT + top * D + u * VL);
+        }
+    }
+    for (int r = 0; r < nr; r++) {
+        float *dqr = dq + (i + r) * sdq;
+        for (int64_t u = 0; u < nv; u++) store8(dqr + u * VL, load8(dqr + u * VL) + acc[r][u]);
+    }
+    for (int r = 0; r < RB; r++)
+        for (int64_t n = 0; n < nd; n++) dzr[r][n] = 0.0f;
+}
+
 /* y[r][0..D) = sum_{j < len} w[r][j] x[j, 0..D) for two rows r at once (rows of x ld floats
  * apart): each x row is loaded once for both; the even / odd chains of weighted_sum, so the
  * same bits */
@@ -821,15 +873,13 @@ INLINE void bwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, con
             if (a->dqv) {
                 /* the table's gradient: row i + r reads table row (T-1-i) + (j - r) for key j, so
                  * table row (T-1-i) + m takes key m + r of each row r, all in one
-                 * read-modify-write (as dk and dv below); m from 1 - nr keeps the table rows
-                 * read inside the table */
+                 * read-modify-write (as dk and dv below): keys_update over the table rows
+                 * m = 1 - nr .. i (from 1 - nr: the table rows read stay inside the table), row
+                 * r's weights dn_r read from m + r (dn's zeros in front cover m + r < 0) */
                 const int64_t U = 2 * T - 1;
-                float *dPh = a->dP + (p % H) * U * D + (T - 1 - i) * D;
-                for (int64_t m = 1 - nr; m <= i; m++) {
-                    float w[RB];
-                    for (int r = 0; r < RB; r++) w[r] = dnr[r][m + r];
-                    axpy_rows(dPh + m * D, w, qvr, D);
-                }
+                float *dPh = a->dP + (p % H) * U * D + (T - 1 - i) * D, *wm[RB];
+                for (int r = 0; r < RB; r++) wm[r] = dnr[r] + (1 - nr) + r;
+                keys_update(dPh + (1 - nr) * D, D, wm, qvr, i + nr, D);
             }
             for (int r = 0; r < RB; r++) /* now the gradient of the score q . k */
                 for (int64_t j = 0; j < len; j++) dlr[r][j] *= scale;
@@ -841,7 +891,9 @@ INLINE void bwd_pairs(int64_t p0, int64_t p1, const Args *a, const float *q, con
                     weighted_sum2(dqp + (i + r) * sdq, dqp + (i + r + 1) * sdq, dlr[r], dlr[r + 1],
                                   kp, sk, len, D);
             for (; r < nr; r++) weighted_sum(dqp + (i + r) * sdq, dlr[r], kp, sk, len, D);
-            if (a->pe)
+            if (a->pe && KEYS_IN_REGS(D))
+                cope_pe_block(a, p, i, nr, qr, dzr, dqp, sdq, D);
+            else if (a->pe)
                 for (r = 0; r < nr; r++)
                     cope_pe_grad(a, p, i + r, qr[r], dzr[r], dqp + (i + r) * sdq, D);
         }

@@ -46,7 +46,7 @@ from lengen.ops.heads import new_slots, qkv_buffer
 from lengen.ops.tile_bias import as_4d, reduce_to
 
 SOURCE = Path(__file__).with_name("fused_rows.c")
-VERSION = 15
+VERSION = 17
 _P, _I, _D = ctypes.c_void_p, ctypes.c_int64, ctypes.c_double
 
 
