@@ -97,3 +97,68 @@ def test_sweep_threads_are_explicit(clean_threads, tmp_path):
     res = run_one({"name": "r", "config": tiny().to_dict()}, str(tmp_path), threads=2)
     assert res["status"] == "done", res["error"]
     assert json.load(open(tmp_path / "r" / "config.json"))["train"]["threads"] == 2
+
+
+# ---- the allocator's thresholds (tune_allocator) -------------------------------------------------
+class FakeLibc:
+    """Records mallopt calls; ``ok`` is what each returns (glibc: 1 on success)."""
+
+    def __init__(self, ok=1):
+        self.calls, self.ok = [], ok
+
+    def mallopt(self, param, value):
+        self.calls.append((param, value))
+        return self.ok
+
+
+def test_tune_allocator_sets_both_thresholds():
+    libc = FakeLibc()
+    assert lt.tune_allocator(environ={}, libc=libc) is True
+    assert libc.calls == [(-3, lt.MMAP_THRESHOLD), (-1, lt.TRIM_THRESHOLD)]
+    assert lt.MMAP_THRESHOLD == 32 << 20            # glibc refuses more on 64-bit machines
+
+
+def test_a_failing_mallopt_is_reported_and_stops_before_the_trim_threshold():
+    libc = FakeLibc(ok=0)
+    assert lt.tune_allocator(environ={}, libc=libc) is False
+    # the trim threshold alone would turn glibc's adaptive mmap threshold off: never set it alone
+    assert libc.calls == [(-3, lt.MMAP_THRESHOLD)]
+
+
+@pytest.mark.parametrize("env, why", [
+    ({"LENGEN_MALLOC_TUNING": "0"}, "LENGEN_MALLOC_TUNING"),
+    ({"LENGEN_MALLOC_TUNING": "Off"}, "LENGEN_MALLOC_TUNING"),
+    ({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}, "GLIBC_TUNABLES"),
+    ({"MALLOC_TRIM_THRESHOLD_": "0"}, "MALLOC_TRIM_THRESHOLD_"),
+    ({"LD_PRELOAD": "/usr/lib/libjemalloc.so.2"}, "LD_PRELOAD"),
+    ({"LD_PRELOAD": "libtcmalloc_minimal.so"}, "LD_PRELOAD"),
+])
+def test_the_users_allocator_settings_win(env, why):
+    libc = FakeLibc()
+    assert lt.allocator_chosen_by_user(env) == why
+    assert lt.tune_allocator(environ=env, libc=libc) is False
+    assert libc.calls == []
+
+
+def test_other_settings_leave_the_allocator_to_lengen():
+    env = {"GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX512F", "LD_PRELOAD": "libfoo.so",
+           "LENGEN_MALLOC_TUNING": "1", "MALLOC_ARENA_MAX": "2"}
+    assert lt.allocator_chosen_by_user(env) is None
+
+
+def _in_a_fresh_process(code: str, **env) -> str:
+    full = {k: v for k, v in os.environ.items() if k != "LENGEN_MALLOC_TUNING"}
+    full.update(env, PYTHONPATH=ROOT)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=full, check=True, timeout=300).stdout.strip()
+
+
+@pytest.mark.skipif(not lt._is_glibc(), reason="glibc's mallopt only")
+def test_cpu_work_tunes_glibc_once_and_the_opt_out_holds():
+    code = ("import lengen.threads as t; a = t._allocator_tuned; t.use_threads(0, 64, 'cpu'); "
+            "print(a, t._allocator_tuned, t.tune_allocator())")
+    assert _in_a_fresh_process(code) == "None True True"
+    assert _in_a_fresh_process(code, LENGEN_MALLOC_TUNING="0") == "None False False"
+    # an accelerator's work leaves the host allocator alone
+    gpu = "import lengen.threads as t; t.use_threads(0, 64, 'cuda:0'); print(t._allocator_tuned)"
+    assert _in_a_fresh_process(gpu) == "None"
