@@ -11,7 +11,9 @@ every model once per commit, the two commits in alternating order, and the table
 median over rounds of old step / new step from the same round (slow phases of a shared machine
 hit both sides). Both sides run with the same torch thread count (``--threads``, default 1, the
 recipes' per-worker count) and ``OMP_WAIT_POLICY=PASSIVE``, so the ratio is the code's, not the
-thread policy's (``benchmarks/threads.py`` measures that).
+thread policy's (``benchmarks/threads.py`` measures that). The allocator thresholds that
+``lengen.train`` sets for CPU work at commits that have them (``lengen.threads.tune_allocator``)
+are set on that side too, as training would (``benchmarks/allocator.py`` measures them alone).
 
 Same numbers: before timing, each process computes the loss and the gradient norm of the
 model's first training batch (``float.hex``) on a copy of the model whose weights are drawn from
@@ -86,6 +88,11 @@ cfg = lengen.resolve(cfg)
 task, net = prepare(cfg)
 if hasattr(estimate, "use_threads"):
     estimate.use_threads = lambda *a, **k: None          # keep the thread count set above
+try:   # what use_threads also does for CPU work at commits that have it (lengen.train's policy)
+    from lengen.threads import tune_allocator
+    tune_allocator()
+except ImportError:
+    pass
 torch.set_num_threads(spec["threads"])
 # the numbers: loss and gradient norm of the first training batch at initialisation
 tc = cfg.train
