@@ -59,7 +59,7 @@ def build(key: str):
         cfg = r.model_config(name, "cpu", 0)
     elif recipe == "addition":
         from lengen.recipes.addition.specs import run_config
-        cfg = run_config(name, "cpu", 0)
+        cfg = run_config(name, "cpu-5k", 0)     # the batch-32 model vs_commit.py times
     elif recipe == "randomized":
         from lengen.recipes.randomized_pe.recipe import run_config
         cfg = run_config("reverse_string", name, "cpu", 0)

@@ -76,8 +76,9 @@ if kind == "flipflop":
     from lengen.recipes.tra_flipflop import recipe as r
     cfg = r.model_config(name, "cpu", 0)
 elif kind == "addition":
-    from lengen.recipes.addition.specs import run_config
-    cfg = run_config(name, "cpu", 0)
+    from lengen.recipes.addition.specs import SCALES, run_config
+    # the 5,000 x 32 cpu scale ('cpu' until it moved to the fitted budget, 'cpu-5k' since)
+    cfg = run_config(name, "cpu-5k" if "cpu-5k" in SCALES else "cpu", 0)
 elif kind == "randomized":
     from lengen.recipes.randomized_pe.recipe import run_config
     cfg = run_config("reverse_string", name, "cpu", 0)

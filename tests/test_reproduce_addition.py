@@ -13,8 +13,8 @@ from lengen.cli import main
 from lengen.config import resolve
 from lengen.recipes import RECIPES
 from lengen.recipes.addition import published, recipe as add, specs
-from lengen.recipes.addition.report import (FIT, REACH, UNFIT, _claim_rows, best, reach,
-                                            run_scores, write_table)
+from lengen.recipes.addition.report import (FIT, REACH, _claim_rows, best, reach, run_scores,
+                                            write_table)
 
 
 def test_registered_and_published_claims_are_well_formed():
@@ -74,7 +74,7 @@ def test_paper_scale_is_the_papers_protocol():
 
 
 def test_every_cpu_and_smoke_config_builds():
-    for scale in ("cpu", "smoke"):
+    for scale in ("cpu", "cpu-5k", "smoke"):
         specs = add.build_specs(scale)
         assert len({s.name for s in specs}) == len(specs)
         for s in specs:
@@ -83,16 +83,60 @@ def test_every_cpu_and_smoke_config_builds():
         learned = [resolve(s.config) for s in specs if s.tags["setting"] in ("coupling",
                                                                               "abacus")]
         assert learned and all(c.model.posenc == "learned" for c in learned)
-    cpu = add.SCALES["cpu"]
-    assert cpu["N"] == 10 and cpu["M"] >= 20
-    # two trials for the four PEs with hints (Fig. 3), one for every ablation; --seeds
-    # replaces both
-    main = [s for s in add.build_specs("cpu") if s.tags["group"] == "main"]
+    old = add.SCALES["cpu-5k"]
+    assert (old["N"], old["M"], old["steps"], old["batch_size"]) == (10, 20, 5000, 32)
+    # cpu-5k: two trials for the four PEs with hints (Fig. 3), one for every ablation
+    main = [s for s in add.build_specs("cpu-5k") if s.tags["group"] == "main"]
     for setting in add.SETTINGS:
         seeds = sorted(s.tags["seed"] for s in main if s.tags["setting"] == setting)
         assert seeds == ([0, 1] if setting in add.PES else [0]), setting
-    chosen = add.build_specs("cpu", trials=[3], train_lengths=False, heatmap=False)
+    chosen = add.build_specs("cpu-5k", trials=[3], train_lengths=False, heatmap=False)
     assert {s.tags["seed"] for s in chosen} == {3} and len(chosen) == len(add.SETTINGS)
+
+
+def test_cpu_scale_is_the_fitted_budget_with_per_setting_learning_rates():
+    """The cpu scale at the Fig. 3 search's budget (results/addition-fig3-search): 8,000 steps
+    at batch 128, FIRE and its ablations at lr 3e-3, KerpleLog / RoPE / NoPE / Abacus at 1e-3,
+    coupling at 1e-3 for 12,000 steps; three seeds on every arm; FIRE at N = 20 and the
+    init x order grid only on request, N = 20 tested to 40 digits."""
+    specs = add.build_specs("cpu")
+    assert len(specs) == 8 * 3
+    by = {}
+    for s in specs:
+        cfg = resolve(s.config)
+        assert (cfg.train.batch_size, cfg.model.d_model, cfg.model.n_layers) == (128, 64, 2)
+        by.setdefault(s.tags["setting"], set()).add((cfg.train.lr, cfg.train.steps))
+        assert cfg.eval.splits == [f"len={n}" for n in range(1, 21)]
+    assert by["fire"] == by["fire-nohints"] == by["fire-spaces"] == {(3e-3, 8000)}
+    assert by["kerple_log"] == by["abacus"] == {(1e-3, 8000)}
+    assert by["coupling"] == {(1e-3, 12000)}
+    assert {s.tags["setting"] for s in specs} == {"fire", "kerple_log", "fire-nohints",
+                                                  "fire-standard", "fire-norand",
+                                                  "fire-spaces", "coupling", "abacus"}
+    for setting in {s.tags["setting"] for s in specs}:
+        assert sorted(s.tags["seed"] for s in specs if s.tags["setting"] == setting) == \
+            [0, 1, 2]
+    assert resolve(add.run_config("rope", "cpu")).train.lr == 1e-3      # --settings rope
+    more = add.build_specs("cpu", train_lengths=True, heatmap=True)
+    n20 = [resolve(s.config) for s in more if s.tags["N"] == 20]
+    assert len(n20) == 2 and all(c.eval.splits[-1] == "len=40" for c in n20)
+    assert all(c.task.kwargs["max_eval_length"] == 40 for c in n20)
+    assert len([s for s in more if s.tags["group"] == "heatmap"]) == 2     # (0,1) and (1,1)
+
+
+def test_parts_cover_the_grid_once_one_seed_each():
+    grid = add.build_specs("cpu")
+    parts = [add.grid_part(grid, (k, 3)) for k in (1, 2, 3)]
+    names = [s.name for p in parts for s in p]
+    assert sorted(names) == sorted(s.name for s in grid)
+    assert [{s.tags["seed"] for s in p} for p in parts] == [{0}, {1}, {2}]
+    assert add.grid_part(grid, None) == grid
+    from lengen.recipes.common import parse_part, part_of
+    assert parse_part("2/3") == (2, 3)
+    for bad in ("0/3", "4/3", "2", "a/b"):
+        with pytest.raises(ValueError, match="--part"):
+            parse_part(bad)
+    assert [len(part_of(list(range(7)), (k, 3))) for k in (1, 2, 3)] == [3, 2, 2]
 
 
 def test_gpu_scale_is_the_papers_5m_model_and_every_config_fits_its_inputs():
@@ -170,74 +214,115 @@ def test_reach_and_run_scores():
     assert reach({1: 50, 2: 100}) == 0
     rows = (rows_for("a", "fire", {1: 100, 2: 100, 3: 100, 4: 95, 5: 40})
             + rows_for("b", "fire", {1: 100, 2: 80, 3: 60, 4: 10, 5: 0}, seed=1)
+            # the short-length dip: learns addition (2..3) without fitting 1..3
+            + rows_for("d", "fire", {1: 40, 2: 100, 3: 100, 4: 50, 5: 0}, seed=2)
             + [dict(run="c", setting="rope", label="RoPE", N=3, seed=0, data_seed=0,
                     group="main", status="failed", metric=None, value=None,
                     error="TrainingDiverged: loss is nan at step 2")])
     sc = {r["run"]: r for r in run_scores(rows, M=5)}
     assert sc["a"]["in_dist"] == 100 and sc["a"]["ood"] == pytest.approx(67.5)
     assert (sc["a"]["reach"], sc["a"]["ratio"], sc["a"]["at_M"]) == (4, 4 / 3, 40)
-    assert sc["a"]["fitted"] and not sc["b"]["fitted"]
+    assert (sc["a"]["fits"], sc["a"]["learns"]) == (True, True)
+    assert (sc["b"]["fits"], sc["b"]["learns"]) == (False, False)
+    assert (sc["d"]["fits"], sc["d"]["learns"]) == (False, True)
+    assert sc["d"]["em_fits"] == pytest.approx(80) and sc["d"]["em_learns"] == 100
     assert sc["c"]["status"] == "diverged"
     assert best(list(sc.values()), "fire", 3)["run"] == "a"
     assert best(list(sc.values()), "rope", 3) is None
-    assert FIT == 90.0 and REACH == 90.0
+    assert FIT == 95.0 and REACH == 90.0
+    # M per training length: a run at N = 4 tested to 8 is scored to 8
+    longer = rows_for("n4", "fire", {n: 100 for n in range(1, 9)}, N=4)
+    assert run_scores(longer, M=lambda N: 2 * N)[0]["at_M"] == 100
 
 
-def test_claims_do_not_count_pairs_where_neither_run_fitted(monkeypatch):
-    """Two unfitted runs (both 0% beyond N) would otherwise 'agree' with any sign the paper
-    states; they are shown, marked, and left out of the count."""
+GOOD = {1: 100, 2: 100, 3: 100, 4: 99, 5: 99}
+DEAD = {1: 20, 2: 0, 3: 0, 4: 0, 5: 0}
+
+
+def ood_curve(ood: float) -> dict:
+    """A run that fits 1..3 with OOD EM ``ood`` at 4 and 5."""
+    return {1: 100, 2: 100, 3: 100, 4: ood, 5: ood}
+
+
+def seeds_of(setting, curves: dict) -> list:
+    return [r for seed, c in curves.items() for r in rows_for(f"{setting}-{seed}", setting, c,
+                                                              seed=seed)]
+
+
+def claims_of(rows, reading="fits") -> dict:
+    return {c["key"]: c for c in _claim_rows(rows, run_scores(rows, M=5), "smoke")
+            if c["reading"] == reading}
+
+
+def test_claims_compare_means_over_the_seeds_both_arms_pass(monkeypatch):
+    """Every verdict comes from the runs that pass a reading, paired by seed (n >= 2), never a
+    best trial: FIRE's best seed is above every KerpleLog run, but its mean is not."""
     monkeypatch.setitem(add.SCALES, "smoke", dict(add.SCALES["smoke"], N=3, M=5))
-    good = {1: 100, 2: 100, 3: 100, 4: 99, 5: 99}
-    dead = {1: 20, 2: 0, 3: 0, 4: 0, 5: 0}
-    rows = (rows_for("f", "fire", good) + rows_for("fn", "fire-nohints", dead)
-            + rows_for("k", "kerple_log", dead) + rows_for("kn", "kerple_log-nohints", dead)
-            + rows_for("ks", "kerple_log-spaces", dead) + rows_for("kr", "kerple_log-rand", dead)
-            + rows_for("fr", "fire-norand", good) + rows_for("fs", "fire-spaces", dead))
-    claims = {c["key"]: c for c in _claim_rows(rows, run_scores(rows, M=5), "smoke")}
-    assert claims["no_hints"]["holds"] == "1 of 1 PEs (1 not counted)"
-    assert "KerpleLog 6.7/0.0 vs 6.7/0.0 (neither run fitted" in claims["no_hints"]["ours"]
-    # spaces: FIRE -99 counted (paper: -), KerpleLog 0 vs 0 not counted (paper: +)
-    assert claims["spaces"]["holds"] == "1 of 1 PEs (1 not counted)"
-    # randomized: FIRE 0 difference (counted, disagrees), KerpleLog not counted
-    assert claims["randomized"]["holds"] == "0 of 1 PEs (1 not counted)"
-    # FIRE beats only unfitted PEs: nothing to compare its degradation with
-    assert claims["others_degrade"]["holds"] == "untested (no other PE fitted)"
-    assert "KerpleLog 0.0" + UNFIT in claims["others_degrade"]["ours"]
-    only_dead = [r for r in rows if r["run"] in ("k", "kn")]
-    claims = {c["key"]: c for c in _claim_rows(only_dead, run_scores(only_dead, M=5), "smoke")}
-    assert claims["no_hints"]["holds"] == "untested (neither run fitted for any PE)"
+    rows = (seeds_of("fire", {0: ood_curve(90), 1: ood_curve(10), 2: ood_curve(10)})
+            + seeds_of("kerple_log", {0: ood_curve(50), 1: ood_curve(50), 2: ood_curve(50)})
+            + seeds_of("rope", {0: DEAD, 1: DEAD, 2: DEAD})
+            + seeds_of("fire-nohints", {0: DEAD, 1: DEAD, 2: DEAD})
+            + seeds_of("fire-norand", {0: ood_curve(5), 1: ood_curve(5), 2: DEAD})
+            + seeds_of("fire-spaces", {0: ood_curve(0), 1: DEAD, 2: DEAD}))
+    c = claims_of(rows)
+    k = c["others_degrade:kerple_log"]
+    assert k["verdict"] == "not reproduced" and k["n"] == 3
+    assert (k["base_mean"], k["other_mean"]) == (pytest.approx(110 / 3), 50)
+    assert c["others_degrade:rope"]["verdict"] == "untested"           # RoPE passes on none
+    assert "RoPE passes 0 of 3" in c["others_degrade:rope"]["ours"]
+    nh = c["no_hints:fire"]
+    assert (nh["verdict"], nh["base_passed"], nh["other_passed"]) == ("reproduced", 3, 0)
+    # randomized positions: over seeds 0 and 1 (both arms pass) FIRE 50 vs 5 without them, a
+    # gap under FIRE's std over those seeds (90 and 10: 56.6)
+    r = c["randomized:fire"]
+    assert r["n"] == 2 and r["diff"] == pytest.approx(45) and r["verdict"] == "direction only"
+    assert r["larger_std"] == pytest.approx(56.5685, abs=1e-3)
+    assert c["spaces:fire"]["verdict"] == "untested" and c["spaces:fire"]["n"] == 1
+    assert c["fire_100"]["verdict"] == "untested"       # N = 3 < 40: the claim is for 1..40
+    v = c["variance"]
+    assert v["verdict"] == "reproduced" and "passes on 3 of 3" in v["ours"]
+    # a FIRE seed that does not fit leaves the paired comparisons and fails "every trial fits"
+    rows2 = [dict(x, value=0.0) if x["run"] == "fire-0" else x for x in rows]
+    c2 = claims_of(rows2)
+    assert c2["others_degrade:kerple_log"]["n"] == 2
+    assert c2["variance"]["verdict"] == "not reproduced"
+    assert c2["randomized:fire"]["verdict"] == "untested"          # only seed 1 left
+
+
+def test_the_learns_reading_keeps_runs_with_the_short_length_dip(monkeypatch):
+    monkeypatch.setitem(add.SCALES, "smoke", dict(add.SCALES["smoke"], N=3, M=5))
+    dip = {1: 30, 2: 100, 3: 100, 4: 80, 5: 60}
+    rows = (seeds_of("fire", {0: dip, 1: dip}) + seeds_of("fire-norand", {0: ood_curve(10),
+                                                                          1: ood_curve(20)}))
+    assert claims_of(rows, "fits")["randomized:fire"]["verdict"] == "untested"
+    learns = claims_of(rows, "learns")["randomized:fire"]
+    assert learns["verdict"] == "reproduced" and learns["n"] == 2
+    assert learns["other_mean"] == 70 and learns["base_mean"] == 15
 
 
 def test_claims_follow_the_rows(tmp_path, monkeypatch):
     monkeypatch.setitem(add.SCALES, "smoke", dict(add.SCALES["smoke"], N=3, M=5))
-    good = {1: 100, 2: 100, 3: 100, 4: 99, 5: 99}
-    weak = {1: 100, 2: 100, 3: 100, 4: 50, 5: 20}
-    rows = (rows_for("f", "fire", good) + rows_for("r", "rope", weak)
-            + rows_for("fn", "fire-nohints", {1: 50, 2: 10, 3: 0, 4: 0, 5: 0})
-            + rows_for("fs", "fire-standard", weak)
-            + rows_for("fN2", "fire", {1: 100, 2: 100, 3: 90, 4: 10, 5: 0}, N=2,
-                       group="train_length"))
-    scores = run_scores(rows, M=5)
-    claims = {c["key"]: c for c in _claim_rows(rows, scores, "smoke")}
-    assert claims["fire_100"]["holds"] == "yes" and "99.0% at 5 digits" in claims["fire_100"][
-        "ours"]
-    assert claims["others_degrade"]["holds"] == "yes"
-    assert claims["no_hints"]["holds"] == "1 of 1 PEs"
-    assert claims["reversed"]["holds"] == "1 of 1 PEs"
-    assert claims["train_length"]["holds"] == "yes"          # reach 2 (N=2) < 5 (N=3)
-    assert claims["5m"]["holds"] == "n/a"
+    rows = (seeds_of("fire", {0: GOOD, 1: GOOD}) + seeds_of("fire-standard", {0: DEAD, 1: GOOD})
+            + seeds_of("coupling", {0: ood_curve(100), 1: ood_curve(99)})
+            + [r for seed in (0, 1) for r in rows_for(
+                f"fN2-{seed}", "fire", {1: 100, 2: 100, 3: 90, 4: 10, 5: 0}, N=2, seed=seed,
+                group="train_length")])
+    c = claims_of(rows)
+    # the standard format passes on one seed of two: FIRE's 2 against 1 is direction only
+    assert c["reversed:fire"]["verdict"] == "direction only"
+    # coupling 99.5 +- 0.71 against FIRE's 99 +- 0: above it by less than the larger std
+    assert c["coupling"]["verdict"] == "direction only"
+    assert c["coupling"]["diff"] == pytest.approx(0.5)
+    # train length: reach - N is 0 at N = 2 and 2 at N = 3 on both seeds (std 0)
+    assert c["train_length"]["verdict"] == "reproduced"
+    assert "10 -> 10" in c["train_length"]["ours"]
+    assert c["5m"]["verdict"] == "n/a"
     # the published number stands in its own column beside ours
-    assert claims["fire_100"]["paper"].startswith("> 98% EM at 100 digits")
-    assert claims["train_length"]["paper"] == "reach 40 -> 100, 30 -> 45, 20 -> 25, 10 -> 10"
-    # a standard format that beats the reversed one flips the claim
-    rows2 = [dict(r, value=0.0) if r["run"] == "f" and r["split"] in ("len=4", "len=5")
-             else r for r in rows]
-    claims2 = {c["key"]: c for c in _claim_rows(rows2, run_scores(rows2, M=5), "smoke")}
-    assert claims2["reversed"]["holds"] == "0 of 1 PEs"
-    assert claims2["fire_100"]["holds"] == "no"
+    assert c["fire_100"]["paper"].startswith("> 98% EM at 100 digits")
+    scores = run_scores(rows, M=5)
     paths = write_table(scores, str(tmp_path), scale="smoke", caption="cap")
     text = open(paths["table_md"]).read()
-    assert "| FIRE, no hints | 1 (0) | 20.0 | 0.0" + UNFIT in text
+    assert "| FIRE, standard format | 2 (0) | 1 of 2 | 1 of 2 |" in text
 
 
 def test_smoke_end_to_end_through_the_cli(tmp_path, capsys):
@@ -253,10 +338,10 @@ def test_smoke_end_to_end_through_the_cli(tmp_path, capsys):
     for label in ("FIRE", "RoPE", "FIRE, no hints", "Position coupling", "Abacus"):
         assert f"| {label} |" in table
     claims = open(os.path.join(out, "claims.md")).read()
-    assert "> 98% exact match at 100 digits" in claims and "Holds here?" in claims
+    assert "> 98% exact match at 100 digits" in claims and "| fits |" in claims
     header = next(line for line in claims.splitlines() if line.startswith("| Claim"))
     assert [c.strip() for c in header.strip("|").split("|")] == [
-        "Claim (where)", "Paper", "Ours at this scale", "Holds here?"]
+        "Claim (where)", "Paper", "Reading", "Ours at this scale", "Verdict"]
     with open(os.path.join(out, "results.csv")) as f:
         rows = list(csv.DictReader(f))
     metrics = {r["metric"] for r in rows}

@@ -68,6 +68,30 @@ def select(given, valid, default, what: str) -> list:
     return chosen
 
 
+def parse_part(text: str) -> tuple[int, int]:
+    """``"K/N"`` -> (K, N) with 1 <= K <= N (``--part``); ValueError saying what is wrong."""
+    try:
+        k, n = (int(x) for x in str(text).split("/"))
+    except ValueError:
+        raise ValueError(f"--part takes K/N (part K of N, e.g. 2/3), got {text!r}") from None
+    if not 1 <= k <= n:
+        raise ValueError(f"--part {text}: K must be between 1 and N")
+    return k, n
+
+
+def part_of(specs: list, part: tuple[int, int] | None, key=None) -> list:
+    """Part K of N of a grid's runs: sorted by ``key`` (default: grid order), then cut into N
+    contiguous pieces as equal as possible (the first ones one run longer), so that the N parts
+    together run every run once; None -> every run."""
+    if part is None:
+        return list(specs)
+    k, n = part
+    ordered = sorted(specs, key=key) if key is not None else list(specs)
+    size, extra = divmod(len(ordered), n)
+    start = (k - 1) * size + min(k - 1, extra)
+    return ordered[start:start + size + (1 if k <= extra else 0)]
+
+
 def write_md(path: str, title: str, caption: str, grid, note: str = "", *,
              label_columns: int = 1) -> None:
     """A report table: bold title, caption, the Markdown table of ``grid`` (header row first;
@@ -171,4 +195,4 @@ def exit_code(result: dict) -> int:
 
 __all__ = ["add_corpus_arguments", "add_sweep_arguments", "add_eval_only_rows", "default_device",
            "eval_with_positions", "log_failures", "trained_columns", "train_section", "exit_code",
-           "select", "write_md"]
+           "select", "write_md", "parse_part", "part_of"]

@@ -7,8 +7,8 @@ worker processes) or on Ray, resumable, failures recorded, all rows collected in
     df = result.frame()                      # every run's rows + axis tags + status
 """
 from lengen.sweep.grid import Grid, RunSpec, apply_patch, as_specs
-from lengen.sweep.local import (SweepResult, collect, default_threads, run_one, run_sweep,
-                                training_span)
+from lengen.sweep.local import (SweepResult, collect, default_threads, finished_rows, run_one,
+                                run_sweep, training_span, write_results)
 
 __all__ = ["Grid", "RunSpec", "SweepResult", "apply_patch", "as_specs", "collect", "default_threads",
-           "run_one", "run_sweep", "training_span"]
+           "finished_rows", "run_one", "run_sweep", "training_span", "write_results"]

@@ -61,9 +61,9 @@ def exact_match(run: str) -> dict:
 
 
 def main():
-    cfg = run_config("fire", "cpu")
+    cfg = run_config("fire", "cpu-5k")        # the scale this folder ran ('cpu' until 2026-11-28)
     kw = cfg["model"]["positions_kwargs"]
-    B, N, M = cfg["train"]["batch_size"], SCALES["cpu"]["N"], SCALES["cpu"]["M"]
+    B, N, M = cfg["train"]["batch_size"], SCALES["cpu-5k"]["N"], SCALES["cpu-5k"]["M"]
     task = build_task("addition", **cfg["task"]["kwargs"])
     digits = torch.zeros(task.input_length(M) + 1, dtype=torch.long)
     for n in range(1, M + 1):

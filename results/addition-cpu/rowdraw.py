@@ -22,7 +22,7 @@ from lengen.sweep import RunSpec, run_one
 def main(out, seed, data_seed=0):
     seed, data_seed = int(seed), int(data_seed)
     name = f"fire-row-s{seed}-d{data_seed}"
-    cfg = run_config("fire", "cpu", seed=seed, data_seed=data_seed, name=name)
+    cfg = run_config("fire", "cpu-5k", seed=seed, data_seed=data_seed, name=name)  # was 'cpu' 
     cfg["model"]["positions_kwargs"]["train_draw"] = "row"
     t0 = time.time()
     res = run_one(RunSpec(name, cfg, {"setting": "fire", "train_draw": "row"}), out, quiet=True,

@@ -50,15 +50,21 @@ Scales (numbers in ``SCALES``; the captions of the written tables restate them):
   128, lr 1e-3, bf16 autocast; three trials for the four PEs with hints, two per ablation, FIRE
   also at N = 20 (two trials); randomized positions from [0, 640). Measured in
   ``results/addition-gpu/README.md``.
-* ``cpu``: about an hour on a 2-core CPU with ``--workers 2`` (``--estimate`` times it on the
-  machine); a small model of the paper's block (2 blocks, d_model 64, see ``SCALES['cpu']``), N =
-  10, test lengths 1..20, 5,000 steps at batch 32 and lr 3e-3; two trials for the four PEs with
-  hints, one for each ablation, FIRE also on a 2 x 2 init x data-order grid. The batch and lr
-  came from probes (``results/addition-cpu/probes.jsonl``). What the scale shows, and which
-  columns did not fit their training lengths (marked with a double dagger; the claims leave
-  comparisons where neither run fitted out of the count), is measured in
-  ``results/addition-cpu/README.md``. At N = 10 the paper itself reports no generalization beyond
-  the training lengths (its Fig. 13), so the cpu scale cannot show FIRE's 2.5x extension.
+* ``cpu``: a small model of the paper's block (2 blocks, d_model 64, see ``SCALES['cpu']``),
+  N = 10, test lengths 1..20, at the budget the Fig. 3 search found (8,000 steps at batch 128,
+  ``results/addition-fig3-search``): FIRE and its four ablations at lr 3e-3, KerpleLog and Abacus
+  at 1e-3, position coupling at 1e-3 for 12,000 steps (``per_setting``); three init seeds on
+  every arm. RoPE and NoPE fitted at no budget of that search, so they run only when named
+  (``--settings rope nope``, lr 1e-3); FIRE at N = 20 (tested to 40) and the init x data-order
+  grid only with ``--train-lengths`` / ``--heatmap``. 24 runs, some 5.5 hours on 2 cores with
+  ``--workers 2`` (``--estimate`` times it on the machine); ``--part 1/3`` .. ``3/3`` runs one
+  seed of every setting each, under 2 hours, and each part's report covers every finished run.
+  At N = 10 the paper itself reports no generalization beyond the training lengths (its Fig.
+  13), so the cpu scale cannot show FIRE's 2.5x extension; what it shows is measured in
+  ``results/addition-cpu-recipe/README.md``.
+* ``cpu-5k``: the first cpu scale, 5,000 steps at batch 32 and lr 3e-3 (two trials for the four
+  PEs with hints, one for each ablation, FIRE also on a 2 x 2 init x data-order grid), about an
+  hour; FIRE fitted on 1 of 3 seeds there (``results/addition-cpu``, ``addition-cpu-seeds``).
 * ``smoke``: seconds, for tests (tiny model, N = 3, M = 5; numbers are meaningless).
 
 Outputs in ``--out`` (default ``runs/addition-<scale>``): one run directory per setting x trial
@@ -87,10 +93,10 @@ from lengen.recipes.addition.specs import (ERROR_SETTINGS, EVAL_SEED, FIGURES, P
                                            trial_seeds)
 from lengen.recipes.addition.report import write_report
 from lengen.recipes.addition.scores import is_divergence
-from lengen.recipes.common import log_failures
+from lengen.recipes.common import log_failures, part_of
 from lengen.recipes.estimate import report_total, time_training_steps, timed, use_worker_threads
 from lengen.rundir.load import load_run, prepare
-from lengen.sweep import RunSpec, run_one, run_sweep
+from lengen.sweep import RunSpec, finished_rows, run_one, run_sweep, write_results
 from lengen.tasks.splits import length_splits
 
 
@@ -178,37 +184,69 @@ def analysis_settings(scale: str, device: str) -> dict:
 
 
 def run_addition_recipe(scale: str = "cpu", out: str | None = None, *, workers: int = 1,
-                        settings=None, trials=None, train_lengths: bool = True,
-                        heatmap: bool = True, backend: str = "local", threads: int | None = None,
-                        device: str | None = None, quiet: bool | None = None,
+                        settings=None, trials=None, train_lengths: bool | None = None,
+                        heatmap: bool | None = None, backend: str = "local",
+                        threads: int | None = None, device: str | None = None,
+                        quiet: bool | None = None, part: tuple[int, int] | None = None,
                         log=print) -> dict:
-    """Train (or reuse) every run, analyse the errors, write the report. Returns
-    ``{"rows", "paths", "sweep", "diverged"}``."""
+    """Train (or reuse) every run, analyse the errors, write the report. ``part`` (K, N): train
+    only part K of N of the grid (:func:`grid_part`); the report then covers every run of the
+    grid finished in ``out`` so far, and names the ones still to run. Returns ``{"rows",
+    "paths", "sweep", "diverged", "failed", "pending"}``."""
     out = out or os.path.join("runs", f"addition-{scale}")
     device = device or default_device(scale)
-    specs = build_specs(scale, settings=settings, trials=trials, device=device,
-                        train_lengths=train_lengths, heatmap=heatmap)
+    grid = build_specs(scale, settings=settings, trials=trials, device=device,
+                       train_lengths=train_lengths, heatmap=heatmap)
+    specs = grid_part(grid, part)
     run_fn = functools.partial(run_addition, analysis=analysis_settings(scale, device))
     t0 = time.time()
+    if part is not None:
+        log(f"part {part[0]} of {part[1]}: {len(specs)} of the grid's {len(grid)} runs")
     res = run_sweep(specs, out, workers=workers, backend=backend, threads=threads,
                     quiet=(workers > 1) if quiet is None else quiet, log=log, run_fn=run_fn)
+    rows, pending = list(res.rows), []
+    if part is not None:
+        # the other parts' finished runs, read back (nothing trains): the report covers them too
+        mine = {sp.name for sp in specs}
+        others = [sp for sp in grid if sp.name not in mine]
+        done = [sp for sp in others if finished_rows(resolve(sp.config).to_dict(),
+                                                     os.path.join(out, sp.name))[0] is not None]
+        pending = [sp.name for sp in others if sp not in done]
+        if done:
+            rows += run_sweep(done, out, workers=1, threads=threads, quiet=True, log=None,
+                              run_fn=run_fn).rows
+        write_results(out, rows, res.failures)
     trials, pe_trials = trial_seeds(scale, trials)
-    cap = caption(scale, n_runs=len(specs), trials=trials, pe_trials=pe_trials)
-    paths = write_report(res.rows, out, scale=scale, caption=cap,
+    cap = caption(scale, n_runs=len(grid), trials=trials, pe_trials=pe_trials)
+    if pending:
+        cap += (f" Not run yet ({len(pending)} of {len(grid)}; the other parts of --part): "
+                f"{', '.join(pending)}.")
+    paths = write_report(rows, out, scale=scale, caption=cap,
                          wall_seconds=time.time() - t0, log=log)
     diverged = [f["name"] for f in res.failures if is_divergence(f["error"])]
     other = [f for f in res.failures if not is_divergence(f["error"])]
     if diverged:
         log(f"{len(diverged)} run(s) diverged (recorded in the report): {', '.join(diverged)}")
     log_failures(other, out, log)
-    return {"rows": res.rows, "paths": paths, "sweep": res, "diverged": diverged,
-            "failed": [f["name"] for f in other]}
+    return {"rows": rows, "paths": paths, "sweep": res, "diverged": diverged,
+            "failed": [f["name"] for f in other], "pending": pending}
+
+
+def grid_part(grid: list, part: tuple[int, int] | None) -> list:
+    """Part K of N of the grid (``--part K/N``): the runs ordered by init seed, then data order,
+    then the grid's order, cut into N contiguous pieces, so that at the cpu scale (three seeds,
+    ``--part k/3``) each part is one seed of every setting, and a claim's paired comparison has
+    two seeds after two parts."""
+    order = {sp.name: i for i, sp in enumerate(grid)}
+    return part_of(grid, part, key=lambda sp: (sp.tags["seed"], sp.tags["data_seed"],
+                                               order[sp.name]))
 
 
 # ---- time estimate ------------------------------------------------------------------------------
-def estimate_time(scale: str = "cpu", *, settings=None, trials=None, train_lengths: bool = True,
-                  heatmap: bool = True, workers: int = 1, threads: int | None = None,
-                  device: str | None = None, steps: int = 8, log=print) -> dict:
+def estimate_time(scale: str = "cpu", *, settings=None, trials=None,
+                  train_lengths: bool | None = None, heatmap: bool | None = None,
+                  workers: int = 1, threads: int | None = None, device: str | None = None,
+                  steps: int = 8, part: tuple[int, int] | None = None, log=print) -> dict:
     """Time ``steps`` training steps (:func:`lengen.recipes.estimate.time_training_steps`) for
     every distinct (setting, N) of the grid, plus its evaluation work measured on this machine:
     the final evaluation (one batch per test length, scaled to ``eval_sequences``), the periodic
@@ -219,8 +257,8 @@ def estimate_time(scale: str = "cpu", *, settings=None, trials=None, train_lengt
     idle machine."""
     device = device or default_device(scale)
     s = SCALES[scale]
-    specs = build_specs(scale, settings=settings, trials=trials, device=device,
-                        train_lengths=train_lengths, heatmap=heatmap)
+    specs = grid_part(build_specs(scale, settings=settings, trials=trials, device=device,
+                                  train_lengths=train_lengths, heatmap=heatmap), part)
     use_worker_threads(workers, threads)
     per_kind: dict[tuple, float] = {}
     for spec in specs:
@@ -258,4 +296,4 @@ def estimate_time(scale: str = "cpu", *, settings=None, trials=None, train_lengt
 
 __all__ = ["SCALES", "SETTINGS", "FIGURES", "PES", "PE_LABELS", "ERROR_SETTINGS", "EVAL_SEED",
            "build_specs", "run_config", "run_name", "default_device", "run_addition",
-           "run_addition_recipe", "estimate_time", "eval_lengths", "caption", "is_divergence"]
+           "run_addition_recipe", "grid_part", "estimate_time", "eval_lengths", "caption", "is_divergence"]

@@ -1,7 +1,8 @@
 """Run scores of ``lengen reproduce addition``: one record per run from the sweep's rows (see
 :mod:`.report` for what each field means), and the pure helpers over them that both the tables
 (:mod:`.report`) and the figures (:mod:`.figures`) read: :func:`best` and :func:`trials` (a
-setting's runs at one N), :func:`pooled` (an error-analysis metric over runs), :func:`reach`.
+setting's runs at one N), :func:`by_seed` (one field per init seed, the runs that pass a
+reading), :func:`pooled` (an error-analysis metric over runs), :func:`reach`.
 
 Below :mod:`.figures`, :mod:`.report` and :mod:`.recipe`, which import it; it imports none of them.
 """
@@ -12,7 +13,24 @@ import math
 from lengen.eval.length_sweep import add_lengths
 
 REACH = 90.0        # % EM the reach requires at every length up to it
-FIT = 90.0          # % in-distribution EM below which a run did not fit its training lengths
+#: % mean EM a run needs over its reading's digits to pass it (issue 27: "fits its training
+#: lengths" = >= 95 % mean EM on 1..N)
+FIT = 95.0
+#: the two readings of "the run learned its training lengths" every claim is judged by
+#: (results/addition-cpu-seeds/README.md, where they were stated before the runs): ``fits``,
+#: mean EM over 1..N; ``learns`` (learns addition), mean EM over N//2+1..N, which leaves out the
+#: short lengths where randomized positions' evaluation draw, not the model, costs EM (the dip
+#: explained there by evaluating the same weights with training's draw)
+READINGS = ("fits", "learns")
+
+
+def reading_range(reading: str, N: int) -> tuple[int, int]:
+    """The digits (first, last) whose mean EM a run must pass in ``reading``."""
+    if reading == "fits":
+        return 1, N
+    if reading == "learns":
+        return N // 2 + 1, N
+    raise ValueError(f"unknown reading {reading!r}; valid: {', '.join(READINGS)}")
 
 
 def _mean(v):
@@ -50,8 +68,9 @@ def reach(curve: dict[int, float], threshold: float = REACH) -> int:
     return best
 
 
-def run_scores(rows, *, M: int) -> list[dict]:
-    """One record per run (the fields of ``scores.csv``: see :mod:`.report`)."""
+def run_scores(rows, *, M) -> list[dict]:
+    """One record per run (the fields of ``scores.csv``: see :mod:`.report`). ``M``: the
+    longest test length, or a function of the run's training length N that gives it."""
     curves = curves_by_run(rows)
     out, seen = [], set()
     for r in rows:
@@ -68,11 +87,17 @@ def run_scores(rows, *, M: int) -> list[dict]:
             continue
         c = curves.get(name, {})
         N = int(rec["N"])
+        top = M(N) if callable(M) else M
         ind = [v for n, v in c.items() if n <= N]
-        ood = [v for n, v in c.items() if N < n <= M]
-        rec.update(status="ok", in_dist=_mean(ind), ood=_mean(ood), at_M=c.get(M),
+        ood = [v for n, v in c.items() if N < n <= top]
+        rec.update(status="ok", in_dist=_mean(ind), ood=_mean(ood), at_M=c.get(top),
                    reach=reach(c), ratio=reach(c) / N)
-        rec["fitted"] = rec["in_dist"] is not None and rec["in_dist"] >= FIT
+        for reading in READINGS:
+            lo, hi = reading_range(reading, N)
+            em = _mean([v for n, v in c.items() if lo <= n <= hi])
+            rec[f"em_{reading}"] = em
+            rec[reading] = em is not None and em >= FIT
+        rec["fitted"] = rec["fits"]
         out.append(rec)
     return out
 
@@ -88,6 +113,13 @@ def trials(scores, setting: str, N: int, data_seed: int | None = 0) -> list[dict
             and r["status"] == "ok" and (data_seed is None or r["data_seed"] == data_seed)]
 
 
+def by_seed(scores, setting: str, N: int, field: str, reading: str | None = None) -> dict:
+    """init seed -> ``field`` of ``setting``'s finished runs at ``N`` on data order 0, only the
+    runs that pass ``reading`` when one is given."""
+    return {int(r["seed"]): r[field] for r in trials(scores, setting, N)
+            if reading is None or r[reading]}
+
+
 def pooled(rows, runs: set, metric: str) -> tuple[float | None, int]:
     """Count-weighted mean of an error-analysis metric over ``runs`` and the error lengths."""
     num = den = 0.0
@@ -99,5 +131,5 @@ def pooled(rows, runs: set, metric: str) -> tuple[float | None, int]:
     return (100.0 * num / den if den else None), int(den)
 
 
-__all__ = ["REACH", "FIT", "is_divergence", "curves_by_run", "reach", "run_scores", "best",
-           "trials", "pooled"]
+__all__ = ["REACH", "FIT", "READINGS", "reading_range", "is_divergence", "curves_by_run", "reach",
+           "run_scores", "best", "trials", "by_seed", "pooled"]
