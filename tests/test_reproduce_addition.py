@@ -100,7 +100,7 @@ def test_cpu_scale_is_the_fitted_budget_with_per_setting_learning_rates():
     coupling at 1e-3 for 12,000 steps; three seeds on every arm; FIRE at N = 20 and the
     init x order grid only on request, N = 20 tested to 40 digits."""
     specs = add.build_specs("cpu")
-    assert len(specs) == 8 * 3
+    assert len(specs) == 10 * 3
     by = {}
     for s in specs:
         cfg = resolve(s.config)
@@ -108,15 +108,14 @@ def test_cpu_scale_is_the_fitted_budget_with_per_setting_learning_rates():
         by.setdefault(s.tags["setting"], set()).add((cfg.train.lr, cfg.train.steps))
         assert cfg.eval.splits == [f"len={n}" for n in range(1, 21)]
     assert by["fire"] == by["fire-nohints"] == by["fire-spaces"] == {(3e-3, 8000)}
-    assert by["kerple_log"] == by["abacus"] == {(1e-3, 8000)}
+    assert by["kerple_log"] == by["abacus"] == by["rope"] == by["nope"] == {(1e-3, 8000)}
     assert by["coupling"] == {(1e-3, 12000)}
-    assert {s.tags["setting"] for s in specs} == {"fire", "kerple_log", "fire-nohints",
-                                                  "fire-standard", "fire-norand",
+    assert {s.tags["setting"] for s in specs} == {"fire", "kerple_log", "rope", "nope",
+                                                  "fire-nohints", "fire-standard", "fire-norand",
                                                   "fire-spaces", "coupling", "abacus"}
     for setting in {s.tags["setting"] for s in specs}:
         assert sorted(s.tags["seed"] for s in specs if s.tags["setting"] == setting) == \
             [0, 1, 2]
-    assert resolve(add.run_config("rope", "cpu")).train.lr == 1e-3      # --settings rope
     more = add.build_specs("cpu", train_lengths=True, heatmap=True)
     n20 = [resolve(s.config) for s in more if s.tags["N"] == 20]
     assert len(n20) == 2 and all(c.eval.splits[-1] == "len=40" for c in n20)

@@ -75,20 +75,20 @@ SCALES = {
     # the budget the Fig. 3 search found (results/addition-fig3-search: 8,000 steps at batch
     # 128, the same small model): FIRE fits 1..10 digits at lr 3e-3 on about half its seeds,
     # KerpleLog at lr 1e-3 likewise; RoPE and NoPE fitted at no budget of that search (0 of 10
-    # and 0 of 8 finished runs), so they are not in the default grid (``--settings rope nope``
-    # adds them, at lr 1e-3); position coupling stalled at 3e-3 and learns at 1e-3, more slowly
+    # and 0 of 8 finished runs) and run at its last lr, 1e-3, so that Fig. 3 has its four PEs
+    # on the same seeds; position coupling stalled at 3e-3 and learns at 1e-3, more slowly
     # (results/addition-cpu-seeds: 12,000 steps), and Abacus, never searched at this budget,
     # takes coupling's lr. FIRE's four ablations take FIRE's budget. Three init seeds per
     # setting, the same on every arm (claims are means over the seeds where both arms pass);
     # FIRE at N = 20 (Fig. 13) and the init x data-order grid (Fig. 11) only on request: the
-    # default grid is 24 runs, some 5.5 hours on 2 cores with --workers 2 (--estimate times it
-    # here), to be run in three parts of under 2 hours (--part 1/3, 2/3, 3/3: one init seed
+    # default grid is 30 runs, some 3 to 4 hours on 2 cores with --workers 2 (--estimate times
+    # it here), to be run in three parts of under 2 hours (--part 1/3, 2/3, 3/3: one init seed
     # each), every part's report covering all finished runs
     "cpu": dict(N=10, M=20, test_stride=1, steps=8000, batch_size=128, lr=3e-3,
                 warmup_steps=100, model=dict(d_model=64, n_layers=2, n_heads=4, d_ff=256),
                 preset=None,
-                settings=("fire", "kerple_log", "fire-nohints", "fire-standard", "fire-norand",
-                          "fire-spaces", "coupling", "abacus"),
+                settings=("fire", "kerple_log", "rope", "nope", "fire-nohints", "fire-standard",
+                          "fire-norand", "fire-spaces", "coupling", "abacus"),
                 per_setting={"kerple_log": dict(lr=1e-3), "rope": dict(lr=1e-3),
                              "nope": dict(lr=1e-3), "coupling": dict(lr=1e-3, steps=12000),
                              "abacus": dict(lr=1e-3)},
