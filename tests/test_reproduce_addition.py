@@ -324,6 +324,89 @@ def test_claims_follow_the_rows(tmp_path, monkeypatch):
     assert "| FIRE, standard format | 2 (0) | 1 of 2 | 1 of 2 |" in text
 
 
+def test_claim_signs_follow_the_paper(monkeypatch):
+    """Fig. 7: random spaces help RoPE and KerpleLog, hurt NoPE and FIRE; Fig. 8: randomized
+    positions help FIRE and hurt KerpleLog. Each arm on two seeds that pass, the gap well over
+    the std: the verdict says whether the data go the paper's way."""
+    monkeypatch.setitem(add.SCALES, "smoke", dict(add.SCALES["smoke"], N=3, M=5))
+
+    def pair(setting, ood, spread=1):
+        return seeds_of(setting, {0: ood_curve(ood), 1: ood_curve(ood + spread)})
+
+    up = (pair("rope", 10) + pair("rope-spaces", 60) + pair("fire", 60) + pair("fire-spaces", 10)
+          + pair("kerple_log", 60) + pair("kerple_log-rand", 10) + pair("fire-norand", 10))
+    c = claims_of(up)
+    assert c["spaces:rope"]["verdict"] == "reproduced"           # + : spaces above
+    assert c["spaces:fire"]["verdict"] == "reproduced"           # - : spaces below
+    assert c["randomized:kerple_log"]["verdict"] == "reproduced"  # - : randomized below
+    assert c["randomized:fire"]["verdict"] == "reproduced"       # + : randomized above
+    down = (pair("rope", 60) + pair("rope-spaces", 10) + pair("fire", 10) + pair("fire-spaces", 60)
+            + pair("kerple_log", 10) + pair("kerple_log-rand", 60) + pair("fire-norand", 60))
+    c = claims_of(down)
+    for key in ("spaces:rope", "spaces:fire", "randomized:kerple_log", "randomized:fire"):
+        assert c[key]["verdict"] == "not reproduced", key
+
+
+def test_diverged_runs_count_as_not_learning_and_reach_follows_the_reading(monkeypatch):
+    monkeypatch.setitem(add.SCALES, "smoke", dict(add.SCALES["smoke"], N=3, M=5))
+    diverged = [dict(run=f"fire-nohints-{sd}", setting="fire-nohints", label="x", N=3, seed=sd,
+                     data_seed=0, group="main", status="failed", metric=None, value=None,
+                     error="TrainingDiverged: loss is nan") for sd in (0, 1)]
+    rows = seeds_of("fire", {0: GOOD, 1: GOOD}) + diverged
+    nh = claims_of(rows)["no_hints:fire"]
+    assert (nh["verdict"], nh["n"], nh["other_passed"]) == ("reproduced", 2, 0)
+    # a dip at 1 digit: no reach from 1, but from the learns reading's first length (2) the
+    # run reaches 4, one past N
+    dip = {1: 30, 2: 100, 3: 100, 4: 95, 5: 20}
+    sc = run_scores(rows_for("d", "fire", dip), M=5)[0]
+    assert (sc["reach_fits"], sc["reach_learns"]) == (0, 4)
+
+
+def test_variance_covers_the_init_by_data_order_grid(monkeypatch):
+    monkeypatch.setitem(add.SCALES, "smoke", dict(add.SCALES["smoke"], N=3, M=5))
+    rows = (seeds_of("fire", {0: ood_curve(50), 1: ood_curve(52)})
+            + rows_for("fire-s0-d1", "fire", ood_curve(80), seed=0, data_seed=1,
+                       group="heatmap"))
+    v = claims_of(rows)["variance"]
+    assert "passes on 3 of 3" in v["ours"] and v["verdict"] == "reproduced"   # 50..80
+    rows += rows_for("fire-s1-d1", "fire", DEAD, seed=1, data_seed=1, group="heatmap")
+    assert claims_of(rows)["variance"]["verdict"] == "not reproduced"   # a trial did not fit
+
+
+def test_parts_report_every_finished_run_and_keep_other_parts_failures(tmp_path, monkeypatch,
+                                                                       capsys):
+    orig = add.run_config
+
+    def exploding(setting, *a, **kw):
+        cfg = orig(setting, *a, **kw)
+        if setting == "rope" and kw.get("seed", a[1] if len(a) > 1 else 0) == 0:
+            cfg["train"]["lr"] = 1e30                     # NaN loss within the 3 steps
+        return cfg
+
+    monkeypatch.setattr(specs, "run_config", exploding)
+    out = str(tmp_path / "parts")
+    args = ["reproduce", "addition", "--scale", "smoke", "--out", out, "--settings", "fire",
+            "rope", "--seeds", "0", "1", "--no-heatmap", "--no-train-lengths"]
+    assert main(args + ["--part", "1/2"]) == 0
+    text = capsys.readouterr().out
+    assert "part 1 of 2: 2 of the grid's 4 runs" in text
+    assert "Not run yet (2 of 4" in open(os.path.join(out, "table.md")).read()
+    assert main(args + ["--part", "2/2"]) == 0
+    with open(os.path.join(out, "scores.csv")) as f:
+        status = {r["run"]: r["status"] for r in csv.DictReader(f)}
+    assert status == {"fire-s0-d0": "ok", "rope-s0-d0": "diverged", "fire-s1-d0": "ok",
+                      "rope-s1-d0": "ok"}
+    with open(os.path.join(out, "sweep.json")) as f:
+        sweep = json.load(f)
+    assert sweep["pending"] == [] and set(sweep["runs"]) == set(status)
+    assert sweep["runs"]["fire-s0-d0"]["status"] == "cached"      # read back, not retrained
+    with open(os.path.join(out, "failures.json")) as f:
+        assert [x["name"] for x in json.load(f)] == ["rope-s0-d0"]   # part 1's, kept
+    with open(os.path.join(out, "results.csv")) as f:
+        assert {r["run"] for r in csv.DictReader(f)} == set(status)
+    assert "Not run yet" not in open(os.path.join(out, "table.md")).read()
+
+
 def test_smoke_end_to_end_through_the_cli(tmp_path, capsys):
     out = str(tmp_path / "add")
     assert main(["reproduce", "addition", "--scale", "smoke", "--out", out]) == 0

@@ -96,7 +96,8 @@ from lengen.recipes.addition.scores import is_divergence
 from lengen.recipes.common import log_failures, part_of
 from lengen.recipes.estimate import report_total, time_training_steps, timed, use_worker_threads
 from lengen.rundir.load import load_run, prepare
-from lengen.sweep import RunSpec, finished_rows, run_one, run_sweep, write_results
+from lengen.sweep import RunSpec, SweepResult, finished_rows, run_one, run_sweep
+from lengen.sweep.grid import failure_result
 from lengen.tasks.splits import length_splits
 
 
@@ -204,32 +205,53 @@ def run_addition_recipe(scale: str = "cpu", out: str | None = None, *, workers: 
         log(f"part {part[0]} of {part[1]}: {len(specs)} of the grid's {len(grid)} runs")
     res = run_sweep(specs, out, workers=workers, backend=backend, threads=threads,
                     quiet=(workers > 1) if quiet is None else quiet, log=log, run_fn=run_fn)
+    t_part = time.time() - t0
+    own_failures = res.failures               # this invocation's: its exit code and messages
     rows, pending = list(res.rows), []
     if part is not None:
-        # the other parts' finished runs, read back (nothing trains): the report covers them too
-        mine = {sp.name for sp in specs}
-        others = [sp for sp in grid if sp.name not in mine]
-        done = [sp for sp in others if finished_rows(resolve(sp.config).to_dict(),
-                                                     os.path.join(out, sp.name))[0] is not None]
-        pending = [sp.name for sp in others if sp not in done]
-        if done:
-            rows += run_sweep(done, out, workers=1, threads=threads, quiet=True, log=None,
-                              run_fn=run_fn).rows
-        write_results(out, rows, res.failures)
+        res, pending = read_back_other_parts(grid, res, out, run_fn)
+        res.write()           # results.csv, failures.json, sweep.json: every part's runs so far
+        rows = res.rows
     trials, pe_trials = trial_seeds(scale, trials)
     cap = caption(scale, n_runs=len(grid), trials=trials, pe_trials=pe_trials)
     if pending:
         cap += (f" Not run yet ({len(pending)} of {len(grid)}; the other parts of --part): "
                 f"{', '.join(pending)}.")
+    if part is not None:
+        cap += f" Part {part[0]} of {part[1]} trained its runs in {t_part / 60:.1f} min."
     paths = write_report(rows, out, scale=scale, caption=cap,
                          wall_seconds=time.time() - t0, log=log)
-    diverged = [f["name"] for f in res.failures if is_divergence(f["error"])]
-    other = [f for f in res.failures if not is_divergence(f["error"])]
+    diverged = [f["name"] for f in own_failures if is_divergence(f["error"])]
+    other = [f for f in own_failures if not is_divergence(f["error"])]
     if diverged:
         log(f"{len(diverged)} run(s) diverged (recorded in the report): {', '.join(diverged)}")
     log_failures(other, out, log)
     return {"rows": rows, "paths": paths, "sweep": res, "diverged": diverged,
             "failed": [f["name"] for f in other], "pending": pending}
+
+
+def read_back_other_parts(grid: list, res, out: str, run_fn):
+    """After one part of ``grid`` ran (``res``): every run of the other parts that is finished
+    in ``out``, read back (nothing trains: ``run_fn`` returns a finished run's rows, and its
+    cached error analysis), and every one that failed there (its ``failure.json``), as one
+    :class:`lengen.sweep.SweepResult` over the grid; and the names of the runs not run yet."""
+    results = dict(res.results)
+    pending = []
+    for sp in grid:
+        if sp.name in results:
+            continue
+        run_dir = os.path.join(out, sp.name)
+        if finished_rows(resolve(sp.config).to_dict(), run_dir)[0] is not None:
+            results[sp.name] = run_fn(sp, out, quiet=True, threads=0)
+            continue
+        try:
+            with open(os.path.join(run_dir, "failure.json")) as f:
+                failed = json.load(f)
+            results[sp.name] = failure_result(sp, failed.get("error") or "failed",
+                                              failed.get("traceback"))
+        except (OSError, ValueError):
+            pending.append(sp.name)
+    return SweepResult(grid, results, out), pending
 
 
 def grid_part(grid: list, part: tuple[int, int] | None) -> list:
@@ -296,4 +318,4 @@ def estimate_time(scale: str = "cpu", *, settings=None, trials=None,
 
 __all__ = ["SCALES", "SETTINGS", "FIGURES", "PES", "PE_LABELS", "ERROR_SETTINGS", "EVAL_SEED",
            "build_specs", "run_config", "run_name", "default_device", "run_addition",
-           "run_addition_recipe", "grid_part", "estimate_time", "eval_lengths", "caption", "is_divergence"]
+           "run_addition_recipe", "grid_part", "read_back_other_parts", "estimate_time", "eval_lengths", "caption", "is_divergence"]

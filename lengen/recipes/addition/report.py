@@ -196,7 +196,8 @@ def _claim_rows(rows, scores, scale: str) -> list[dict]:
     """One record per claim (per compared PE where a claim names several) and reading."""
     s = SCALES[scale]
     N, M = s["N"], s["M"]
-    have = {r["setting"] for r in scores if r["status"] == "ok" and int(r["N"]) == N}
+    have = {r["setting"] for r in scores if r["status"] in ("ok", "diverged")
+            and int(r["N"]) == N}
     out = []
     for c in CLAIMS:
         key = c["key"]
@@ -229,8 +230,8 @@ def _claim_rows(rows, scores, scale: str) -> list[dict]:
                 for pe in PES:
                     if pe not in have or pe + suffix not in have:
                         continue
-                    a = {r["seed"]: r[reading] for r in trials(scores, pe, N)}
-                    b = {r["seed"]: r[reading] for r in trials(scores, pe + suffix, N)}
+                    a, b = passed_by_seed(scores, pe, N, reading), passed_by_seed(
+                        scores, pe + suffix, N, reading)
                     v = compare_pass_counts(a, b)
                     oods = [r["ood"] for r in trials(scores, pe + suffix, N)]
                     ours = (f"{SETTINGS[pe]['label']} passes on {v['base_passed']} of the "
@@ -255,14 +256,18 @@ def _claim_rows(rows, scores, scale: str) -> list[dict]:
                                        n=v["n"], sign=sign, **extra, **_stats(v)))
             elif key in ("carry", "single_digit") and "fire" in have:
                 runs = {r["run"] for r in trials(scores, "fire", N) if r[reading]}
-                out.append(_error_claim(c, reading, rows, runs))
+                rec = _error_claim(c, reading, rows, runs)
+                if len(runs) < 2 and rec["verdict"] != UNTESTED:   # n >= 2, as every claim
+                    rec.update(verdict=UNTESTED, ours=rec["ours"] + " (one run: n >= 2 needed)")
+                out.append(rec)
             elif key == "train_length" and "fire" in have:
                 Ns = sorted({int(r["N"]) for r in scores if r["setting"] == "fire"
                              and r["status"] == "ok"})
                 if len(Ns) < 2:
                     continue
                 ext = {n: {sd: reach_ - n for sd, reach_ in
-                           by_seed(scores, "fire", n, "reach", reading).items()} for n in Ns}
+                           by_seed(scores, "fire", n, f"reach_{reading}", reading).items()}
+                       for n in Ns}
                 lo_n, hi_n = Ns[0], Ns[-1]
                 v = compare_means(ext[lo_n], ext[hi_n], 1)
                 ours = ("digits extended past N (reach - N) over the runs that pass: "
@@ -274,7 +279,7 @@ def _claim_rows(rows, scores, scale: str) -> list[dict]:
                         + ")")
                 out.append(_record(c, reading, v["verdict"], ours, n=v["n"], **_stats(v)))
             elif key == "variance" and "fire" in have:
-                runs = trials(scores, "fire", N)
+                runs = trials(scores, "fire", N, data_seed=None)     # init x data-order grid
                 passed = [r for r in runs if r[reading]]
                 ood = [r["ood"] for r in passed]
                 if len(passed) < 2:
@@ -298,6 +303,18 @@ def _claim_rows(rows, scores, scale: str) -> list[dict]:
                      paper=info["claim"])
             v, text, extra = _paired(scores, "fire", name, 1, N, reading)
             out.append(_record(c, reading, v["verdict"], text, n=v["n"], **extra, **_stats(v)))
+    return out
+
+
+def passed_by_seed(scores, setting: str, N: int, reading: str) -> dict:
+    """init seed -> whether ``setting``'s run passed ``reading`` (data order 0); a diverged run
+    (NaN loss) did not learn, so it counts as not passing; a run that failed for another reason
+    (a crash, a killed worker) says nothing and is left out."""
+    out = {int(r["seed"]): bool(r[reading]) for r in trials(scores, setting, N)}
+    for r in scores:
+        if (r["setting"] == setting and int(r["N"]) == N and r["status"] == "diverged"
+                and r.get("data_seed", 0) == 0):
+            out[int(r["seed"])] = False
     return out
 
 
@@ -365,8 +382,8 @@ def write_report(rows, out: str, *, scale: str, caption: str,
     paths = {"scores_csv": os.path.join(out, "scores.csv")}
     write_csv_atomic(scores, paths["scores_csv"])
     span = training_span(out, [r["run"] for r in scores if r["status"] == "ok"])
-    cap = caption + (f" Training wall time (first run start to last run end): {span / 60:.1f} "
-                     f"min." if span is not None else "")
+    cap = caption + (f" Training wall time (first run start to last run end, the gaps between "
+                     f"parts included): {span / 60:.1f} min." if span is not None else "")
     cap += (f" Wall time of this invocation: {wall_seconds / 60:.1f} min."
             if wall_seconds is not None else "")
     paths.update(write_table(scores, out, scale=scale, caption=cap))

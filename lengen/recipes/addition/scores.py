@@ -58,10 +58,11 @@ def curves_by_run(rows) -> dict[str, dict[int, float]]:
     return out
 
 
-def reach(curve: dict[int, float], threshold: float = REACH) -> int:
-    """Longest K with EM >= threshold at every evaluated length <= K (0 if the first fails)."""
-    best = 0
-    for n in sorted(curve):
+def reach(curve: dict[int, float], threshold: float = REACH, start: int = 1) -> int:
+    """Longest K with EM >= threshold at every evaluated length from ``start`` to K (``start``
+    - 1 if the first fails: 0 from 1)."""
+    best = start - 1
+    for n in sorted(x for x in curve if x >= start):
         if curve[n] < threshold:
             break
         best = n
@@ -97,6 +98,9 @@ def run_scores(rows, *, M) -> list[dict]:
             em = _mean([v for n, v in c.items() if lo <= n <= hi])
             rec[f"em_{reading}"] = em
             rec[reading] = em is not None and em >= FIT
+            # the reach counted from the reading's first length: a run that learns addition
+            # but misses the short lengths (the randomized-positions dip) still has one
+            rec[f"reach_{reading}"] = reach(c, start=lo)
         rec["fitted"] = rec["fits"]
         out.append(rec)
     return out

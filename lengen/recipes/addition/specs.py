@@ -260,6 +260,20 @@ def _trials(seeds) -> str:
             f"{'s' if len(seeds) != 1 else ''} {', '.join(map(str, seeds))}, one data order)")
 
 
+def _own_budgets(s: dict) -> str:
+    """'; at their own budgets: KerpleLog lr 0.001, ...' for the settings of the scale whose lr
+    or steps differ from the scale's (``per_setting``)."""
+    parts = []
+    for setting, own in s.get("per_setting", {}).items():
+        if setting not in s["settings"]:
+            continue
+        bits = ([f"lr {own['lr']:g}"] if "lr" in own else []) + (
+            [f"{own['steps']:,} steps"] if "steps" in own else [])
+        parts.append(f"{SETTINGS[setting]['label']} {' and '.join(bits)}")
+    return ("; at their own budgets (so Fig. 3's arms differ in lr): " + ", ".join(parts)
+            if parts else "")
+
+
 def caption(scale: str, *, n_runs: int, trials, pe_trials=None) -> str:
     s = SCALES[scale]
     pe_trials = list(trials if pe_trials is None else pe_trials)
@@ -277,6 +291,7 @@ def caption(scale: str, *, n_runs: int, trials, pe_trials=None) -> str:
             + f" with {s['eval_sequences']} sequences; {_trials(trials)}"
             + ("" if pe_trials == list(trials) else
                f" ({_trials(pe_trials)} for {', '.join(PE_LABELS.values())} with hints)")
+            + _own_budgets(s)
             + f"; randomized positions from "
             f"[0, {s['L']}); random spaces p = {s['spaces']}.")
     if scale != "paper":
