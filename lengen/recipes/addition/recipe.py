@@ -218,7 +218,11 @@ def run_addition_recipe(scale: str = "cpu", out: str | None = None, *, workers: 
         cap += (f" Not run yet ({len(pending)} of {len(grid)}; the other parts of --part): "
                 f"{', '.join(pending)}.")
     if part is not None:
-        cap += f" Part {part[0]} of {part[1]} trained its runs in {t_part / 60:.1f} min."
+        trained = [n for n, st in res.status.items() if n in {sp.name for sp in specs}
+                   and st["status"] != "cached"]
+        cap += (f" Part {part[0]} of {part[1]} trained {len(trained)} of its {len(specs)} runs "
+                f"in {t_part / 60:.1f} min" + (" (the others were finished: read back)."
+                                              if len(trained) < len(specs) else "."))
     paths = write_report(rows, out, scale=scale, caption=cap,
                          wall_seconds=time.time() - t0, log=log)
     diverged = [f["name"] for f in own_failures if is_divergence(f["error"])]
