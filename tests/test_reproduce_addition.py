@@ -371,6 +371,11 @@ def test_variance_covers_the_init_by_data_order_grid(monkeypatch):
     assert "passes on 3 of 3" in v["ours"] and v["verdict"] == "reproduced"   # 50..80
     rows += rows_for("fire-s1-d1", "fire", DEAD, seed=1, data_seed=1, group="heatmap")
     assert claims_of(rows)["variance"]["verdict"] == "not reproduced"   # a trial did not fit
+    # one trial that fits beside one that does not: too few to read a spread, but the failed
+    # trial already contradicts "near 100 % in distribution in every trial"
+    two = seeds_of("fire", {0: ood_curve(50), 1: DEAD})
+    assert claims_of(two)["variance"]["verdict"] == "not reproduced"
+    assert claims_of(seeds_of("fire", {0: ood_curve(50)}))["variance"]["verdict"] == "untested"
 
 
 def test_parts_report_every_finished_run_and_keep_other_parts_failures(tmp_path, monkeypatch,

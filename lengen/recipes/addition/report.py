@@ -283,10 +283,13 @@ def _claim_rows(rows, scores, scale: str) -> list[dict]:
                 runs = trials(scores, "fire", N, data_seed=None)     # init x data-order grid
                 passed = [r for r in runs if r[reading]]
                 ood = [r["ood"] for r in passed]
-                if len(passed) < 2:
+                if len(runs) >= 2 and len(passed) < len(runs):
+                    # the paper: every trial near 100 % in distribution; one that is not
+                    # contradicts that however few of the others pass (the rule written in
+                    # results/addition-cpu-recipe/README.md before its runs)
+                    verdict = NOT_REPRODUCED
+                elif len(passed) < 2:
                     verdict = UNTESTED
-                elif len(passed) < len(runs):
-                    verdict = NOT_REPRODUCED         # the paper: every trial near 100 % in dist.
                 else:
                     verdict = REPRODUCED if max(ood) - min(ood) >= 10 else NOT_REPRODUCED
                 ours = (f"FIRE passes on {len(passed)} of {len(runs)} trials; OOD EM of those "
