@@ -1,0 +1,68 @@
+"""One table of every claim's verdict under both readings (fits / learns) and both protocol
+readings (A: the recipe's evaluation, randomized runs drawing positions as in training; B:
+``reading_b.py``, those runs evaluated with positions 0..T-1).
+
+    python results/addition-cpu-recipe/summarize.py [FOLDER]
+
+FOLDER (default: this folder) holds the recipe's ``claims.csv`` (protocol A) and
+``reading_b/claims.csv`` (protocol B). Writes ``FOLDER/verdicts.csv`` and ``.md``: one row per
+claim and reading, with n, the two arms' means and pass counts under each protocol. Nothing is
+recomputed: the verdicts are the report code's (``lengen.recipes.addition.report``).
+"""
+from __future__ import annotations
+
+import csv
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIELDS = ("verdict", "n", "base_mean", "other_mean", "diff", "larger_std", "base_passed",
+          "other_passed")
+
+
+def read(path: str) -> dict:
+    with open(path) as f:
+        return {(r["key"], r["reading"]): r for r in csv.DictReader(f)}
+
+
+def fmt(v: str) -> str:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return v or "-"
+    return f"{f:.1f}" if not f.is_integer() else str(int(f))
+
+
+def main(folder: str = HERE) -> None:
+    a = read(os.path.join(folder, "claims.csv"))
+    b = read(os.path.join(folder, "reading_b", "claims.csv"))
+    rows = []
+    for key, reading in a:
+        ra, rb = a[(key, reading)], b.get((key, reading), {})
+        row = {"key": key, "reading": reading, "where": ra["where"]}
+        for proto, r in (("A", ra), ("B", rb)):
+            for f in FIELDS:
+                row[f"{proto}_{f}"] = r.get(f, "")
+        rows.append(row)
+    with open(os.path.join(folder, "verdicts.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    cols = ("verdict", "n", "base_mean", "other_mean", "base_passed", "other_passed")
+    head = ["claim", "where", "reading"] + [f"{p}: {c}" for p in "AB" for c in cols]
+    lines = ["**Verdicts by claim, reading and protocol reading** (A: the recipe's evaluation; "
+             "B: randomized runs evaluated at positions 0..T-1). n = seeds in the paired "
+             "comparison; means are OOD EM (11..20 digits) over those seeds (base = FIRE); "
+             "passed = seeds that pass the reading, for the pass-count claims.", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [r["key"], r["where"], r["reading"]] + [fmt(r[f"{p}_{c}"]) for p in "AB"
+                                                        for c in cols]
+        lines.append("| " + " | ".join(cells) + " |")
+    with open(os.path.join(folder, "verdicts.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print(f"wrote {folder}/verdicts.csv, {folder}/verdicts.md")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
