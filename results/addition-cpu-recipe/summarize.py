@@ -15,9 +15,14 @@ import csv
 import os
 import sys
 
+from lengen.fileio import write_csv_atomic
+from lengen.recipes.common import write_md
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIELDS = ("verdict", "n", "base_mean", "other_mean", "diff", "larger_std", "base_passed",
           "other_passed")
+#: the columns the Markdown table shows per protocol reading
+SHOWN = ("verdict", "n", "base_mean", "other_mean", "base_passed", "other_passed")
 
 
 def read(path: str) -> dict:
@@ -30,37 +35,28 @@ def fmt(v: str) -> str:
         f = float(v)
     except (TypeError, ValueError):
         return v or "-"
-    return f"{f:.1f}" if not f.is_integer() else str(int(f))
+    return str(int(f)) if f.is_integer() else f"{f:.1f}"
 
 
 def main(folder: str = HERE) -> None:
     a = read(os.path.join(folder, "claims.csv"))
     b = read(os.path.join(folder, "reading_b", "claims.csv"))
     rows = []
-    for key, reading in a:
-        ra, rb = a[(key, reading)], b.get((key, reading), {})
+    for (key, reading), ra in a.items():
         row = {"key": key, "reading": reading, "where": ra["where"]}
-        for proto, r in (("A", ra), ("B", rb)):
-            for f in FIELDS:
-                row[f"{proto}_{f}"] = r.get(f, "")
+        for proto, r in (("A", ra), ("B", b.get((key, reading), {}))):
+            row.update({f"{proto}_{f}": r.get(f, "") for f in FIELDS})
         rows.append(row)
-    with open(os.path.join(folder, "verdicts.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    cols = ("verdict", "n", "base_mean", "other_mean", "base_passed", "other_passed")
-    head = ["claim", "where", "reading"] + [f"{p}: {c}" for p in "AB" for c in cols]
-    lines = ["**Verdicts by claim, reading and protocol reading** (A: the recipe's evaluation; "
-             "B: randomized runs evaluated at positions 0..T-1). n = seeds in the paired "
-             "comparison; means are OOD EM (11..20 digits) over those seeds (base = FIRE); "
-             "passed = seeds that pass the reading, for the pass-count claims.", "",
-             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in rows:
-        cells = [r["key"], r["where"], r["reading"]] + [fmt(r[f"{p}_{c}"]) for p in "AB"
-                                                        for c in cols]
-        lines.append("| " + " | ".join(cells) + " |")
-    with open(os.path.join(folder, "verdicts.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+    write_csv_atomic(rows, os.path.join(folder, "verdicts.csv"))
+    grid = [["claim", "where", "reading"] + [f"{p}: {c}" for p in "AB" for c in SHOWN]]
+    grid += [[r["key"], r["where"], r["reading"]] + [fmt(r[f"{p}_{c}"]) for p in "AB"
+                                                     for c in SHOWN] for r in rows]
+    write_md(os.path.join(folder, "verdicts.md"),
+             "Verdicts by claim, reading and protocol reading",
+             "A: the recipe's evaluation; B: randomized runs evaluated at positions 0..T-1. "
+             "n = seeds in the paired comparison; means are OOD EM (11..20 digits) over those "
+             "seeds (base = FIRE); passed = seeds that pass the reading, for the pass-count "
+             "claims.", grid, label_columns=3)
     print(f"wrote {folder}/verdicts.csv, {folder}/verdicts.md")
 
 

@@ -218,8 +218,8 @@ def run_addition_recipe(scale: str = "cpu", out: str | None = None, *, workers: 
         cap += (f" Not run yet ({len(pending)} of {len(grid)}; the other parts of --part): "
                 f"{', '.join(pending)}.")
     if part is not None:
-        trained = [n for n, st in res.status.items() if n in {sp.name for sp in specs}
-                   and st["status"] != "cached"]
+        trained = [sp.name for sp in specs
+                   if res.status.get(sp.name, {"status": "cached"})["status"] != "cached"]
         cap += (f" Part {part[0]} of {part[1]} trained {len(trained)} of its {len(specs)} runs "
                 f"in {t_part / 60:.1f} min" + (" (the others were finished: read back)."
                                               if len(trained) < len(specs) else "."))

@@ -71,7 +71,7 @@ def write_table(scores, out: str, *, scale: str, caption: str) -> dict:
                and int(r["N"]) == N]
         fit = [r for r in runs if r["fits"]]
         learned = [r for r in runs if r["learns"]]
-        reach_fit = _mean([r["reach_learns"] for r in learned])
+        reach_learned = _mean([r["reach_learns"] for r in learned])
         grid.append([SETTINGS[setting]["label"], f"{len(runs)} ({len(div)})",
                      _n_of(runs, "fits"), _n_of(runs, "learns"),
                      _pm([r["in_dist"] for r in runs]),
@@ -79,7 +79,8 @@ def write_table(scores, out: str, *, scale: str, caption: str) -> dict:
                      _pm([r["ood"] for r in learned])
                      + (f" (n={len(learned)})" if learned else ""),
                      _pm([r["at_M"] for r in fit]),
-                     "-" if reach_fit is None else f"{reach_fit:.1f} ({reach_fit / N:.2f}x)"])
+                     "-" if reach_learned is None
+                     else f"{reach_learned:.1f} ({reach_learned / N:.2f}x)"])
         records.append(dict(setting=setting, label=SETTINGS[setting]["label"], trials=len(runs),
                             diverged=len(div), fits=len(fit), learns=len(learned),
                             in_dist_mean=_mean([r["in_dist"] for r in runs]),
@@ -89,7 +90,7 @@ def write_table(scores, out: str, *, scale: str, caption: str) -> dict:
                             ood_std_learned=_std([r["ood"] for r in learned]),
                             ood_mean_all=_mean([r["ood"] for r in runs]),
                             at_M_mean_fitted=_mean([r["at_M"] for r in fit]),
-                            reach_learns_mean_learned=reach_fit,
+                            reach_learns_mean_learned=reach_learned,
                             seeds=" ".join(str(r["seed"]) for r in runs),
                             fitted_seeds=" ".join(str(r["seed"]) for r in fit)))
     paths = {"table_md": os.path.join(out, "table.md"), "table_csv": os.path.join(out,
