@@ -27,6 +27,13 @@ ratio.
     python benchmarks/vs_commit.py                        # 26d36a4 vs this checkout
     python benchmarks/vs_commit.py --old 26d36a4 --rounds 5 --steps 20 --json vs.json
     python benchmarks/vs_commit.py --models flipflop:TRA addition:fire --rounds 1 --steps 3
+    python benchmarks/vs_commit.py --pool a.json b.json --json pooled.json   # no new run
+
+``--pool`` reads earlier ``--json`` outputs against the same old commit (runs of the same new
+training code, which the caller vouches for: the table names each file's new commit) and gives
+the table over all their rounds together, with each model's quartiles of the per-round ratio
+and how many rounds reach 1.5: one run's median over six rounds moved by 0.14 between two runs
+of the same code on a shared host.
 
 The old tree is unpacked with ``git archive`` into a temporary folder (removed afterwards).
 Run it on an otherwise idle machine.
@@ -151,6 +158,60 @@ def agreement(a: dict, b: dict) -> str:
     return f"fp32 ({rel:.1e})" if rel <= 1e-5 else f"differs ({rel:.1e})"
 
 
+def quartiles(x: list[float]) -> tuple[float, float]:
+    """The lower and upper quartile of x (statistics.quantiles' default method; x itself when
+    shorter than 2)."""
+    if len(x) < 2:
+        return x[0], x[0]
+    q = statistics.quantiles(x, n=4)
+    return q[0], q[2]
+
+
+def print_table(rows: dict, pooled: bool = False) -> None:
+    """The markdown table over every round of each model (with quartiles and the rounds at 1.5
+    or more when ``pooled``)."""
+    extra = " ratio quartiles | rounds >= 1.5 |" if pooled else ""
+    print("| model | tokens / step | old ms / step | new ms / step | tokens/s new / old | "
+          "same numbers |" + extra)
+    print("|---|---|---|---|---|---|" + ("---|---|" if pooled else ""))
+    for key, rr in rows.items():
+        ratios = [r["old"]["sec"] / r["new"]["sec"] for r in rr]
+        o = statistics.median(r["old"]["sec"] for r in rr) * 1e3
+        n = statistics.median(r["new"]["sec"] for r in rr) * 1e3
+        line = (f"| {key} | {rr[0]['new']['tokens']} | {o:.1f} | {n:.1f} | "
+                f"{statistics.median(ratios):.2f} | {agreement(rr[0]['old'], rr[0]['new'])} |")
+        if pooled:
+            lo, hi = quartiles(ratios)
+            line += f" {lo:.2f} - {hi:.2f} | {sum(r >= 1.5 for r in ratios)} of {len(ratios)} |"
+        print(line)
+
+
+def pool(paths: list[str], out: str | None) -> int:
+    """The table over the rounds of earlier runs' --json files (same old commit)."""
+    runs = []
+    for path in paths:
+        with open(path) as f:
+            runs.append(json.load(f))
+    olds = {r["old"] for r in runs}
+    if len(olds) != 1:
+        raise SystemExit(f"--pool: the files measure different old commits ({', '.join(olds)}); "
+                         f"pool runs against one old commit")
+    rows: dict[str, list] = {}
+    for r in runs:
+        for key, rr in r["rows"].items():
+            rows.setdefault(key, []).extend(rr)
+    print(f"pooled: old {runs[0]['old']}; new " + ", ".join(
+        f"{r['new']} ({os.path.basename(p)})" for r, p in zip(runs, paths)))
+    print_table(rows, pooled=True)
+    if out:
+        with open(out, "w") as f:
+            json.dump(dict(old=runs[0]["old"], new=[r["new"] for r in runs],
+                           pooled=[os.path.basename(p) for p in paths],
+                           threads=sorted({r.get("threads") for r in runs}), rows=rows), f,
+                      indent=1)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--old", default="26d36a4", help="the old commit (default 26d36a4, issue 31)")
@@ -161,7 +222,12 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads on both sides")
     ap.add_argument("--json", default=None, help="write every measurement here")
+    ap.add_argument("--pool", nargs="+", default=None, metavar="JSON",
+                    help="no new run: pool the rounds of these earlier --json outputs (same old "
+                         "commit) into one table")
     args = ap.parse_args(argv)
+    if args.pool:
+        return pool(args.pool, args.json)
     print(machine_line())
     print(f"old {args.old} vs new {lengen_revision()} (this checkout), threads {args.threads}, "
           f"{args.steps} steps after {args.warmup}, {args.rounds} rounds")
@@ -186,15 +252,7 @@ def main(argv=None) -> int:
                       f"new {got['new']['sec'] * 1e3:.1f} ms", flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("| model | tokens / step | old ms / step | new ms / step | tokens/s new / old | "
-          "same numbers |")
-    print("|---|---|---|---|---|---|")
-    for key, rr in rows.items():
-        ratio = statistics.median(r["old"]["sec"] / r["new"]["sec"] for r in rr)
-        o = statistics.median(r["old"]["sec"] for r in rr) * 1e3
-        n = statistics.median(r["new"]["sec"] for r in rr) * 1e3
-        print(f"| {key} | {rr[0]['new']['tokens']} | {o:.1f} | {n:.1f} | {ratio:.2f} | "
-              f"{agreement(rr[0]['old'], rr[0]['new'])} |")
+    print_table(rows)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(old=args.old, new=lengen_revision(), threads=args.threads,
