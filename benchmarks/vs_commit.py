@@ -178,8 +178,12 @@ def print_table(rows: dict, pooled: bool = False) -> None:
         ratios = [r["old"]["sec"] / r["new"]["sec"] for r in rr]
         o = statistics.median(r["old"]["sec"] for r in rr) * 1e3
         n = statistics.median(r["new"]["sec"] for r in rr) * 1e3
+        # a pooled table's rounds come from several runs (new commits): every round's check,
+        # each distinct answer once; one run's rounds give the same answer every round
+        same = (agreement(rr[0]["old"], rr[0]["new"]) if not pooled else
+                "; ".join(dict.fromkeys(agreement(r["old"], r["new"]) for r in rr)))
         line = (f"| {key} | {rr[0]['new']['tokens']} | {o:.1f} | {n:.1f} | "
-                f"{statistics.median(ratios):.2f} | {agreement(rr[0]['old'], rr[0]['new'])} |")
+                f"{statistics.median(ratios):.2f} | {same} |")
         if pooled:
             lo, hi = quartiles(ratios)
             line += f" {lo:.2f} - {hi:.2f} | {sum(r >= 1.5 for r in ratios)} of {len(ratios)} |"
@@ -195,7 +199,14 @@ def pool(paths: list[str], out: str | None) -> int:
     olds = {r["old"] for r in runs}
     if len(olds) != 1:
         raise SystemExit(f"--pool: the files measure different old commits ({', '.join(olds)}); "
-                         f"pool runs against one old commit")
+                         f"pool runs against one old commit (as each run's --old spelled it)")
+    threads = set()
+    for r in runs:                       # a pooled file keeps a list of one thread count
+        t = r.get("threads")
+        threads.update(t if isinstance(t, list) else [t])
+    if len(threads) != 1 or None in threads:
+        raise SystemExit(f"--pool: the files ran with different or unknown thread counts "
+                         f"({', '.join(map(str, threads))}); pool runs at one thread count")
     rows: dict[str, list] = {}
     for r in runs:
         for key, rr in r["rows"].items():
@@ -207,7 +218,7 @@ def pool(paths: list[str], out: str | None) -> int:
         with open(out, "w") as f:
             json.dump(dict(old=runs[0]["old"], new=[r["new"] for r in runs],
                            pooled=[os.path.basename(p) for p in paths],
-                           threads=sorted({r.get("threads") for r in runs}), rows=rows), f,
+                           threads=sorted(threads), rows=rows), f,
                       indent=1)
     return 0
 
@@ -224,7 +235,8 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None, help="write every measurement here")
     ap.add_argument("--pool", nargs="+", default=None, metavar="JSON",
                     help="no new run: pool the rounds of these earlier --json outputs (same old "
-                         "commit) into one table")
+                         "commit and thread count) into one table; --old, --models, --rounds, "
+                         "--steps, --warmup and --threads are then not used")
     args = ap.parse_args(argv)
     if args.pool:
         return pool(args.pool, args.json)
