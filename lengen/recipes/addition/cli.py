@@ -28,7 +28,7 @@ def add_arguments(q) -> None:
                                    "d_model 64), train 1..10 digits, test 1..20, at the budget "
                                    "the Fig. 3 search found (8,000 steps at batch 128, lr per "
                                    "setting), the four PEs, FIRE's four ablations, coupling "
-                                   "and Abacus on 3 seeds each: 30 runs, 3 to 4 h on 2 cores "
+                                   "and Abacus on 3 seeds each: 30 runs, about 4 h on 2 cores "
                                    "with --workers 2, best in three parts (--part 1/3 ...); "
                                    "cpu-5k = the first cpu scale (5,000 steps at batch 32, "
                                    "results/addition-cpu); gpu = the paper's 5M "

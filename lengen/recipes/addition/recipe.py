@@ -56,7 +56,7 @@ Scales (numbers in ``SCALES``; the captions of the written tables restate them):
   at 1e-3, position coupling at 1e-3 for 12,000 steps (``per_setting``); three init seeds on
   every arm. RoPE and NoPE fitted at no budget of that search and run at its last lr, 1e-3;
   FIRE at N = 20 (tested to 40) and the init x data-order grid only with ``--train-lengths`` /
-  ``--heatmap``. 30 runs, some 3 to 4 hours on 2 cores with
+  ``--heatmap``. 30 runs, about 4 hours on 2 cores with
   ``--workers 2`` (``--estimate`` times it on the machine); ``--part 1/3`` .. ``3/3`` runs one
   seed of every setting each, under 2 hours, and each part's report covers every finished run.
   At N = 10 the paper itself reports no generalization beyond the training lengths (its Fig.

@@ -81,7 +81,7 @@ SCALES = {
     # takes coupling's lr. FIRE's four ablations take FIRE's budget. Three init seeds per
     # setting, the same on every arm (claims are means over the seeds where both arms pass);
     # FIRE at N = 20 (Fig. 13) and the init x data-order grid (Fig. 11) only on request: the
-    # default grid is 30 runs, some 3 to 4 hours on 2 cores with --workers 2 (--estimate times
+    # default grid is 30 runs, about 4 hours on 2 cores with --workers 2 (--estimate times
     # it here), to be run in three parts of under 2 hours (--part 1/3, 2/3, 3/3: one init seed
     # each), every part's report covering all finished runs
     "cpu": dict(N=10, M=20, test_stride=1, steps=8000, batch_size=128, lr=3e-3,
