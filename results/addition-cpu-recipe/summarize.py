@@ -55,8 +55,9 @@ def main(folder: str = HERE) -> None:
              "Verdicts by claim, reading and protocol reading",
              "A: the recipe's evaluation; B: randomized runs evaluated at positions 0..T-1. "
              "n = seeds in the paired comparison; means are OOD EM (11..20 digits) over those "
-             "seeds (base = FIRE); passed = seeds that pass the reading, for the pass-count "
-             "claims.", grid, label_columns=3)
+             "seeds (base = FIRE, except for randomized:fire, Fig. 8, where base = FIRE without "
+             "randomized positions and other = FIRE); passed = seeds that pass the reading, for "
+             "the pass-count claims.", grid, label_columns=3)
     print(f"wrote {folder}/verdicts.csv, {folder}/verdicts.md")
 
 
