@@ -178,10 +178,9 @@ def print_table(rows: dict, pooled: bool = False) -> None:
         ratios = [r["old"]["sec"] / r["new"]["sec"] for r in rr]
         o = statistics.median(r["old"]["sec"] for r in rr) * 1e3
         n = statistics.median(r["new"]["sec"] for r in rr) * 1e3
-        # a pooled table's rounds come from several runs (new commits): every round's check,
-        # each distinct answer once; one run's rounds give the same answer every round
-        same = (agreement(rr[0]["old"], rr[0]["new"]) if not pooled else
-                "; ".join(dict.fromkeys(agreement(r["old"], r["new"]) for r in rr)))
+        # every round's check, each distinct answer once (one run's rounds all give the same
+        # answer; a pooled table's rounds come from several runs)
+        same = "; ".join(dict.fromkeys(agreement(r["old"], r["new"]) for r in rr))
         line = (f"| {key} | {rr[0]['new']['tokens']} | {o:.1f} | {n:.1f} | "
                 f"{statistics.median(ratios):.2f} | {same} |")
         if pooled:
