@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from lengen.ops.heads import split_heads
+from lengen.ops.linear import Linear
 from lengen.ops.tile_bias import BiasHook
 
 IMPLS = ("auto", "naive", "lean")
@@ -57,8 +58,9 @@ class Attention(nn.Module):
         self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
         self.causal, self.impl, self.block_size = causal, impl, block_size
         self.layer_idx, self.n_layers = layer_idx, n_layers
-        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
-        self.proj = nn.Linear(d_model, d_model, bias=False)
+        # nn.Linear with oneDNN's CPU training path (lengen.ops.linear)
+        self.qkv = Linear(d_model, 3 * d_model, bias=False)
+        self.proj = Linear(d_model, d_model, bias=False)
         self.last_weights: torch.Tensor | None = None  # filled when record_weights is on
         self.record_weights = False
 

@@ -27,6 +27,7 @@ from lengen.model.cache import KVCache
 from lengen.model.config import ModelConfig
 from lengen.model.generate import generate
 from lengen.ops.glu import swiglu
+from lengen.ops.linear import Linear
 from lengen.ops.norm import rms_norm
 from lengen.ops.packing import Packing, needed_tokens
 from lengen.posenc import POSENC_POINT, build_posenc
@@ -149,9 +150,10 @@ class MLP(nn.Module):
         super().__init__()
         self.kind = cfg.mlp
         plain = cfg.mlp in self.PLAIN
-        self.up = nn.Linear(cfg.d_model, cfg.d_ff, bias=plain)
-        self.gate = None if plain else nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
-        self.down = nn.Linear(cfg.d_ff, cfg.d_model, bias=plain)
+        # nn.Linear with oneDNN's CPU training path (lengen.ops.linear)
+        self.up = Linear(cfg.d_model, cfg.d_ff, bias=plain)
+        self.gate = None if plain else Linear(cfg.d_model, cfg.d_ff, bias=False)
+        self.down = Linear(cfg.d_ff, cfg.d_model, bias=plain)
 
     def forward(self, x):
         if self.gate is None:
@@ -304,7 +306,7 @@ class Transformer(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
         self.norm_f = make_norm(cfg) if cfg.final_norm else nn.Identity()
-        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.head = Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.apply(self._init)
         for block in self.blocks:
             block.attn.reset_parameters()    # kind-specific inits (gate biases) after the generic one
