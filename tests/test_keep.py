@@ -261,3 +261,42 @@ def test_a_kind_whose_attend_has_no_rows_gets_none(monkeypatch):
     agree(model, some_keep())
     assert seen or fused_rows.kernels() is None                  # the C kernel ran
     assert all(r is None for r in seen)
+
+
+@pytest.mark.parametrize("packed", [True, False])
+@pytest.mark.parametrize("attention", sorted(ATTENTIONS))
+def test_the_last_output_projection_runs_on_the_kept_rows(attention, packed, monkeypatch):
+    """Built-in kinds take ``keep`` and select the kept rows before their output projection:
+    the last block's ``proj`` sees K rows (the others the full batch), and the result stays the
+    full forward's (``agree``)."""
+    from lengen.model import transformer
+    if not packed:
+        monkeypatch.setattr(transformer, "PACK_SHARE", 0.0)
+    posenc = "nope" if attention in ("fot", "tra", "cope") else "rope"
+    model = build(attention, posenc)
+    keep = some_keep()
+    seen = []
+    for i, block in enumerate(model.blocks):
+        block.attn.proj.register_forward_hook(
+            lambda m, args, out, i=i: seen.append((i, args[0].shape[0])))
+    agree(model, keep)
+    last = [n for i, n in seen if i == len(model.blocks) - 1]
+    assert last[-1] == int(keep.sum())                  # the keep call's last block: K rows
+
+
+def test_a_kind_without_keep_has_its_rows_taken_after_it():
+    """A plugin kind whose forward has no ``keep``: the block selects rows from its output."""
+    from lengen.attention.softmax import SoftmaxAttention
+
+    class NoKeep(SoftmaxAttention):
+        def forward(self, x, pos, posenc, *, cache=None, key_pos=None, pack=None, rows=None):
+            return super().forward(x, pos, posenc, cache=cache, key_pos=key_pos, pack=pack,
+                                   rows=rows)
+
+    model = build()
+    for block in model.blocks:
+        own = NoKeep(d_model=16, n_heads=2)
+        own.load_state_dict(block.attn.state_dict())
+        block.attn = own
+    assert not model.blocks[0].attn_keeps
+    agree(model, some_keep())

@@ -69,7 +69,8 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, posenc, *, cache=None,
                 key_pos: torch.Tensor | None = None, pack=None,
-                rows: torch.Tensor | None = None) -> torch.Tensor:
+                rows: torch.Tensor | None = None,
+                keep: torch.Tensor | None = None) -> torch.Tensor:
         """x: [B, T, D], pos: [T] or [B, T] -> [B, T, D]. With ``cache`` (a
         :class:`lengen.model.cache.LayerCache`) x holds only the new tokens, ``key_pos`` the
         positions of every key (cached and new) and the step attends to the cached keys too.
@@ -78,7 +79,10 @@ class Attention(nn.Module):
         attention itself on the padded layout (zeros at the left-out tokens, after every kept
         one in its row, so no kept query sees them). ``rows`` (bool [B, T]): the query rows whose
         outputs the caller reads; the others may come out as anything (a kind whose ``attend``
-        takes ``rows``, :func:`attends_rows`, gets it; the C kernel skips them)."""
+        takes ``rows``, :func:`attends_rows`, gets it; the C kernel skips them). ``keep`` (int
+        [K], indices into the output's rows flattened, [B * T] or packed [N]): return those
+        rows only, [K, D], selected before the output projection, which then runs on them
+        alone (the model's last block: :meth:`lengen.model.transformer.Block.forward`)."""
         if pack is None:
             B, T, _ = x.shape
             qkv = self.qkv(x)                                               # [B, T, 3D]
@@ -103,10 +107,12 @@ class Attention(nn.Module):
                        if posenc.has_bias else None)
             skip = {} if rows is None or not attends_rows(self) else {"rows": rows}
             y = self.attend(q, k, v, x, bias_fn, **skip)                    # [B, H, T, hd]
-        y = y.transpose(1, 2)                                               # [B, T, H, hd]
+        y = y.transpose(1, 2).reshape(B, T, self.d_model)                   # [B, T, D]
         if pack is not None:
-            return self.proj(pack.pack(y.reshape(B, T, self.d_model)))      # [N, D]
-        return self.proj(y.reshape(B, T, self.d_model))
+            y = pack.pack(y)                                                # [N, D]
+        if keep is not None:
+            y = y.reshape(-1, self.d_model).index_select(0, keep)           # [K, D]
+        return self.proj(y)
 
     def decode(self, q, k, v, x, posenc, pos, key_pos, cache):
         """A cached step: append the new keys/values, then attend from the new query rows (the

@@ -182,6 +182,12 @@ class Block(nn.Module):
         not (asked of the module's class each time: it may be replaced after building)."""
         return takes_argument(type(self.attn), "pack")
 
+    @property
+    def attn_keeps(self) -> bool:
+        """Whether the attention module's forward takes ``keep=`` (the rows to return; built-in
+        kinds do, lengen.attention.base), asked of its class as :attr:`attn_packs` is."""
+        return takes_argument(type(self.attn), "keep")
+
     def query_rows(self, keep, pack, x) -> dict:
         """``{"rows": bool [B, T]}``, attention's query rows whose outputs ``keep`` (indices into
         the rows of x flattened, packed by ``pack`` or not) keeps, so that a kind that can skips
@@ -208,14 +214,18 @@ class Block(nn.Module):
             return h if keep is None else h.reshape(-1, D).index_select(0, keep)
 
         def attn(h):
+            # a kind that takes keep (the built-in ones) selects the kept rows itself, before
+            # its output projection; for others the rows are taken from its output
+            own = {"keep": keep} if keep is not None and self.attn_keeps else {}
             if pack is None:
-                a = self.attn(h, pos, posenc, cache=cache, key_pos=key_pos,
+                a = self.attn(h, pos, posenc, cache=cache, key_pos=key_pos, **own,
                               **self.query_rows(keep, None, h))
             elif self.attn_packs:
-                a = self.attn(h, pos, posenc, pack=pack, **self.query_rows(keep, pack, h))
+                a = self.attn(h, pos, posenc, pack=pack, **own, **self.query_rows(keep, pack, h))
             else:                          # a kind whose forward predates packing: pad around it
                 a = pack.pack(self.attn(pack.unpack(h), pos, posenc))
-            return rows(a)
+                own = {}
+            return a if own else rows(a)
 
         if self.norm_position == "pre":
             x = rows(x) + self.drop(attn(self.norm1(x)))
