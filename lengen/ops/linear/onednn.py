@@ -2,11 +2,12 @@
 
 Why: on CPU, PyTorch computes float32 ``F.linear`` and its input gradient with MKL's sgemm. For
 the projections of the cpu-scale models (a few thousand rows, 64-256 features, one thread)
-oneDNN's matmul, which ships inside PyTorch's x86 builds, is faster at the same shapes
-(``benchmarks/linear.py``); the weight gradient stays with PyTorch's ``mm``, which is the faster
-of the two there. The values are the same products summed in the same order at these sizes
-(bit-identical in the tests' shapes); in general they agree to fp32 rounding (``tests/test_linear.py``
-holds both to ``F.linear`` and to a float64 reference, values and gradients).
+oneDNN's matmul, which ships inside PyTorch's x86 builds, computes the forward and the input
+gradient faster at most of these shapes (``benchmarks/linear.py``, numbers in
+``benchmarks/RESULTS.md``); the weight gradient stays with PyTorch's ``mm``, the faster of the
+two there. The libraries may sum a product in different orders, so the two agree to fp32
+rounding (``tests/test_linear.py`` holds both to ``F.linear`` and to a float64 reference, values
+and gradients).
 
 :func:`linear` takes the oneDNN path (:func:`applies`) for float32 CPU tensors when a gradient is
 needed, the input has at least :data:`MIN_ROWS` rows, and the op is there and gives
