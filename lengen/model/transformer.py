@@ -215,16 +215,16 @@ class Block(nn.Module):
 
         def attn(h):
             # a kind that takes keep (the built-in ones) selects the kept rows itself, before
-            # its output projection; for others the rows are taken from its output
-            own = {"keep": keep} if keep is not None and self.attn_keeps else {}
+            # its output projection; the others' rows are taken from their output
+            own = keep is not None and self.attn_keeps
+            sel = {"keep": keep} if own else {}
             if pack is None:
-                a = self.attn(h, pos, posenc, cache=cache, key_pos=key_pos, **own,
+                a = self.attn(h, pos, posenc, cache=cache, key_pos=key_pos, **sel,
                               **self.query_rows(keep, None, h))
             elif self.attn_packs:
-                a = self.attn(h, pos, posenc, pack=pack, **own, **self.query_rows(keep, pack, h))
+                a = self.attn(h, pos, posenc, pack=pack, **sel, **self.query_rows(keep, pack, h))
             else:                          # a kind whose forward predates packing: pad around it
-                a = pack.pack(self.attn(pack.unpack(h), pos, posenc))
-                own = {}
+                return rows(pack.pack(self.attn(pack.unpack(h), pos, posenc)))
             return a if own else rows(a)
 
         if self.norm_position == "pre":
