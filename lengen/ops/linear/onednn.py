@@ -16,7 +16,7 @@ needed, the input has at least :data:`MIN_ROWS` rows, and the op is there and gi
 ``LENGEN_C_KERNELS=0``, the switch for all of lengen's CPU fast paths) turns it off, and so does
 ``torch.compile``.
 
-oneDNN compiles a primitive for each shape it meets (about a millisecond) and keeps a bounded
+oneDNN compiles a primitive for each shape it meets (a JIT compile) and keeps a bounded
 cache of them, so a run whose row counts vary from step to step (packed batches: the number of
 needed tokens changes with every batch) could compile at every call. A shape takes this path
 from its :data:`ADMIT_AFTER`-th call on (a fixed batch shape: from the first steps; a row count
