@@ -23,6 +23,8 @@ def fresh_shapes(monkeypatch):
     monkeypatch.setattr(mod, "_shapes", set())
     monkeypatch.setattr(mod, "_calls", {})
     monkeypatch.setattr(mod, "ADMIT_AFTER", 1)
+    for var in ("LENGEN_ONEDNN_LINEAR", "LENGEN_C_KERNELS"):      # the switches on
+        monkeypatch.delenv(var, raising=False)
 
 
 def run(fn, x, w, b, dy):
@@ -59,7 +61,7 @@ def test_matches_f_linear_and_float64(rows, k, n, bias, fresh_shapes):
         err32 = (r.double() - c).abs().max().item()
         scale = max(c.abs().max().item(), 1.0)
         assert err <= max(4 * err32, 1e-6 * scale), f"item {i}: {err:.1e} vs {err32:.1e}"
-    # the weight (and bias) gradient is PyTorch's own mm (and sum): the same bits
+    # the weight gradient is PyTorch's own mm, called as autograd calls it: the same bits
     assert torch.equal(got[2], ref32[2])
 
 
@@ -67,6 +69,7 @@ def test_matches_f_linear_and_float64(rows, k, n, bias, fresh_shapes):
 def test_3d_input_and_frozen_weight(fresh_shapes):
     x, w, b, dy = inputs(127, 64, 96, True, lead=(16,))
     xg = x.clone().requires_grad_(True)
+    assert mod.applies(xg, w, b)
     y = linear(xg, w, b)                      # only x needs a gradient
     y.backward(dy)
     ref = x.clone().requires_grad_(True)
@@ -80,6 +83,7 @@ def test_leaves_it_to_pytorch(monkeypatch, fresh_shapes):
     """No gradient, evaluation, few rows, float64, the switches off: F.linear itself."""
     x, w, b, _ = inputs(2048, 32, 16, True)
     wg = w.clone().requires_grad_(True)
+    assert mod.applies(x, wg, b) == mod.available()                   # the positive control
     assert not mod.applies(x, w, b)                                   # nothing needs a gradient
     with torch.no_grad():
         assert not mod.applies(x, wg, b)
@@ -148,3 +152,15 @@ def test_linear_module_is_nn_linear():
                                                  theirs.state_dict().values()))
     x = torch.randn(3, 6)
     assert torch.equal(ours(x), theirs(x))                            # no gradient: F.linear
+
+
+@needs_onednn
+def test_autocast_keeps_f_linear(fresh_shapes):
+    """bf16 training (CPU autocast) gets F.linear's low-precision product, not an fp32 one."""
+    x, w, b, _ = inputs(1024, 16, 8, True)
+    x.requires_grad_(True)
+    assert mod.applies(x, w, b)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not mod.applies(x, w, b)
+        y, ref = linear(x, w, b), F.linear(x, w, b)
+    assert y.dtype == ref.dtype == torch.bfloat16 and torch.equal(y, ref)

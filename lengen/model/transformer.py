@@ -204,8 +204,9 @@ class Block(nn.Module):
         """x [B, T, D] -> [B, T, D]. ``pack`` (:class:`lengen.ops.packing.Packing`): x holds
         the batch's needed tokens only, [N, D], and so does the output; ``keep`` (indices into
         the rows of x flattened to [-1, D]): the output is those rows only, [K, D]. Attention
-        runs over every token (all are keys); rows are dropped after it, so the MLP and the
-        norms run on the kept rows. Every op after attention acts on each token alone, hence
+        runs over every token (all are keys); rows are dropped in it before its output
+        projection (a kind whose forward takes ``keep``, as the built-in ones) or after it, so
+        the MLP and the norms run on the kept rows. Every op after attention acts on each token alone, hence
         the kept rows are exactly those of the full block; a kind that can skips the other query
         rows (:meth:`query_rows`)."""
         D = x.shape[-1]

@@ -10,9 +10,9 @@ rounding (``tests/test_linear.py`` holds both to ``F.linear`` and to a float64 r
 and gradients).
 
 :func:`linear` takes the oneDNN path (:func:`applies`) for float32 CPU tensors when a gradient is
-needed, the input has at least :data:`MIN_ROWS` rows, and the op is there and gives
-``F.linear``'s values on a probe at first use; otherwise, evaluation included, it is
-``F.linear`` itself, so evaluated numbers do not change. ``LENGEN_ONEDNN_LINEAR=0`` (or
+needed, the input has at least :data:`MIN_ROWS` rows, no CPU autocast is on, and the op is
+there and gives ``F.linear``'s values on a probe at first use; otherwise, evaluation and bf16
+training included, it is ``F.linear`` itself, so evaluated numbers do not change. ``LENGEN_ONEDNN_LINEAR=0`` (or
 ``LENGEN_C_KERNELS=0``, the switch for all of lengen's CPU fast paths) turns it off, and so does
 ``torch.compile``.
 
@@ -20,8 +20,8 @@ oneDNN compiles a primitive for each shape it meets (a JIT compile) and keeps a 
 cache of them, so a run whose row counts vary from step to step (packed batches: the number of
 needed tokens changes with every batch) could compile at every call. A shape takes this path
 from its :data:`ADMIT_AFTER`-th call on (a fixed batch shape: from the first steps; a row count
-that comes once: never), and at most :data:`MAX_SHAPES` distinct shapes per process do; the
-others use ``F.linear``. :class:`Linear` is ``nn.Linear`` with this forward: the same
+seen fewer times: never), at most :data:`MAX_SHAPES` distinct shapes per process, and calls are
+counted for the first :data:`COUNTED` shapes only; the others use ``F.linear``. :class:`Linear` is ``nn.Linear`` with this forward: the same
 parameters, state dict and initialisation.
 """
 from __future__ import annotations
@@ -118,8 +118,9 @@ def applies(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> bool:
             or (b is not None and (b.dtype != torch.float32 or b.device.type != "cpu"
                                    or tuple(b.shape) != (N,)))):
         return False
-    return (not torch.compiler.is_compiling() and enabled() and available()
-            and _admit((rows, K, N, b is not None)))
+    # under autocast (train.precision=bf16) F.linear runs in the low precision; keep it
+    return (not torch.is_autocast_enabled("cpu") and not torch.compiler.is_compiling()
+            and enabled() and available() and _admit((rows, K, N, b is not None)))
 
 
 class _Linear(torch.autograd.Function):
