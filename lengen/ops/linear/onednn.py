@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lengen.ops import ckernels
 from lengen.ops.ckernels import env_on, refuse_double_backward
 
 #: fewer rows than this stay with F.linear: below it the call's fixed cost is most of the time
@@ -50,17 +51,13 @@ _shapes: set = set()
 _calls: dict = {}
 
 
-def _op():
-    return torch.ops.mkldnn._linear_pointwise
-
-
 def _dense(x2: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
     """x2 [M, K] @ w [N, K]^T (+ b [N]) through oneDNN -> [M, N]."""
-    return _op()(x2, w, b, "none", [], "")
+    return torch.ops.mkldnn._linear_pointwise(x2, w, b, "none", [], "")
 
 
 def enabled() -> bool:
-    return env_on("LENGEN_ONEDNN_LINEAR") and env_on("LENGEN_C_KERNELS")
+    return env_on("LENGEN_ONEDNN_LINEAR") and ckernels.enabled()
 
 
 def available() -> bool:
@@ -129,7 +126,7 @@ class _Linear(torch.autograd.Function):
         x2 = x.reshape(-1, x.shape[-1]).contiguous()                        # [M, K]
         y = _dense(x2, w.contiguous(), None if b is None else b.contiguous())  # [M, N]
         ctx.save_for_backward(x2, w)
-        ctx.x_shape, ctx.has_bias = x.shape, b is not None
+        ctx.x_shape = x.shape
         return y.view(*x.shape[:-1], w.shape[0])
 
     @staticmethod
@@ -143,7 +140,7 @@ class _Linear(torch.autograd.Function):
             dx = _dense(dy2, w.t(), None).view(ctx.x_shape)                  # dy W: [M, K]
         if ctx.needs_input_grad[1]:
             dw = dy2.t().mm(x2)                                              # [N, K], as autograd
-        if ctx.has_bias and ctx.needs_input_grad[2]:
+        if ctx.needs_input_grad[2]:                                          # False without b
             db = dy2.sum(0)
         return dx, dw, db
 
