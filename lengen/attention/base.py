@@ -23,6 +23,7 @@ from torch import nn
 from lengen.ops.heads import split_heads
 from lengen.ops.linear import Linear
 from lengen.ops.tile_bias import BiasHook
+from lengen.ops.token_rows import TokenRows
 
 IMPLS = ("auto", "naive", "lean")
 
@@ -70,7 +71,8 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, pos: torch.Tensor, posenc, *, cache=None,
                 key_pos: torch.Tensor | None = None, pack=None,
                 rows: torch.Tensor | None = None,
-                keep: torch.Tensor | None = None) -> torch.Tensor:
+                keep: torch.Tensor | None = None,
+                tokens: TokenRows | None = None) -> torch.Tensor:
         """x: [B, T, D], pos: [T] or [B, T] -> [B, T, D]. With ``cache`` (a
         :class:`lengen.model.cache.LayerCache`) x holds only the new tokens, ``key_pos`` the
         positions of every key (cached and new) and the step attends to the cached keys too.
@@ -82,13 +84,21 @@ class Attention(nn.Module):
         takes ``rows``, :func:`attends_rows`, gets it; the C kernel skips them). ``keep`` (int
         [K], indices into the output's rows flattened, [B * T] or packed [N]): return those
         rows only, [K, D], selected before the output projection, which then runs on them
-        alone (the model's last block: :meth:`lengen.model.transformer.Block.forward`)."""
+        alone (the model's last block: :meth:`lengen.model.transformer.Block.forward`).
+        ``tokens`` (a :class:`lengen.ops.token_rows.TokenRows`, in place of ``x``): the input
+        rows as a table with one row per vocabulary entry (the model's first block in
+        training), so that the q, k, v projection runs once per entry and is gathered."""
+        if tokens is not None:
+            # a row per vocabulary entry, projected once, then gathered into the batch's rows
+            qkv = tokens.map(self.qkv).full()                       # [B, T, 3D] or [N, 3D]
+            x = tokens.full() if self.reads_x else None             # FoT's / TRA's gates
+        else:
+            qkv = self.qkv(x)                                       # [B, T, 3D] or [N, 3D]
         if pack is None:
-            B, T, _ = x.shape
-            qkv = self.qkv(x)                                               # [B, T, 3D]
+            B, T, _ = qkv.shape
         else:
             B, T = pack.B, pack.T
-            qkv = pack.unpack(self.qkv(x))                                  # [B, T, 3D]
+            qkv = pack.unpack(qkv)                                          # [B, T, 3D]
             x = pack.unpack(x) if self.reads_x else None       # [B, T, D]: FoT's / TRA's gates
         # q, k, v: [B, H, T, hd], views of qkv (the fused kernel writes their gradients into
         # one [B, T, 3D] buffer, which split_heads hands to the projection without a copy when

@@ -30,6 +30,8 @@ from lengen.ops.glu import swiglu
 from lengen.ops.linear import Linear
 from lengen.ops.norm import rms_norm
 from lengen.ops.packing import Packing, needed_tokens
+from lengen.ops import token_rows
+from lengen.ops.token_rows import TokenRows
 from lengen.posenc import POSENC_POINT, build_posenc
 from lengen.posenc.base import PositionalScheme
 from lengen.registry import construct
@@ -183,6 +185,13 @@ class Block(nn.Module):
         return takes_argument(type(self.attn), "pack")
 
     @property
+    def attn_takes_tokens(self) -> bool:
+        """Whether the attention module's forward takes ``tokens=`` (a
+        :class:`lengen.ops.token_rows.TokenRows` in place of x; built-in kinds do), asked of its
+        class as :attr:`attn_packs` is."""
+        return takes_argument(type(self.attn), "tokens")
+
+    @property
     def attn_keeps(self) -> bool:
         """Whether the attention module's forward takes ``keep=`` (the rows to return; built-in
         kinds do, lengen.attention.base), asked of its class as :attr:`attn_packs` is."""
@@ -200,7 +209,8 @@ class Block(nn.Module):
         rows = torch.zeros(B * T, dtype=torch.bool, device=keep.device)
         return {"rows": rows.index_fill_(0, flat, True).view(B, T)}
 
-    def forward(self, x, pos, posenc, cache=None, key_pos=None, keep=None, pack=None):
+    def forward(self, x, pos, posenc, cache=None, key_pos=None, keep=None, pack=None,
+                tokens=None):
         """x [B, T, D] -> [B, T, D]. ``pack`` (:class:`lengen.ops.packing.Packing`): x holds
         the batch's needed tokens only, [N, D], and so does the output; ``keep`` (indices into
         the rows of x flattened to [-1, D]): the output is those rows only, [K, D]. Attention
@@ -208,36 +218,46 @@ class Block(nn.Module):
         projection (a kind whose forward takes ``keep``, as the built-in ones) or after it, so
         the MLP and the norms run on the kept rows. Every op after attention acts on each token alone, hence
         the kept rows are exactly those of the full block; a kind that can skips the other query
-        rows (:meth:`query_rows`)."""
+        rows (:meth:`query_rows`). ``tokens`` (a :class:`lengen.ops.token_rows.TokenRows`
+        whose rows are x): the first block's input as one row per vocabulary entry, so the
+        norm before attention and attention's q, k, v projection run per entry (a kind whose
+        forward takes ``tokens``, as the built-in ones; the others get x)."""
         D = x.shape[-1]
+        if tokens is not None and not self.attn_takes_tokens:
+            tokens = None
 
         def rows(h):                                                # [K, D]
             return h if keep is None else h.reshape(-1, D).index_select(0, keep)
 
-        def attn(h):
+        def attn(norm):
+            """The attention sublayer on norm(x) (norm None: on x itself)."""
             # a kind that takes keep (the built-in ones) selects the kept rows itself, before
             # its output projection; the others' rows are taken from their output
             own = keep is not None and self.attn_keeps
             sel = {"keep": keep} if own else {}
+            if tokens is not None:           # the first block: the norm runs per table row
+                h, sel["tokens"] = None, tokens if norm is None else tokens.map(norm)
+            else:
+                h = x if norm is None else norm(x)
             if pack is None:
                 a = self.attn(h, pos, posenc, cache=cache, key_pos=key_pos, **sel,
-                              **self.query_rows(keep, None, h))
+                              **self.query_rows(keep, None, x))
             elif self.attn_packs:
-                a = self.attn(h, pos, posenc, pack=pack, **sel, **self.query_rows(keep, pack, h))
+                a = self.attn(h, pos, posenc, pack=pack, **sel, **self.query_rows(keep, pack, x))
             else:                          # a kind whose forward predates packing: pad around it
                 return rows(pack.pack(self.attn(pack.unpack(h), pos, posenc)))
             return a if own else rows(a)
 
         if self.norm_position == "pre":
-            x = rows(x) + self.drop(attn(self.norm1(x)))
+            x = rows(x) + self.drop(attn(self.norm1))
             return x + self.drop(self.mlp(self.norm2(x)))
         if self.norm_position == "post":
-            x = self.norm1(rows(x) + self.drop(attn(x)))
+            x = self.norm1(rows(x) + self.drop(attn(None)))
             return self.norm2(x + self.drop(self.mlp(x)))
         if self.norm_position == "pre_post":
-            x = self.post1(rows(x) + self.drop(attn(self.norm1(x))))
+            x = self.post1(rows(x) + self.drop(attn(self.norm1)))
             return self.post2(x + self.drop(self.mlp(self.norm2(x))))
-        x = rows(x) + self.drop(self.post1(attn(self.norm1(x))))                   # sandwich
+        x = rows(x) + self.drop(self.post1(attn(self.norm1)))                   # sandwich
         return x + self.drop(self.post2(self.mlp(self.norm2(x))))
 
 
@@ -426,14 +446,33 @@ class Transformer(nn.Module):
             x = pack.pack(x)                                     # [N, D]: the needed tokens
         if cache is None:
             last = len(self.blocks) - 1
+            table = self.token_rows(tokens, pack)                # x as a table, or None
             for i, (block, posenc) in enumerate(zip(self.blocks, self.block_posencs())):
-                x = block(x, pos, posenc, pack=pack,
+                x = block(x, pos, posenc, pack=pack, tokens=table if i == 0 else None,
                           keep=keep_rows if i == last else None)   # last: [K, D], kept rows
         else:
             key_pos = cache.extend_positions(pos)                # [Tc + T] or [B, Tc + T]
             for block, posenc, layer in zip(self.blocks, self.block_posencs(), cache.layers):
                 x = block(x, pos, posenc, cache=layer, key_pos=key_pos)
         return self.head(self.norm_f(x))                         # [B, T, V] or [N, V]
+
+    def token_rows(self, tokens: torch.Tensor, pack: Packing | None) -> TokenRows | None:
+        """The first block's input as one row per vocabulary entry (:mod:`lengen.ops.token_rows`)
+        where the input is a function of the token alone and that pays: in training (evaluation
+        keeps the batch-sized products, as the other fast paths do), with no position added to
+        the embeddings and no dropout drawn on them, when the block sees at least twice as many
+        rows as the vocabulary has entries. None otherwise (and with ``LENGEN_TOKEN_ROWS=0``)."""
+        if not self.training or self.posenc.adds_embedding or not token_rows.enabled():
+            return None
+        if self.embed_dropout and self.drop.p > 0:
+            return None
+        ids = tokens if pack is None else tokens.reshape(-1).index_select(0, pack.index)
+        if 2 * self.cfg.vocab_size > ids.numel():
+            return None
+        table = self.embed.weight                                # [V, D]
+        if self.cfg.embed_scale:
+            table = table * math.sqrt(self.cfg.d_model)
+        return TokenRows(table, ids)
 
     def generate(self, prompts, max_new_tokens: int, eos_id: int | None = None, *,
                  positions: torch.Tensor | None = None, temperature: float = 0.0,
