@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import lengen_revision, machine_info, machine_line  # noqa: E402
 from roofline import MODELS, build  # noqa: E402
 
-from lengen.model import transformer  # noqa: E402
+from lengen.model import block  # noqa: E402
 from lengen.threads import tune_allocator  # noqa: E402
 from lengen.train.optim import build_optimizer  # noqa: E402
 from lengen.train.step import forward_loss  # noqa: E402
@@ -48,11 +48,11 @@ def main(argv=None):
     net.train()
     opt = build_optimizer(net, cfg.train)
     gen = torch.Generator().manual_seed(0)
-    keeps = transformer.Block.attn_keeps
+    keeps = block.Block.attn_keeps
 
     def arm(name):
         os.environ["LENGEN_ONEDNN_LINEAR"] = "1" if name in ("onednn", "both") else "0"
-        transformer.Block.attn_keeps = (keeps if name in ("keep", "both")
+        block.Block.attn_keeps = (keeps if name in ("keep", "both")
                                         else property(lambda self: False))
 
     def steps(n=10):
@@ -78,7 +78,7 @@ def main(argv=None):
                 arm(name)
                 times[name].append(steps())
     finally:
-        transformer.Block.attn_keeps = keeps
+        block.Block.attn_keeps = keeps
         os.environ.pop("LENGEN_ONEDNN_LINEAR", None)
     rows = [dict(arm=name, ms=1e3 * statistics.median(times[name]),
                  speedup=statistics.median(a / b for a, b in zip(times["neither"], times[name])))

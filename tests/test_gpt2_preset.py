@@ -10,7 +10,7 @@ import torch
 import lengen
 from lengen.model import ModelConfig, Transformer
 from lengen.model.presets import GPT2_BASE, preset
-from lengen.model.transformer import MLP
+from lengen.model.block import MLP
 
 
 def test_gelu_mlp_is_gpt2s_tanh_gelu_with_biases():

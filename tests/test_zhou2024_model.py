@@ -8,7 +8,7 @@ import torch
 import lengen
 from lengen.model import ModelConfig, Transformer
 from lengen.model.presets import PRESETS, ZHOU2024_SIZES, preset
-from lengen.model.transformer import Block
+from lengen.model.block import Block
 
 
 def small_cfg(norm_position, **kw):

@@ -84,7 +84,7 @@ class Attention(nn.Module):
         takes ``rows``, :func:`attends_rows`, gets it; the C kernel skips them). ``keep`` (int
         [K], indices into the output's rows flattened, [B * T] or packed [N]): return those
         rows only, [K, D], selected before the output projection, which then runs on them
-        alone (the model's last block: :meth:`lengen.model.transformer.Block.forward`).
+        alone (the model's last block: :meth:`lengen.model.block.Block.forward`).
         ``tokens`` (a :class:`lengen.ops.token_rows.TokenRows`, in place of ``x``): the input
         rows as a table with one row per vocabulary entry (the model's first block in
         training), so that the q, k, v projection runs once per entry and is gathered."""

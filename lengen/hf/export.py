@@ -40,7 +40,7 @@ from lengen.model import HFBackbone, Transformer
 from lengen.rundir.load import load_run
 
 EXPORT_FORMATS = ("hf", "llama")
-RMS_EPS = 1e-6                     # lengen.model.transformer.RMSNorm's eps
+RMS_EPS = 1e-6                     # lengen.model.block.RMSNorm's eps
 _ROPE_DEFAULTS = {"base": 10000.0, "rotary_fraction": 1.0, "scaling": "none", "factor": 1.0}
 
 

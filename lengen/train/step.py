@@ -9,7 +9,7 @@ import dataclasses
 import torch
 
 from lengen.eval.metrics import restrict_to_outputs
-from lengen.model.transformer import takes_argument
+from lengen.model.block import takes_argument
 from lengen.train.precision import autocast, compile_failure, is_compiler_error
 
 
