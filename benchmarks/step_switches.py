@@ -1,7 +1,12 @@
-"""What two of lengen's CPU training paths buy in the recipes' cpu-scale training step, each
-switched on and off inside one process: oneDNN's linear (``lengen/ops/linear``,
-``LENGEN_ONEDNN_LINEAR``) and the last block's output projection on the kept rows only
-(``Block.attn_keeps``; off: the rows are taken after projecting every token, as before).
+"""What lengen's CPU training paths buy in the recipes' cpu-scale training step, each switched
+on and off inside one process. Two sets of arms (``--arms``):
+
+* ``linear`` (default): oneDNN's linear (``lengen/ops/linear``, ``LENGEN_ONEDNN_LINEAR``) and the
+  last block's output projection on the kept rows only (``Block.attn_keeps``; off: the rows are
+  taken after projecting every token, as before), arms ``neither``, ``onednn``, ``keep``,
+  ``both``.
+* ``tokens``: the first block's norm and q, k, v projection once per vocabulary entry
+  (``lengen/ops/token_rows.py``, ``LENGEN_TOKEN_ROWS``), arms ``neither`` and ``tokens``.
 
 Arms run in turn, ten training steps each on fresh batches (the training loop's own
 ``forward_loss``, backward, AdamW), for ``--rounds`` rounds: a drift of the machine hits every
@@ -10,6 +15,7 @@ arm alike, and the table gives the median over rounds of the base arm's step ove
 processes is larger than these effects).
 
     python benchmarks/step_switches.py --model flipflop:FoT --rounds 10 --json out.json
+    python benchmarks/step_switches.py --arms tokens --model flipflop:NoPE --rounds 10
 """
 from __future__ import annotations
 
@@ -32,7 +38,14 @@ from lengen.threads import tune_allocator  # noqa: E402
 from lengen.train.optim import build_optimizer  # noqa: E402
 from lengen.train.step import forward_loss  # noqa: E402
 
-ARMS = ("neither", "onednn", "keep", "both")
+#: --arms -> {arm: (oneDNN linear, kept-rows projection, token rows)}, in the order they run,
+#: the first the base. The linear arms run without token rows, as when they were first measured;
+#: the tokens arms with the other two on, as training runs.
+ARM_SETS = {
+    "linear": {"neither": (0, 0, 0), "onednn": (1, 0, 0), "keep": (0, 1, 0), "both": (1, 1, 0)},
+    "tokens": {"neither": (1, 1, 0), "tokens": (1, 1, 1)},
+}
+SWITCHES = ("LENGEN_ONEDNN_LINEAR", "LENGEN_TOKEN_ROWS")
 
 
 def main(argv=None):
@@ -40,6 +53,8 @@ def main(argv=None):
     ap.add_argument("--model", default="flipflop:FoT", choices=MODELS, help="recipe:model key")
     ap.add_argument("--rounds", type=int, default=10, help="rounds of every arm (default 10)")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    ap.add_argument("--arms", default="linear", choices=ARM_SETS,
+                    help="which paths to switch (default linear: oneDNN and the kept rows)")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -50,10 +65,13 @@ def main(argv=None):
     gen = torch.Generator().manual_seed(0)
     keeps = block.Block.attn_keeps
 
+    arms = ARM_SETS[args.arms]
+
     def arm(name):
-        os.environ["LENGEN_ONEDNN_LINEAR"] = "1" if name in ("onednn", "both") else "0"
-        block.Block.attn_keeps = (keeps if name in ("keep", "both")
-                                        else property(lambda self: False))
+        onednn, kept, tokens = arms[name]
+        os.environ["LENGEN_ONEDNN_LINEAR"] = str(onednn)
+        os.environ["LENGEN_TOKEN_ROWS"] = str(tokens)
+        block.Block.attn_keeps = keeps if kept else property(lambda self: False)
 
     def steps(n=10):
         t0 = time.perf_counter()
@@ -69,24 +87,27 @@ def main(argv=None):
         return (time.perf_counter() - t0) / n
 
     try:
-        for name in ARMS:                              # warm-up: every arm once
+        for name in arms:                              # warm-up: every arm once
             arm(name)
             steps()
-        times = {name: [] for name in ARMS}
+        times = {name: [] for name in arms}
         for _ in range(args.rounds):
-            for name in ARMS:
+            for name in arms:
                 arm(name)
                 times[name].append(steps())
     finally:
         block.Block.attn_keeps = keeps
-        os.environ.pop("LENGEN_ONEDNN_LINEAR", None)
+        for var in SWITCHES:
+            os.environ.pop(var, None)
     rows = [dict(arm=name, ms=1e3 * statistics.median(times[name]),
                  speedup=statistics.median(a / b for a, b in zip(times["neither"], times[name])))
-            for name in ARMS]
-    setup = dict(model=args.model, rounds=args.rounds, threads=args.threads,
+            for name in arms]
+    setup = dict(model=args.model, arms=args.arms, rounds=args.rounds, threads=args.threads,
                  lengen=lengen_revision())
-    print("Training step with lengen's oneDNN linear and the kept-rows projection switched on "
-          "and off in one process; speed-up = median over rounds of 'neither' / arm")
+    what = ("lengen's oneDNN linear and the kept-rows projection" if args.arms == "linear"
+            else "the first block's token rows")
+    print(f"Training step with {what} switched on and off in one process; speed-up = median "
+          f"over rounds of 'neither' / arm")
     print(", ".join(f"{k}={v}" for k, v in setup.items()))
     print(machine_line(), flush=True)
     print("| arm | ms / step | speed-up |")

@@ -159,3 +159,36 @@ def test_a_kind_without_tokens_gets_the_rows(monkeypatch):
         block.attn = own
     assert not model.blocks[0].attn_takes_tokens
     agree(model, monkeypatch, expect_table=False)
+
+
+def compile_unavailable() -> str | None:
+    """Why torch.compile cannot run here (tests/test_precision.py asks the same), or None."""
+    import importlib
+
+    from lengen.errors import ConfigError
+    try:
+        importlib.import_module("lengen.train.precision").check_compile("cpu")
+    except ConfigError as e:
+        return str(e)
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(compile_unavailable() is not None, reason=compile_unavailable() or "")
+def test_under_torch_compile(monkeypatch):
+    """train.compile traces the table's path (FoT: its gate reads the gathered rows too): the
+    compiled forward and gradients equal eager's, and the first projection saw V rows."""
+    monkeypatch.setenv(token_rows.SWITCH, "1")
+    model = build("fot", "nope", n_layers=1)
+    compiled_copy = copy.deepcopy(model)
+    seen = first_qkv_rows(compiled_copy)
+    tokens = torch.randint(0, V, (B, T), generator=torch.Generator().manual_seed(3))
+    pos = torch.arange(T, dtype=torch.float32)
+    ref = model(tokens, pos)
+    out = torch.compile(compiled_copy)(tokens, pos)
+    assert seen and seen[0][0] == V
+    torch.testing.assert_close(out, ref, **CLOSE)
+    ref.square().mean().backward()
+    out.square().mean().backward()
+    for (name, a), b in zip(model.named_parameters(), compiled_copy.parameters()):
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-4, atol=1e-5, msg=name)
