@@ -112,6 +112,55 @@ def test_with_kept_rows_packed_or_not(attention, packed, monkeypatch):
     agree(build(attention, posenc), monkeypatch, keep=keep)
 
 
+@pytest.mark.parametrize("case", ["layer norm", "tied embeddings", "encoder", "one layer"])
+def test_other_model_shapes(case, monkeypatch):
+    """LayerNorm runs on the table as RMSNorm does; tied embeddings get the table's gradient
+    with the head's; an encoder's first block is the same; with one layer the first block is the
+    last, and keeps its scored rows (packed)."""
+    kw = {"layer norm": {"norm": "layer"}, "tied embeddings": {"tie_embeddings": True},
+          "encoder": {"causal": False}, "one layer": {"n_layers": 1}}[case]
+    keep = None
+    if case == "one layer":
+        keep = torch.zeros(B, T, dtype=torch.bool)
+        keep[0, 5] = keep[2, 9] = True
+    agree(build(**kw), monkeypatch, keep=keep)
+
+
+def test_dropout_inside_the_blocks_keeps_the_path(monkeypatch):
+    """Dropout after the blocks' sublayers (not on the embeddings): the path is taken, and with
+    the same seed it draws the same masks over the same rows."""
+    model = build(dropout=0.2, embed_dropout="with_pe", posenc="nope")
+    tokens = torch.randint(0, V, (B, T), generator=torch.Generator().manual_seed(3))
+    pos = torch.arange(T, dtype=torch.float32)
+    seen = first_qkv_rows(model)
+    out = {}
+    for on in ("0", "1"):
+        monkeypatch.setenv(token_rows.SWITCH, on)
+        torch.manual_seed(11)
+        out[on] = model(tokens, pos)
+    assert seen[1][0] == V and seen[0][:2] == (B, T)
+    torch.testing.assert_close(out["1"], out["0"], **CLOSE)
+
+
+def test_a_kind_with_tokens_but_without_pack_gets_x(monkeypatch):
+    """A plugin kind whose forward takes ``tokens`` but predates packing is padded around by the
+    block, and then handed x (the table cannot be padded)."""
+    from lengen.attention.softmax import SoftmaxAttention
+
+    class NoPack(SoftmaxAttention):
+        def forward(self, x, pos, posenc, *, cache=None, key_pos=None, tokens=None):
+            return super().forward(x, pos, posenc, cache=cache, key_pos=key_pos, tokens=tokens)
+
+    model = build()
+    for block in model.blocks:
+        own = NoPack(d_model=16, n_heads=2)
+        own.load_state_dict(block.attn.state_dict())
+        block.attn = own
+    keep = torch.zeros(B, T, dtype=torch.bool)
+    keep[:, 6] = True                                   # packed: the rows after 6 are not needed
+    agree(model, monkeypatch, keep=keep, expect_table=False)
+
+
 def test_float64_and_embed_scale(monkeypatch):
     """In float64 the two paths agree to its rounding; embed_scale multiplies the table."""
     agree(build(embed_scale=True, dtype=torch.float64), monkeypatch,

@@ -34,10 +34,11 @@ def test_attn_impls_match_the_attention_module():
 
 
 def test_framework_keys_are_what_the_transformer_passes(monkeypatch):
+    import lengen.model.block as blocks
     import lengen.model.transformer as tm
 
     seen = {}
-    real_posenc, real_attention = tm.build_posenc, tm.build_attention
+    real_posenc, real_attention = tm.build_posenc, blocks.build_attention
 
     def posenc(name, **kw):
         seen["posenc"] = set(kw)
@@ -48,7 +49,7 @@ def test_framework_keys_are_what_the_transformer_passes(monkeypatch):
         return real_attention(name, **kw)
 
     monkeypatch.setattr(tm, "build_posenc", posenc)
-    monkeypatch.setattr(tm, "build_attention", attention)
+    monkeypatch.setattr(blocks, "build_attention", attention)       # blocks build attention
     mc = ModelConfig(d_model=16, n_heads=2, n_layers=2)
     tm.Transformer(mc)
     assert seen["posenc"] == set(mc.posenc_args())

@@ -137,8 +137,9 @@ class Block(nn.Module):
         norm before attention and attention's q, k, v projection run per entry (a kind whose
         forward takes ``tokens``, as the built-in ones; the others get x)."""
         D = x.shape[-1]
-        if tokens is not None and not self.attn_takes_tokens:
-            tokens = None
+        if tokens is not None and not (self.attn_takes_tokens
+                                       and (pack is None or self.attn_packs)):
+            tokens = None                  # a plugin kind without them: it gets x, as before
 
         def rows(h):                                                # [K, D]
             return h if keep is None else h.reshape(-1, D).index_select(0, keep)

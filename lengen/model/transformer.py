@@ -302,11 +302,14 @@ class Transformer(nn.Module):
 
     def token_rows(self, tokens: torch.Tensor, pack: Packing | None) -> TokenRows | None:
         """The first block's input as one row per vocabulary entry (:mod:`lengen.ops.token_rows`)
-        where the input is a function of the token alone and that pays: in training (evaluation
-        keeps the batch-sized products, as the other fast paths do), with no position added to
-        the embeddings and no dropout drawn on them, when the block sees at least twice as many
-        rows as the vocabulary has entries. None otherwise (and with ``LENGEN_TOKEN_ROWS=0``)."""
-        if not self.training or self.posenc.adds_embedding or not token_rows.enabled():
+        where the input is a function of the token alone and that pays: in CPU training
+        (evaluation keeps the batch-sized products, as the other fast paths do; on CUDA the
+        gather's backward would add into the table's few rows with atomics, in no fixed order),
+        with no position added to the embeddings and no dropout drawn on them, when the block
+        sees at least twice as many rows as the vocabulary has entries. None otherwise (and with
+        ``LENGEN_TOKEN_ROWS=0``)."""
+        if (not self.training or tokens.device.type != "cpu" or self.posenc.adds_embedding
+                or not token_rows.enabled()):
             return None
         if self.embed_dropout and self.drop.p > 0:
             return None

@@ -10,8 +10,8 @@ rounding (a matrix product over V rows may add in another order than one over B 
 gather's backward sums each row's gradient into its table row (``index_select``'s
 ``index_add``), so the parameters get the same gradient as through the batch.
 
-:class:`lengen.model.transformer.Transformer` decides when a batch takes this path (training,
-no position added to the embeddings, no embedding dropout drawn, at most half as many
+:class:`lengen.model.transformer.Transformer` decides when a batch takes this path (CPU
+training, no position added to the embeddings, no embedding dropout drawn, at most half as many
 vocabulary entries as rows) and hands its first block a :class:`TokenRows`;
 :meth:`lengen.attention.base.Attention.forward` projects it (``tokens=``). The batch-sized
 computation is the reference (tests/test_token_rows.py).
