@@ -24,10 +24,17 @@ from lengen.ops.norm import rms_norm
 from lengen.registry import construct
 
 
-@functools.lru_cache(maxsize=None)
+#: (class, name) -> answer of takes_argument; a plain dict, not functools.lru_cache, which
+#: torch.compile warns about when the compiled forward (train.compile) calls through it
+_TAKES: dict = {}
+
+
 def takes_argument(cls, name: str) -> bool:
     """Whether ``cls.forward`` has a parameter ``name`` (per class, once)."""
-    return name in inspect.signature(cls.forward).parameters
+    key = (cls, name)
+    if key not in _TAKES:
+        _TAKES[key] = name in inspect.signature(cls.forward).parameters
+    return _TAKES[key]
 
 
 def built(what: str, build, name: str, kwargs: dict, **framework):
