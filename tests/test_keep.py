@@ -13,7 +13,7 @@ import torch
 from lengen.attention import ATTENTIONS
 from lengen.errors import ArgumentError
 from lengen.model import ModelConfig, Transformer
-from tiny_models import nontrivial
+from tiny_models import nontrivial, with_attention
 from lengen.model.transformer import PACK_SHARE, plan_rows
 from lengen.ops import fused_rows
 from lengen.ops.packing import Packing, needed_tokens
@@ -118,11 +118,8 @@ def test_a_kind_without_packing_is_padded_around():
         def forward(self, x, pos, posenc, *, cache=None, key_pos=None):
             return super().forward(x, pos, posenc, cache=cache, key_pos=key_pos)
 
-    model = build()
+    model = with_attention(build(), OldSignature)
     for block in model.blocks:
-        old = OldSignature(d_model=16, n_heads=2)
-        old.load_state_dict(block.attn.state_dict())
-        block.attn = old
         assert not block.attn_packs
     agree(model, some_keep())
 
@@ -253,11 +250,7 @@ def test_a_kind_whose_attend_has_no_rows_gets_none(monkeypatch):
     real = fused_rows._FusedRows.apply
     monkeypatch.setattr(fused_rows._FusedRows, "apply",
                         lambda *a: seen.append(a[-1]) or real(*a))
-    model = build()
-    for block in model.blocks:
-        own = OwnAttend(d_model=16, n_heads=2)
-        own.load_state_dict(block.attn.state_dict())
-        block.attn = own
+    model = with_attention(build(), OwnAttend)
     agree(model, some_keep())
     assert seen or fused_rows.kernels() is None                  # the C kernel ran
     assert all(r is None for r in seen)
@@ -293,10 +286,6 @@ def test_a_kind_without_keep_has_its_rows_taken_after_it():
             return super().forward(x, pos, posenc, cache=cache, key_pos=key_pos, pack=pack,
                                    rows=rows)
 
-    model = build()
-    for block in model.blocks:
-        own = NoKeep(d_model=16, n_heads=2)
-        own.load_state_dict(block.attn.state_dict())
-        block.attn = own
+    model = with_attention(build(), NoKeep)
     assert not model.blocks[0].attn_keeps
     agree(model, some_keep())

@@ -16,7 +16,7 @@ from lengen.model import ModelConfig, Transformer
 from lengen.ops import token_rows
 from lengen.ops.token_rows import TokenRows
 from lengen.posenc import POSENCS
-from tiny_models import nontrivial
+from tiny_models import nontrivial, with_attention
 
 V, B, T = 5, 3, 13
 CLOSE = dict(atol=1e-5, rtol=1e-5)     # fp32: products over V rows against B * T rows
@@ -151,11 +151,7 @@ def test_a_kind_with_tokens_but_without_pack_gets_x(monkeypatch):
         def forward(self, x, pos, posenc, *, cache=None, key_pos=None, tokens=None):
             return super().forward(x, pos, posenc, cache=cache, key_pos=key_pos, tokens=tokens)
 
-    model = build()
-    for block in model.blocks:
-        own = NoPack(d_model=16, n_heads=2)
-        own.load_state_dict(block.attn.state_dict())
-        block.attn = own
+    model = with_attention(build(), NoPack)
     keep = torch.zeros(B, T, dtype=torch.bool)
     keep[:, 6] = True                                   # packed: the rows after 6 are not needed
     agree(model, monkeypatch, keep=keep, expect_table=False)
@@ -201,11 +197,7 @@ def test_a_kind_without_tokens_gets_the_rows(monkeypatch):
             return super().forward(x, pos, posenc, cache=cache, key_pos=key_pos, pack=pack,
                                    rows=rows, keep=keep)
 
-    model = build()
-    for block in model.blocks:
-        own = NoTokens(d_model=16, n_heads=2)
-        own.load_state_dict(block.attn.state_dict())
-        block.attn = own
+    model = with_attention(build(), NoTokens)
     assert not model.blocks[0].attn_takes_tokens
     agree(model, monkeypatch, expect_table=False)
 

@@ -15,3 +15,13 @@ def nontrivial(model, seed: int = 0, scale: float = 0.3):
             if p.numel() and not p.any():
                 p.copy_(scale * torch.randn(p.shape, generator=g))
     return model
+
+
+def with_attention(model, cls):
+    """``model`` with every block's attention replaced by a ``cls`` (a plugin kind's stand-in,
+    built as the model's own: d_model and n_heads) holding the same weights; returns the model."""
+    for block in model.blocks:
+        own = cls(d_model=model.cfg.d_model, n_heads=model.cfg.n_heads)
+        own.load_state_dict(block.attn.state_dict())
+        block.attn = own
+    return model

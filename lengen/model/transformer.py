@@ -313,7 +313,7 @@ class Transformer(nn.Module):
             return None
         if self.embed_dropout and self.drop.p > 0:
             return None
-        ids = tokens if pack is None else tokens.reshape(-1).index_select(0, pack.index)
+        ids = tokens if pack is None else pack.pack(tokens)     # [B, T] or [N]
         if 2 * self.cfg.vocab_size > ids.numel():
             return None
         table = self.embed.weight                                # [V, D]

@@ -28,8 +28,8 @@ class Packing:
         return self.index.numel()
 
     def pack(self, x: torch.Tensor) -> torch.Tensor:
-        """[B, T, C] -> [N, C]."""
-        return x.reshape(self.B * self.T, x.shape[-1]).index_select(0, self.index)
+        """[B, T, ...] -> [N, ...] (rows [B, T, C] or the token ids [B, T])."""
+        return x.reshape(self.B * self.T, *x.shape[2:]).index_select(0, self.index)
 
     def unpack(self, x: torch.Tensor) -> torch.Tensor:
         """[N, C] -> [B, T, C], zeros at the tokens left out."""
