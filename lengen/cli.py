@@ -229,7 +229,13 @@ def cmd_list(args) -> int:
 def cmd_bench(args) -> int:
     from lengen.bench.run import (BASELINES, estimate_bench, load_variants, parse_variant,
                                   run_bench)  # start-up: only this command needs it
+    from lengen.bench.scorecard import compare_cards
 
+    if args.compare:
+        out = args.out or os.path.join("runs", "bench-compare")
+        compare_cards(args.compare[0], args.compare[1], out)
+        print(open(os.path.join(out, "scorecard.md"), encoding="utf-8").read())
+        return 0
     variants = [parse_variant(v) for v in args.variant]
     if args.variants:
         variants += load_variants(args.variants)
@@ -241,12 +247,15 @@ def cmd_bench(args) -> int:
     if not variants:
         raise ConfigError("lengen bench needs at least one variant: --variant 'model.posenc="
                           "rope' (model.* overrides), --variants FILE, or --baselines-only")
+    protocol = "quick" if args.quick else "full"
     if args.estimate:
         estimate_bench(variants, args.scale, workers=args.workers, cells=args.cells,
-                       threads=args.threads)
+                       threads=args.threads, seeds=args.seeds, protocol=protocol)
         return 0
     rows = run_bench(variants, args.scale, args.out, workers=args.workers, cells=args.cells,
-                     threads=args.threads, baselines=baselines)
+                     threads=args.threads, baselines=baselines, seeds=args.seeds,
+                     protocol=protocol, backend=args.backend, device=args.device,
+                     runs_per_gpu=args.runs_per_gpu, ray_address=args.ray_address)
     return 0 if all(r["status"] != "failed" for r in rows) else 1
 
 
@@ -543,8 +552,28 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
                    help="scorecard.csv of baselines shown beside the variants (default: the "
                         "committed results/bench-<scale>/scorecard.csv; 'none' for none)")
     p.add_argument("--estimate", action="store_true",
-                   help="time a few training steps of every run and print the estimated wall "
-                        "time instead of running")
+                   help="time a few training steps and the evaluation of every variant x cell "
+                        "and print the estimated wall time of the whole protocol instead of "
+                        "running")
+    p.add_argument("--seeds", type=int_at_least(0), nargs="+", default=None, metavar="S",
+                   help="training seeds (init and data order) per variant x cell (default "
+                        "0..n-1: n = 3 at cpu, 5 at paper, 2 at smoke and with --quick)")
+    p.add_argument("--quick", action="store_true",
+                   help="the quick protocol: 2 seeds at each cell's default learning rate (no "
+                        "grid), every other OOD length; never judged against a full card")
+    p.add_argument("--backend", choices=("local", "ray"), default="local",
+                   help="local worker processes (default) or one Ray task per run")
+    p.add_argument("--device", default=None, metavar="DEV",
+                   help="train.device of every run (e.g. cuda; default: lengen's choice)")
+    p.add_argument("--runs-per-gpu", type=int_at_least(1), default=4, metavar="N",
+                   help="with --backend ray --device cuda: runs sharing one GPU (Ray "
+                        "num_gpus = 1/N per run; default 4)")
+    p.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="Ray cluster address (default: a running cluster or a local one)")
+    p.add_argument("--compare", nargs=2, default=None, metavar=("A", "B"),
+                   help="no training: lay card A's variants beside card B's (bench output "
+                        "folders or runs.csv files) with the same statistics, into --out "
+                        "(default runs/bench-compare)")
     p.set_defaults(fn=cmd_bench)
 
     p = sub.add_parser("check", help="run the generic contracts on a scheme, attention kind, "
