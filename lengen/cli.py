@@ -14,6 +14,8 @@
     lengen plot activations RUN_DIR [RUN_DIR ...] [--lengths 40 150] [--n 30] [--out FILE]
     lengen analyze ANALYSIS [...]      (ANALYSIS: a key of lengen.analysis.ANALYSES, e.g. idealized)
     lengen list
+    lengen sweep [--config FILE] key=a,b ... [--seeds 0 1 2] [--workers N] [--backend ray]
+    lengen bench --variant OVERRIDES [--seeds ...] [--quick] [--backend ray] [--compare A B]
 
 Every error a user can fix is printed as one paragraph (what is wrong, where, how to fix it) with
 exit status 2 and no traceback; ``--debug`` (anywhere on the line) shows the traceback too.
@@ -257,6 +259,21 @@ def cmd_bench(args) -> int:
                      protocol=protocol, backend=args.backend, device=args.device,
                      runs_per_gpu=args.runs_per_gpu, ray_address=args.ray_address)
     return 0 if all(r["status"] != "failed" for r in rows) else 1
+
+
+def cmd_sweep(args) -> int:
+    from lengen.bench.seeds import run_seed_sweep  # start-up: only this command needs it
+
+    not_an_override("--config", args.config)
+    base = load_config_file(args.config) if args.config else {}
+    ray_options = {"address": args.ray_address} if args.backend == "ray" else None
+    summary = run_seed_sweep(base, args.overrides, args.seeds, args.out, workers=args.workers,
+                             backend=args.backend, threads=args.threads, metric=args.metric,
+                             fit_threshold=args.fit_threshold, fit_splits=args.fit_splits,
+                             ray_options=ray_options)
+    print(summary["markdown"])
+    print(f"wrote {os.path.join(args.out, 'table.md')} and table.csv")
+    return 0 if all(a["failed"] == 0 for a in summary["arms"]) else 1
 
 
 def cmd_check(args) -> int:
@@ -575,6 +592,35 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
                         "folders or runs.csv files) with the same statistics, into --out "
                         "(default runs/bench-compare)")
     p.set_defaults(fn=cmd_bench)
+
+    p = sub.add_parser("sweep", help="compare configs over seeds: fit rate, mean over fitted "
+                                     "seeds with a 95%% interval, per split",
+                       description="Run every combination of the axes (an override with "
+                                   "commas, e.g. model.posenc=rope,alibi) on every seed (init "
+                                   "and data order), locally or on Ray, and print one table "
+                                   "with the bench card's statistics (lengen/bench/seeds.py).")
+    p.add_argument("--config", metavar="FILE", help="base YAML or JSON config")
+    p.add_argument("overrides", nargs="*", metavar="key.path=value[,value...]",
+                   help="overrides; a value list a,b,c makes an axis")
+    p.add_argument("--seeds", type=int_at_least(0), nargs="+", default=[0, 1, 2], metavar="S",
+                   help="seeds of every arm (default 0 1 2)")
+    p.add_argument("--out", metavar="DIR", default=os.path.join("runs", "sweep"),
+                   help="output folder (default runs/sweep)")
+    p.add_argument("--workers", type=int_at_least(1), default=1, metavar="N",
+                   help="parallel worker processes (default 1)")
+    p.add_argument("--backend", choices=("local", "ray"), default="local",
+                   help="local worker processes (default) or one Ray task per run")
+    p.add_argument("--ray-address", default=None, metavar="ADDR", help="Ray cluster address")
+    p.add_argument("--threads", type=int_at_least(0), default=None, metavar="N",
+                   help="torch threads per run (default: cores // workers)")
+    p.add_argument("--metric", default=None, help="metric of the table (default: the task's "
+                                                  "score metric, e.g. seq_acc)")
+    p.add_argument("--fit-threshold", type=float, default=0.9, metavar="X",
+                   help="a run fitted when its in-distribution mean is >= X (default 0.9)")
+    p.add_argument("--fit-splits", nargs="+", default=None, metavar="SPLIT",
+                   help="the in-distribution splits (default: iid, or the lengths up to the "
+                        "task's max_train_length)")
+    p.set_defaults(fn=cmd_sweep)
 
     p = sub.add_parser("check", help="run the generic contracts on a scheme, attention kind, "
                                      "sampler or task (built-in or plugin)",
