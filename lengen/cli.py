@@ -539,9 +539,12 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
                        description="Train and evaluate each model variant on the bench battery "
                                    "(flip-flop, four Chomsky tasks, copy, reverse, addition, "
                                    "language modelling; protocols in lengen/bench/battery.py) "
-                                   "and write scorecard.md/.csv/.json/.png beside the committed "
-                                   "baselines. Finished cells are reused; an interrupted bench "
-                                   "resumes.")
+                                   "over several seeds with the same learning-rate grid for "
+                                   "every entry (chosen on a held-out in-distribution split) "
+                                   "and write runs.csv and the card (scorecard.md/.csv/.json/"
+                                   ".png, curves/) beside the committed baselines of the same "
+                                   "battery version (docs/bench.md). Finished runs are reused; "
+                                   "an interrupted bench resumes.")
     p.add_argument("--variant", action="append", default=[], metavar="OVERRIDES",
                    help="one variant: model.* overrides separated by spaces, optionally with "
                         "name=LABEL, e.g. --variant 'name=slopes model.posenc=mypkg.pe:Slopes' "
@@ -553,9 +556,9 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
                         "RoPE + warp, TRA, FoT) as the variants: how the committed scorecard "
                         "is made")
     p.add_argument("--scale", choices=("smoke", "cpu", "paper"), default="cpu",
-                   help="smoke = seconds (tests); cpu = at most ~30 min per variant on 2 "
-                        "cores with --workers 2 (check with --estimate); paper = the papers' "
-                        "sizes (GPU)")
+                   help="smoke = seconds (tests); cpu = 2-layer models on 2 cores (about an "
+                        "hour per variant with --workers 2 for the full protocol, less with "
+                        "--quick; time it with --estimate); paper = the papers' sizes (GPU)")
     p.add_argument("--cells", nargs="+", default=None, metavar="CELL",
                    help="a subset of the cells (default all: flipflop bucket_sort "
                         "reverse_string even_pairs missing_duplicate copy reverse addition lm)")

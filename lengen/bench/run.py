@@ -1,5 +1,5 @@
 """``lengen bench``: train and evaluate model variants on every cell of the battery
-(:mod:`lengen.bench.battery`) through a sweep, and write the scorecard beside the committed
+(:mod:`lengen.bench.battery`) through a sweep, and write the card beside the committed
 baselines (:mod:`lengen.bench.scorecard`).
 
 A variant is a label and a set of ``model.*`` overrides; the cells fix everything else, so two
