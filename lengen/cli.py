@@ -654,7 +654,8 @@ def main(argv=None) -> int:
     except SystemExit as e:                  # argparse printed usage and the error
         return e.code if isinstance(e.code, int) else 2
     if extra:
-        if getattr(args, "command", None) == "train" and all(map(looks_like_override, extra)):
+        if (getattr(args, "command", None) in ("train", "sweep")
+                and all(map(looks_like_override, extra))):
             args.overrides += extra          # overrides after a flag: accepted in any order
         else:
             hint = ("; overrides look like key.path=value" if any("=" in x for x in extra)

@@ -364,7 +364,8 @@ def write_card(rows: list[dict], out: str, scale: str, *, baselines="default",
 
     lines = [f"# {title or 'lengen bench card'}", "",
              f"Battery v{VERSION}, scale {scale}, protocol {', '.join(protocol)}; seeds "
-             f"{seeds}; lengen {_commit()}; written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
+             f"{seeds}; lengen {_commit()}; written "
+             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
              "",
              "**Protocol.** Every entry gets the same budget: per cell, seed 0 runs at the cell's "
              f"default learning rate x {list(LR_FACTORS)} and the rate with the best held-out "

@@ -163,8 +163,8 @@ def summarize(results_rows, specs, by_arm: dict, *, metric=None, fit_threshold: 
             else:
                 fitted = (not ids) or (sum(ids) / len(ids) >= fit_threshold)
             runs.append({"vals": vals, "fitted": fitted,
-                         "id": sum(ids) / len(ids) if ids else math.nan, "ood": (sum(oods.values()) / len(oods)
-                                                                 if oods else math.nan),
+                         "id": sum(ids) / len(ids) if ids else math.nan,
+                         "ood": sum(oods.values()) / len(oods) if oods else math.nan,
                          "has_rule": bool(ids) or lower})
         done = [r for r in runs if r is not None]
         k, n = stats.fit_rate(r["fitted"] for r in done)
