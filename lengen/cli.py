@@ -242,10 +242,15 @@ def cmd_bench(args) -> int:
     if args.variants:
         variants += load_variants(args.variants)
     baselines = None if args.baselines == "none" else args.baselines
-    if args.baselines_only and not variants and args.baselines == "default":
+    if args.baselines_only is not None and not variants and args.baselines == "default":
         baselines = None              # this scorecard *is* the baselines: none to read beside it
-    if args.baselines_only:
-        variants += list(BASELINES.items())
+    if args.baselines_only is not None:
+        names = args.baselines_only or list(BASELINES)
+        bad = [n for n in names if n not in BASELINES]
+        if bad:
+            raise ConfigError(f"--baselines-only {bad}: unknown baseline(s). Valid: "
+                              f"{', '.join(repr(n) for n in BASELINES)}")
+        variants += [(n, BASELINES[n]) for n in names]
     if not variants:
         raise ConfigError("lengen bench needs at least one variant: --variant 'model.posenc="
                           "rope' (model.* overrides), --variants FILE, or --baselines-only")
@@ -551,10 +556,11 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
                         "(repeat for several)")
     p.add_argument("--variants", metavar="FILE", default=None,
                    help="a YAML list of variants (strings as --variant, or {name, overrides})")
-    p.add_argument("--baselines-only", action="store_true",
-                   help="run the built-in baselines (NoPE, RoPE, ALiBi, FIRE, Rand. RoPE, "
-                        "RoPE + warp, TRA, FoT) as the variants: how the committed scorecard "
-                        "is made")
+    p.add_argument("--baselines-only", nargs="*", default=None, metavar="NAME",
+                   help="run the built-in baselines (NoPE, RoPE, ALiBi, FIRE, 'Rand. RoPE', "
+                        "'RoPE + warp', TRA, FoT; default all, or the NAMEs given, to run them "
+                        "in parts into one --out) as the variants: how the committed "
+                        "baselines are made")
     p.add_argument("--scale", choices=("smoke", "cpu", "paper"), default="cpu",
                    help="smoke = seconds (tests); cpu = 2-layer models on 2 cores (about an "
                         "hour per variant with --workers 2 for the full protocol, less with "

@@ -313,3 +313,37 @@ def test_smoke_bench_on_a_local_ray_cluster(tmp_path):
     assert os.getpid() not in pids                          # trained in Ray workers
     assert (out / "rope--flipflop--s1--lr0.001" / "val.json").exists()
     assert (out / "scorecard.md").exists()
+
+
+def test_cuda_runs_are_packed_on_a_gpu_through_ray_fractions(tmp_path, monkeypatch):
+    import lengen.bench.run as bench_run
+    from lengen.sweep import SweepResult
+
+    seen = []
+
+    def fake_sweep(specs, out, **kw):
+        seen.append((specs, kw))
+        return SweepResult(specs, {}, out)            # nothing ran: every run "failed"
+
+    monkeypatch.setattr(bench_run, "run_sweep", fake_sweep)
+    rows = run_bench([("rope", ["model.posenc=rope"])], "smoke", str(tmp_path / "b"),
+                     cells=["copy"], seeds=[0, 1], protocol="quick", backend="ray",
+                     device="cuda", runs_per_gpu=4, baselines=None, log=lambda *a: None)
+    specs, kw = seen[0]
+    assert kw["backend"] == "ray" and kw["ray_options"]["num_gpus"] == 0.25
+    assert kw["run_fn"] is bench_run.run_bench_one
+    assert {s.config["train"]["device"] for s in specs} == {"cuda"}
+    assert {r["status"] for r in rows} == {"failed"}
+
+
+def test_a_bench_in_parts_keeps_one_runs_csv(tmp_path, capsys):
+    out = str(tmp_path / "parts")
+    common = ["bench", "--scale", "smoke", "--cells", "flipflop", "--quick", "--out", out,
+              "--threads", "1", "--baselines", "none"]
+    assert main(common + ["--baselines-only", "NoPE"]) == 0
+    assert main(common + ["--baselines-only", "RoPE"]) == 0
+    rows = list(csv.DictReader(open(os.path.join(out, "runs.csv"))))
+    assert sorted({r["variant"] for r in rows}) == ["NoPE", "RoPE"] and len(rows) == 4
+    capsys.readouterr()
+    assert main(common + ["--baselines-only", "Rope"]) == 2
+    assert "unknown baseline(s)" in capsys.readouterr().err

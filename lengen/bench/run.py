@@ -24,7 +24,7 @@ import yaml
 from lengen.bench.battery import (CELLS, LR_FACTORS, PROTOCOLS, SCALES, SEEDS, VERSION,
                                   cell_config, check_protocol, curve, default_lr, lr_grid, score,
                                   val_score, validation_config)
-from lengen.bench.scorecard import write_card
+from lengen.bench.scorecard import read_runs, write_card
 from lengen.config import resolve
 from lengen.config_files import apply_overrides, load_config_file
 from lengen.errors import ConfigError
@@ -160,8 +160,8 @@ def build_specs(variants, scale: str = "cpu", *, cells=None, seeds=None, lrs=Non
                 [default_lr(cell, scale)]
             first = _spec(label, overrides, cell, scale, seeds[0], rates[0], protocol, role,
                           device)
-            try:
-                resolve(first.config)
+            try:             # the device is checked where the run trains (a Ray worker)
+                resolve(first.config, check_device=False)
             except ConfigError as e:
                 na.append({"variant": label, "cell": cell, "status": "n/a",
                            "reason": str(e).splitlines()[0]})
@@ -345,8 +345,19 @@ def run_bench(variants, scale: str = "cpu", out: str | None = None, *, workers: 
     for r in rows:
         r["counted"] = abs(float(r["lr"]) - float(r["selected_lr"])) <= 1e-12
     rows += [dict(r, scale=scale, protocol=protocol, bench_version=VERSION) for r in na]
-    write_card(rows, out, scale, baselines=baselines, log=log)
+    write_card(keep_other_variants(rows, out) + rows, out, scale, baselines=baselines, log=log)
     return rows
+
+
+def keep_other_variants(rows: list[dict], out: str) -> list[dict]:
+    """The rows of ``out/runs.csv`` (an earlier part of this bench) of variants not run now,
+    so a bench run in parts into one folder keeps one ``runs.csv`` of every part; a runs.csv
+    of another battery version there is refused (:func:`read_runs`)."""
+    path = os.path.join(out, "runs.csv")
+    if not os.path.isfile(path):
+        return []
+    now = {r["variant"] for r in rows}
+    return [r for r in read_runs(path) if r["variant"] not in now]
 
 
 def estimate_bench(variants, scale: str = "cpu", *, workers: int = 1, cells=None,
