@@ -513,15 +513,16 @@ def plot_curves(rows: list[dict], folder: str, scale: str, star=None) -> list[st
             if cell == "flipflop":
                 ax.set_xticks(xs, keys)
         top = train_top(cell, scale)
-        if top is not None:
-            ax.axvspan(ax.get_xlim()[0], top + 0.5, color="0.9", zorder=0)
+        lo_x = min(min(c) for _, c in entries) if cell != "flipflop" else None
+        if top is not None and lo_x is not None and top >= lo_x:
+            ax.axvspan(lo_x - 0.5, top + 0.5, color="0.9", zorder=0)
         thr = effective_threshold(cell)
         if thr is not None:
             ax.axhline(thr, color="0.5", ls=":", lw=1)
         ax.set_xlabel({"lm": "multiple of the training window", "flipflop": "split"}.get(
             cell, "length (task units)"))
         ax.set_ylabel("ppl(1x) / ppl(L)" if cell == "lm" else "accuracy")
-        ax.set_title(f"{cell}: mean over fitted seeds, 95% bootstrap band (grey: trained)")
+        ax.set_title(f"{cell}: mean of fitted seeds, 95% band (grey: trained)", fontsize=10)
         ax.legend(fontsize=7)
         fig.tight_layout()
         path = os.path.join(folder, f"{cell}.png")
