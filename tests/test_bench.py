@@ -256,7 +256,8 @@ def test_card_statistics_and_verdicts_on_constructed_runs(tmp_path):
     md = (tmp_path / "q" / "scorecard.md").read_text()
     assert "different tuning budgets" in md and "beats" not in md
     # --compare: the same card from two folders
-    compare_cards(str(out), str(base), str(tmp_path / "cmp"), log=None)
+    assert main(["bench", "--compare", str(out), str(base), "--out",
+                 str(tmp_path / "cmp")]) == 0
     assert "- mine beats RoPE on copy" in (tmp_path / "cmp" / "scorecard.md").read_text()
     assert len(paths) >= 5
 
@@ -347,3 +348,22 @@ def test_a_bench_in_parts_keeps_one_runs_csv(tmp_path, capsys):
     capsys.readouterr()
     assert main(common + ["--baselines-only", "Rope"]) == 2
     assert "unknown baseline(s)" in capsys.readouterr().err
+
+
+def test_estimate_names_every_cell_with_its_evaluation_and_runs(capsys):
+    from lengen.bench.run import estimate_bench
+
+    lines = []
+    total = estimate_bench([("rope", ["model.posenc=rope"]), ("tra", ["model.attention=tra"])],
+                           "smoke", seeds=[0, 1, 2], steps=1, log=lines.append)
+    per_cell = {ln.split(":")[0].strip() for ln in lines if "per run" in ln}
+    assert per_cell == {f"rope / {c}" for c in CELLS} | {
+        f"tra / {c}" for c in CELLS if c not in ("bucket_sort", "reverse_string",
+                                                  "even_pairs", "missing_duplicate")}
+    assert all("evaluation" in ln and "x 5 runs" in ln for ln in lines if "per run" in ln)
+    assert sum("n/a" in ln for ln in lines) == 4                 # TRA on the encoder cells
+    assert any("(70 runs: 3 rates on seed 0 + 2 seed(s)" in ln for ln in lines) and total > 0
+    lines.clear()
+    estimate_bench([("rope", ["model.posenc=rope"])], "smoke", protocol="quick", steps=1,
+                   cells=["copy"], log=lines.append)
+    assert any("x 2 runs" in ln for ln in lines)
