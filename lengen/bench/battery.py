@@ -18,12 +18,12 @@ length, and its **validation** score (below).
   so the grid is centred on a rate known to train; one factor of 2 each way spans what Adam's
   optimum moves by between positional schemes at a fixed model (the Chomsky paper's grid 1e-4,
   3e-4, 5e-4 spans 5x with three values); three values keep the tuning cost at 3 runs.
-* *Selection without peeking* (``protocol="full"``, the default): seed 0 runs at every rate of
-  the grid; the rate with the best **validation** score is chosen (ties: the default rate, then
-  the smaller); seeds 1.. run at the chosen rate. The validation score is read from a held-out
-  in-distribution split: the training lengths only, drawn with ``VAL_SEED`` (neither the
-  training stream's seed nor the test draw's ``EVAL_SEED``; for ``lm`` the corpus' validation
-  split at 1x the window). The OOD lengths are never read by the selection
+* *Selection without peeking* (``protocol="full"``, the default): the first seed (0 by default)
+  runs at every rate of the grid; the rate with the best **validation** score is chosen (ties: the
+  default rate, then the smaller); the other seeds run at the chosen rate. The validation score is
+  read from a held-out in-distribution split: the training lengths only, drawn with ``VAL_SEED``
+  (neither the training stream's seed nor the test draw's ``EVAL_SEED``; for ``lm`` the corpus'
+  validation split at 1x the window). The OOD lengths are never read by the selection
   (:func:`lengen.bench.run.select_lr`).
 * ``protocol="quick"``: 2 seeds at the cell's default rate (no grid), and every other OOD length
   (the training lengths are all kept, so the fit rule is unchanged). Cheaper (2 runs per cell

@@ -289,12 +289,12 @@ def run_bench(variants, scale: str = "cpu", out: str | None = None, *, workers: 
     """Train and evaluate every variant x cell x seed (x learning rate while tuning) into
     ``out`` (default ``runs/bench-<scale>``), then write ``runs.csv`` and the card there.
 
-    ``protocol='full'``: seed 0 of every variant x cell runs at every rate of the cell's grid
-    (phase 1), the rate is chosen on the held-out validation split (:func:`select_lr`), the
-    other seeds run at it (phase 2). ``'quick'``: every seed at the cell's default rate, one
-    phase. ``backend='ray'`` sends each run as a Ray task (``device='cuda'`` with
-    ``runs_per_gpu`` runs sharing a GPU through Ray's fractional GPUs). Returns the rows of
-    ``runs.csv``."""
+    ``protocol='full'``: the first seed (0 by default) of every variant x cell runs at every rate
+    of the cell's grid (phase 1), the rate is chosen on the held-out validation split
+    (:func:`select_lr`), the other seeds run at it (phase 2). ``'quick'``: every seed at the
+    cell's default rate, one phase. ``backend='ray'`` sends each run as a Ray task
+    (``device='cuda'`` with ``runs_per_gpu`` runs sharing a GPU through Ray's fractional GPUs).
+    Returns the rows of ``runs.csv``."""
     check_protocol(protocol)
     out = out or os.path.join("runs", f"bench-{scale}")
     seeds = check_seeds(default_seeds(scale, protocol) if seeds is None else seeds)
