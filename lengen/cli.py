@@ -14,6 +14,8 @@
     lengen plot activations RUN_DIR [RUN_DIR ...] [--lengths 40 150] [--n 30] [--out FILE]
     lengen analyze ANALYSIS [...]      (ANALYSIS: a key of lengen.analysis.ANALYSES, e.g. idealized)
     lengen list
+    lengen sweep [--config FILE] key=a,b ... [--seeds 0 1 2] [--workers N] [--backend ray]
+    lengen bench --variant OVERRIDES [--seeds ...] [--quick] [--backend ray] [--compare A B]
 
 Every error a user can fix is printed as one paragraph (what is wrong, where, how to fix it) with
 exit status 2 and no traceback; ``--debug`` (anywhere on the line) shows the traceback too.
@@ -229,25 +231,54 @@ def cmd_list(args) -> int:
 def cmd_bench(args) -> int:
     from lengen.bench.run import (BASELINES, estimate_bench, load_variants, parse_variant,
                                   run_bench)  # start-up: only this command needs it
+    from lengen.bench.scorecard import compare_cards
 
+    if args.compare:
+        out = args.out or os.path.join("runs", "bench-compare")
+        compare_cards(args.compare[0], args.compare[1], out)
+        print(open(os.path.join(out, "scorecard.md"), encoding="utf-8").read())
+        return 0
     variants = [parse_variant(v) for v in args.variant]
     if args.variants:
         variants += load_variants(args.variants)
     baselines = None if args.baselines == "none" else args.baselines
-    if args.baselines_only and not variants and args.baselines == "default":
+    if args.baselines_only is not None and not variants and args.baselines == "default":
         baselines = None              # this scorecard *is* the baselines: none to read beside it
-    if args.baselines_only:
-        variants += list(BASELINES.items())
+    if args.baselines_only is not None:
+        names = args.baselines_only or list(BASELINES)
+        bad = [n for n in names if n not in BASELINES]
+        if bad:
+            raise ConfigError(f"--baselines-only {bad}: unknown baseline(s). Valid: "
+                              f"{', '.join(repr(n) for n in BASELINES)}")
+        variants += [(n, BASELINES[n]) for n in names]
     if not variants:
         raise ConfigError("lengen bench needs at least one variant: --variant 'model.posenc="
                           "rope' (model.* overrides), --variants FILE, or --baselines-only")
+    protocol = "quick" if args.quick else "full"
     if args.estimate:
         estimate_bench(variants, args.scale, workers=args.workers, cells=args.cells,
-                       threads=args.threads)
+                       threads=args.threads, seeds=args.seeds, protocol=protocol)
         return 0
     rows = run_bench(variants, args.scale, args.out, workers=args.workers, cells=args.cells,
-                     threads=args.threads, baselines=baselines)
+                     threads=args.threads, baselines=baselines, seeds=args.seeds,
+                     protocol=protocol, backend=args.backend, device=args.device,
+                     runs_per_gpu=args.runs_per_gpu, ray_address=args.ray_address)
     return 0 if all(r["status"] != "failed" for r in rows) else 1
+
+
+def cmd_sweep(args) -> int:
+    from lengen.bench.seeds import run_seed_sweep  # start-up: only this command needs it
+
+    not_an_override("--config", args.config)
+    base = load_config_file(args.config) if args.config else {}
+    ray_options = {"address": args.ray_address} if args.backend == "ray" else None
+    summary = run_seed_sweep(base, args.overrides, args.seeds, args.out, workers=args.workers,
+                             backend=args.backend, threads=args.threads, metric=args.metric,
+                             fit_threshold=args.fit_threshold, fit_splits=args.fit_splits,
+                             ray_options=ray_options)
+    print(summary["markdown"])
+    print(f"wrote {os.path.join(args.out, 'table.md')} and table.csv")
+    return 0 if all(a["failed"] == 0 for a in summary["arms"]) else 1
 
 
 def cmd_check(args) -> int:
@@ -513,23 +544,27 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
                        description="Train and evaluate each model variant on the bench battery "
                                    "(flip-flop, four Chomsky tasks, copy, reverse, addition, "
                                    "language modelling; protocols in lengen/bench/battery.py) "
-                                   "and write scorecard.md/.csv/.json/.png beside the committed "
-                                   "baselines. Finished cells are reused; an interrupted bench "
-                                   "resumes.")
+                                   "over several seeds with the same learning-rate grid for "
+                                   "every entry (chosen on a held-out in-distribution split) "
+                                   "and write runs.csv and the card (scorecard.md/.csv/.json/"
+                                   ".png, curves/) beside the committed baselines of the same "
+                                   "battery version (docs/bench.md). Finished runs are reused; "
+                                   "an interrupted bench resumes.")
     p.add_argument("--variant", action="append", default=[], metavar="OVERRIDES",
                    help="one variant: model.* overrides separated by spaces, optionally with "
                         "name=LABEL, e.g. --variant 'name=slopes model.posenc=mypkg.pe:Slopes' "
                         "(repeat for several)")
     p.add_argument("--variants", metavar="FILE", default=None,
                    help="a YAML list of variants (strings as --variant, or {name, overrides})")
-    p.add_argument("--baselines-only", action="store_true",
-                   help="run the built-in baselines (NoPE, RoPE, ALiBi, FIRE, Rand. RoPE, "
-                        "RoPE + warp, TRA, FoT) as the variants: how the committed scorecard "
-                        "is made")
+    p.add_argument("--baselines-only", nargs="*", default=None, metavar="NAME",
+                   help="run the built-in baselines (NoPE, RoPE, ALiBi, FIRE, 'Rand. RoPE', "
+                        "'RoPE + warp', TRA, FoT; default all, or the NAMEs given, to run them "
+                        "in parts into one --out) as the variants: how the committed "
+                        "baselines are made")
     p.add_argument("--scale", choices=("smoke", "cpu", "paper"), default="cpu",
-                   help="smoke = seconds (tests); cpu = at most ~30 min per variant on 2 "
-                        "cores with --workers 2 (check with --estimate); paper = the papers' "
-                        "sizes (GPU)")
+                   help="smoke = seconds (tests); cpu = 2-layer models on 2 cores (about an "
+                        "hour per variant with --workers 2 for the full protocol, less with "
+                        "--quick; time it with --estimate); paper = the papers' sizes (GPU)")
     p.add_argument("--cells", nargs="+", default=None, metavar="CELL",
                    help="a subset of the cells (default all: flipflop bucket_sort "
                         "reverse_string even_pairs missing_duplicate copy reverse addition lm)")
@@ -543,9 +578,58 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
                    help="scorecard.csv of baselines shown beside the variants (default: the "
                         "committed results/bench-<scale>/scorecard.csv; 'none' for none)")
     p.add_argument("--estimate", action="store_true",
-                   help="time a few training steps of every run and print the estimated wall "
-                        "time instead of running")
+                   help="time a few training steps and the evaluation of every variant x cell "
+                        "and print the estimated wall time of the whole protocol instead of "
+                        "running")
+    p.add_argument("--seeds", type=int_at_least(0), nargs="+", default=None, metavar="S",
+                   help="training seeds (init and data order) per variant x cell (default "
+                        "0..n-1: n = 3 at cpu, 5 at paper, 2 at smoke and with --quick)")
+    p.add_argument("--quick", action="store_true",
+                   help="the quick protocol: 2 seeds at each cell's default learning rate (no "
+                        "grid), every other OOD length; never judged against a full card")
+    p.add_argument("--backend", choices=("local", "ray"), default="local",
+                   help="local worker processes (default) or one Ray task per run")
+    p.add_argument("--device", default=None, metavar="DEV",
+                   help="train.device of every run (e.g. cuda; default: lengen's choice)")
+    p.add_argument("--runs-per-gpu", type=int_at_least(1), default=4, metavar="N",
+                   help="with --backend ray --device cuda: runs sharing one GPU (Ray "
+                        "num_gpus = 1/N per run; default 4)")
+    p.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="Ray cluster address (default: a running cluster or a local one)")
+    p.add_argument("--compare", nargs=2, default=None, metavar=("A", "B"),
+                   help="no training: lay card A's variants beside card B's (bench output "
+                        "folders or runs.csv files) with the same statistics, into --out "
+                        "(default runs/bench-compare)")
     p.set_defaults(fn=cmd_bench)
+
+    p = sub.add_parser("sweep", help="compare configs over seeds: fit rate, mean over fitted "
+                                     "seeds with a 95%% interval, per split",
+                       description="Run every combination of the axes (an override with "
+                                   "commas, e.g. model.posenc=rope,alibi) on every seed (init "
+                                   "and data order), locally or on Ray, and print one table "
+                                   "with the bench card's statistics (lengen/bench/seeds.py).")
+    p.add_argument("--config", metavar="FILE", help="base YAML or JSON config")
+    p.add_argument("overrides", nargs="*", metavar="key.path=value[,value...]",
+                   help="overrides; a value list a,b,c makes an axis")
+    p.add_argument("--seeds", type=int_at_least(0), nargs="+", default=[0, 1, 2], metavar="S",
+                   help="seeds of every arm (default 0 1 2)")
+    p.add_argument("--out", metavar="DIR", default=os.path.join("runs", "sweep"),
+                   help="output folder (default runs/sweep)")
+    p.add_argument("--workers", type=int_at_least(1), default=1, metavar="N",
+                   help="parallel worker processes (default 1)")
+    p.add_argument("--backend", choices=("local", "ray"), default="local",
+                   help="local worker processes (default) or one Ray task per run")
+    p.add_argument("--ray-address", default=None, metavar="ADDR", help="Ray cluster address")
+    p.add_argument("--threads", type=int_at_least(0), default=None, metavar="N",
+                   help="torch threads per run (default: cores // workers)")
+    p.add_argument("--metric", default=None, help="metric of the table (default: the task's "
+                                                  "score metric, e.g. seq_acc)")
+    p.add_argument("--fit-threshold", type=float, default=0.9, metavar="X",
+                   help="a run fitted when its in-distribution mean is >= X (default 0.9)")
+    p.add_argument("--fit-splits", nargs="+", default=None, metavar="SPLIT",
+                   help="the in-distribution splits (default: iid, or the lengths up to the "
+                        "task's max_train_length)")
+    p.set_defaults(fn=cmd_sweep)
 
     p = sub.add_parser("check", help="run the generic contracts on a scheme, attention kind, "
                                      "sampler or task (built-in or plugin)",
@@ -576,7 +660,8 @@ def main(argv=None) -> int:
     except SystemExit as e:                  # argparse printed usage and the error
         return e.code if isinstance(e.code, int) else 2
     if extra:
-        if getattr(args, "command", None) == "train" and all(map(looks_like_override, extra)):
+        if (getattr(args, "command", None) in ("train", "sweep")
+                and all(map(looks_like_override, extra))):
             args.overrides += extra          # overrides after a flag: accepted in any order
         else:
             hint = ("; overrides look like key.path=value" if any("=" in x for x in extra)

@@ -1,16 +1,23 @@
-"""lengen bench: variants parsed and refused as documented, one run per variant x cell with n/a
-rows where a variant cannot run, the cells' fit rules and OOD scores on constructed rows, the
-scorecard with committed baselines beside, and a smoke bench end to end from the CLI."""
+"""lengen bench (battery v2): variants parsed and refused as documented, one run per variant x
+cell x seed x learning rate with n/a rows where a variant cannot run, the cells' fit rules and
+OOD scores on constructed rows, the held-out validation split, learning-rate selection that never
+reads the OOD columns, v1 rows refused beside v2 ones, the card's statistics and verdicts on
+constructed runs, and a two-seed smoke bench end to end from the CLI and on a local Ray cluster."""
 from __future__ import annotations
 
 import csv
 import json
+import os
 
 import pytest
 
-from lengen.bench.battery import CELLS, SCALES, VERSION, cell_config, score
-from lengen.bench.run import BASELINES, build_specs, parse_variant
-from lengen.bench.scorecard import published, read_scorecard, write_scorecard
+from lengen.bench.battery import (CELLS, EVAL_SEED, LR_FACTORS, SCALES, VAL_SEED, VERSION,
+                                  cell_config, check_version, lr_grid, score, train_top,
+                                  validation_config)
+from lengen.bench.run import (BASELINES, build_specs, default_seeds, parse_variant, run_bench,
+                              select_lr)
+from lengen.bench.scorecard import (RUN_FIELDS, compare_cards, published, read_runs,
+                                    read_scorecard, write_card)
 from lengen.cli import main
 from lengen.errors import ConfigError
 
@@ -32,7 +39,8 @@ def test_parse_variant_labels_and_refusals():
 
 
 def test_specs_cover_every_cell_and_mark_what_cannot_run():
-    specs, na = build_specs([("NoPE", []), ("TRA", ["model.attention=tra"])], "smoke")
+    specs, na = build_specs([("NoPE", []), ("TRA", ["model.attention=tra"])], "smoke",
+                            seeds=[0])
     assert {(s.tags["variant"], s.tags["cell"]) for s in specs} >= {("NoPE", c) for c in CELLS}
     assert {r["cell"] for r in na} == {"bucket_sort", "reverse_string", "even_pairs",
                                        "missing_duplicate"}              # encoder cells
@@ -43,8 +51,24 @@ def test_specs_cover_every_cell_and_mark_what_cannot_run():
         build_specs([("a", [])], "smoke", cells=["copyy"])
 
 
+def test_specs_per_seed_and_rate_differ_in_init_and_data_order():
+    grid = {"copy": lr_grid("copy", "cpu")}
+    specs, _ = build_specs([("RoPE", ["model.posenc=rope"])], "cpu", cells=["copy"],
+                           seeds=[0, 1], lrs=grid)
+    assert len(specs) == 2 * 3
+    assert {(s.config["train"]["seed"], s.config["train"]["data_seed"]) for s in specs} == {
+        (0, 0), (1, 1)}
+    assert sorted({s.config["train"]["lr"] for s in specs}) == [5e-4, 1e-3, 2e-3]
+    assert len({s.name for s in specs}) == 6 and specs[0].name == "RoPE--copy--s0--lr0.0005"
+    assert {s.tags["lr_factor"] for s in specs} == set(LR_FACTORS)
+    assert default_seeds("cpu") == [0, 1, 2] and default_seeds("paper") == [0, 1, 2, 3, 4]
+    assert default_seeds("cpu", "quick") == [0, 1]
+    with pytest.raises(ConfigError, match="seeds must differ"):
+        build_specs([("a", [])], "smoke", seeds=[0, 0])
+
+
 def test_every_baseline_builds_on_every_cell_it_can_run_at_cpu_scale():
-    specs, na = build_specs(list(BASELINES.items()), "cpu")
+    specs, na = build_specs(list(BASELINES.items()), "cpu", seeds=[0])
     assert len(specs) + len(na) == len(BASELINES) * len(CELLS)
     assert {r["variant"] for r in na} == {"TRA", "FoT"}      # only the decoder-only kinds
 
@@ -94,41 +118,252 @@ def test_published_numbers_are_the_papers():
     assert published("mine", "flipflop") is None and published("NoPE", "copy") is None
 
 
-def test_scorecard_puts_the_baselines_beside(tmp_path):
-    base = tmp_path / "base.csv"
-    rows = [{"variant": "RoPE", "cell": "copy", "family": "copy / reverse", "status": "ok",
-             "fitted": True, "seen": 1.0, "ood": 0.25, "paper_ood": None, "source": "x",
-             "scale": "cpu", "bench_version": VERSION, "reason": ""}]
-    with open(base, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+def test_validation_split_is_held_out_and_in_distribution():
+    for cell in ("even_pairs", "copy", "addition"):
+        conf = cell_config(cell, "cpu", seed=2)
+        val = validation_config(cell, conf, "cpu")
+        top = train_top(cell, "cpu")
+        lengths = [int(sp[4:]) for sp in val["eval"]["splits"]]
+        assert lengths and max(lengths) == top                  # training lengths only
+        assert val["eval"]["seed"] == VAL_SEED not in (EVAL_SEED, conf["train"]["data_seed"])
+        assert val["train"] == conf["train"] and val["model"] == conf["model"]
+    assert validation_config("flipflop", cell_config("flipflop", "cpu"), "cpu")["eval"][
+        "splits"] == ["iid"]
+    lm = validation_config("lm", cell_config("lm", "cpu"), "cpu")["task"]["kwargs"]
+    assert lm["eval_split"] == "validation" and lm["eval_lengths"] == [128]
+    assert cell_config("lm", "cpu")["task"]["kwargs"]["eval_split"] == "test"
+
+
+def test_quick_protocol_keeps_the_training_lengths_and_thins_the_ood_ones():
+    full = [int(s[4:]) for s in cell_config("even_pairs", "cpu")["eval"]["splits"]]
+    quick = [int(s[4:]) for s in cell_config("even_pairs", "cpu",
+                                             protocol="quick")["eval"]["splits"]]
+    N = train_top("even_pairs", "cpu")
+    assert [n for n in quick if n <= N] == [n for n in full if n <= N]
+    assert len(quick) < len(full) and max(quick) == max(full)
+    with pytest.raises(ConfigError, match="unknown bench protocol"):
+        cell_config("copy", "cpu", protocol="fast")
+
+
+class _OnlyValidation(dict):
+    """A run row whose OOD columns cannot be read: selection must not touch them."""
+
+    def __getitem__(self, key):
+        if key in ("ood", "curve", "seen", "fitted"):
+            raise AssertionError(f"lr selection read the {key!r} column")
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
+
+
+def test_lr_selection_reads_only_the_validation_split():
+    # OOD would pick 2e-3 (0.9); validation picks 5e-4 (0.99)
+    rows = [_OnlyValidation(lr=5e-4, status="ok", val=0.99, ood=0.1, curve="{}"),
+            _OnlyValidation(lr=1e-3, status="ok", val=0.95, ood=0.5, curve="{}"),
+            _OnlyValidation(lr=2e-3, status="not fitted", val=0.50, ood=0.9, curve="{}")]
+    assert select_lr(rows, 1e-3) == 5e-4
+    tie = [_OnlyValidation(lr=5e-4, status="ok", val=1.0), _OnlyValidation(lr=1e-3,
+                                                                          status="ok", val=1.0),
+           _OnlyValidation(lr=2e-3, status="ok", val=1.0)]
+    assert select_lr(tie, 1e-3) == 1e-3                        # a tie goes to the default
+    assert select_lr(tie[::2], 1e-3) == 5e-4                   # ... then to the smaller rate
+    assert select_lr([_OnlyValidation(lr=5e-4, status="failed", val=None),
+                      _OnlyValidation(lr=2e-3, status="ok", val=float("nan"))], 1e-3) == 1e-3
+    # a failed run's stale number is not read
+    assert select_lr([_OnlyValidation(lr=5e-4, status="failed", val=1.0),
+                      _OnlyValidation(lr=2e-3, status="ok", val=0.2)], 1e-3) == 2e-3
+
+
+def _runs(variant, cell, oods, *, fitted=None, lr=1e-3, protocol="full", version=VERSION,
+          curve=None):
+    fitted = fitted or [True] * len(oods)
+    return [{"variant": variant, "cell": cell, "seed": i, "lr": lr, "lr_factor": 1.0,
+             "role": "final", "counted": True, "selected_lr": lr,
+             "status": "ok" if f else "not fitted", "fitted": f, "seen": 1.0, "val": 1.0,
+             "ood": o, "curve": json.dumps(curve or {21: o, 37: o / 2}), "steps": 10,
+             "seconds": 1.0, "scale": "cpu", "protocol": protocol, "bench_version": version,
+             "reason": ""} for i, (o, f) in enumerate(zip(oods, fitted))]
+
+
+def _write_runs(path, rows):
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=RUN_FIELDS, extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
-    assert read_scorecard(str(base))[0]["ood"] == 0.25
-    mine = [dict(rows[0], variant="mine", ood=0.75),
-            dict(rows[0], variant="mine", cell="addition", status="not fitted", fitted=False,
-                 ood=0.9)]
-    paths = write_scorecard(mine, str(tmp_path / "out"), "cpu", baselines=str(base),
-                            log=lambda *a: None)
-    md = open(paths[0]).read()
-    assert "| mine | 75.0 | 90.0 ‡ |" in md
-    assert "| RoPE * | 25.0 |  |" in md and "not retrained" in md
-    out_rows = list(csv.DictReader(open(paths[1])))
-    assert [r["variant"] for r in out_rows] == ["mine", "mine"]     # baselines stay in theirs
-    assert json.load(open(paths[2]))["baselines"][0]["variant"] == "RoPE"
 
 
-def test_smoke_bench_from_the_cli(tmp_path, capsys):
+def test_v1_rows_are_never_compared_with_v2_rows(tmp_path):
+    v1 = tmp_path / "scorecard.csv"                       # the committed v1 card's format
+    with open(v1, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["variant", "cell", "status", "fitted", "seen", "ood",
+                                          "scale", "bench_version"])
+        w.writeheader()
+        w.writerow({"variant": "RoPE", "cell": "copy", "status": "ok", "fitted": True,
+                    "seen": 1.0, "ood": 0.2, "scale": "cpu", "bench_version": 1})
+    assert read_scorecard(str(v1))[0]["bench_version"] == 1          # history stays readable
+    with pytest.raises(ConfigError, match="battery v1; this is battery v2.*never compared"):
+        read_runs(str(v1))
+    mine = _runs("mine", "copy", [0.5, 0.6])
+    with pytest.raises(ConfigError, match="battery v1"):
+        write_card(mine, str(tmp_path / "out"), "cpu", baselines=str(v1), log=None)
+    old = tmp_path / "old.csv"
+    _write_runs(old, _runs("RoPE", "copy", [0.5, 0.6], version=1))
+    with pytest.raises(ConfigError, match="battery v1"):
+        compare_cards(str(tmp_path / "old.csv"), str(old), str(tmp_path / "c"), log=None)
+    with pytest.raises(ConfigError, match="battery v1"):
+        write_card(_runs("x", "copy", [0.5], version=1), str(tmp_path / "o2"), "cpu",
+                   baselines=None, log=None)
+    assert check_version(VERSION) == VERSION and VERSION == 2
+
+
+def test_card_statistics_and_verdicts_on_constructed_runs(tmp_path):
+    base = tmp_path / "base.csv"
+    _write_runs(base, _runs("RoPE", "copy", [0.10, 0.12, 0.11])
+                + _runs("RoPE", "even_pairs", [0.5, 0.9, 0.7])
+                + _runs("RoPE", "addition", [0.3, 0.0, 0.0], fitted=[True, False, False]))
+    mine = (_runs("mine", "copy", [0.90, 0.92, 0.91]) + _runs("mine", "even_pairs",
+                                                             [0.6, 0.8, 0.4])
+            + _runs("mine", "addition", [0.0, 0.0, 0.0], fitted=[False] * 3)
+            + [{"variant": "mine", "cell": "lm", "status": "n/a", "reason": "no",
+                "bench_version": VERSION, "scale": "cpu", "protocol": "full"}])
+    out = tmp_path / "card"
+    paths = write_card(mine, str(out), "cpu", baselines=str(base), log=None)
+    md = (out / "scorecard.md").read_text()
+    # n = 3 values a, b, c: the bootstrap means' extremes are min and max, each with
+    # probability 1/27 > 2.5%, so the interval is [min, max]
+    assert "| mine | 60.0 [40.0, 80.0] 3/3 | 91.0 [90.0, 92.0] 3/3 | ‡ 0/3 | n/a |" in md
+    assert "| RoPE * | 70.0 [50.0, 90.0] 3/3 (50.4) | 11.0 [10.0, 12.0] 3/3 | 30.0 1/3 |" in md
+    assert "- mine beats RoPE on copy (intervals disjoint)" in md
+    assert "- mine vs RoPE on even_pairs: not separable" in md
+    assert "- mine vs RoPE on addition: untested (fewer than 2 fitted seeds (n = 0 vs 1))" in md
+    summ = {(r["variant"], r["cell"]): r for r in csv.DictReader(open(out / "scorecard.csv"))}
+    assert summ[("mine", "copy")]["effective_length"] == "21"    # 0.91 at 21, 0.455 at 37
+    assert summ[("RoPE", "copy")]["effective_length"] == ""       # 0.11 < 90% at 21
+    assert summ[("mine", "copy")]["fit_k"] == "3" and summ[("mine", "lm")]["status"] == "n/a"
+    card = json.load(open(out / "scorecard.json"))
+    poi = card["poi"][0]
+    # per cell: copy 1 (every pair); even_pairs 0.6 0.8 0.4 vs 0.5 0.9 0.7: 0.6 > 0.5,
+    # 0.8 > 0.5 and 0.7, 0.4 above none: 3/9; addition (unfitted = 0): mine 0 0 0 vs RoPE's
+    # 0.3 0 0: six ties of nine pairs -> 3/9
+    assert poi["poi"] == pytest.approx((1 + 1 / 3 + 1 / 3) / 3)
+    assert {a["variant"]: a["cells"] for a in card["aggregate"]} == {"mine": 3, "RoPE": 3}
+    assert (out / "curves" / "copy.png").stat().st_size > 1000
+    assert [r["variant"] for r in csv.DictReader(open(out / "runs.csv"))].count("RoPE") == 0
+    # a quick card beside full baselines: shown, never judged
+    write_card(_runs("q", "copy", [0.9, 0.95], protocol="quick"), str(tmp_path / "q"), "cpu",
+               baselines=str(base), log=None)
+    md = (tmp_path / "q" / "scorecard.md").read_text()
+    assert "different tuning budgets" in md and "beats" not in md
+    # --compare: the same card from two folders
+    assert main(["bench", "--compare", str(out), str(base), "--out",
+                 str(tmp_path / "cmp")]) == 0
+    assert "- mine beats RoPE on copy" in (tmp_path / "cmp" / "scorecard.md").read_text()
+    assert len(paths) >= 5
+
+
+def test_smoke_bench_two_seeds_from_the_cli(tmp_path, capsys):
     out = tmp_path / "bench"
     args = ["bench", "--scale", "smoke", "--variant", "model.posenc=rope", "--variant",
             "name=tra model.attention=tra", "--cells", "flipflop", "even_pairs",
-            "--out", str(out), "--threads", "1", "--baselines", "none"]
+            "--out", str(out), "--threads", "1", "--baselines", "none", "--seeds", "0", "1"]
     assert main(args) == 0
-    rows = list(csv.DictReader(open(out / "scorecard.csv")))
-    assert {(r["variant"], r["cell"], r["status"] == "n/a") for r in rows} == {
-        ("rope", "flipflop", False), ("rope", "even_pairs", False),
-        ("tra", "flipflop", False), ("tra", "even_pairs", True)}
+    rows = list(csv.DictReader(open(out / "runs.csv")))
+    ran = [(r["variant"], r["cell"], r["seed"], r["lr"]) for r in rows if r["status"] != "n/a"]
+    # seed 0 at the three rates of the grid, seed 1 at the chosen one, per variant x cell
+    assert len(ran) == 3 * (3 + 1) and len(set(ran)) == len(ran)
+    assert {(r["variant"], r["cell"]) for r in rows if r["status"] == "n/a"} == {
+        ("tra", "even_pairs")}
+    for v, c in (("rope", "flipflop"), ("rope", "even_pairs"), ("tra", "flipflop")):
+        mine = [r for r in rows if (r["variant"], r["cell"]) == (v, c)]
+        chosen = {r["selected_lr"] for r in mine}
+        assert len(chosen) == 1
+        counted = [r for r in mine if r["counted"] == "True"]
+        assert sorted(r["seed"] for r in counted) == ["0", "1"]
+        assert {r["lr"] for r in counted} == chosen
+        assert all(r["val"] not in ("", "None") for r in mine)          # validation ran
     assert (out / "scorecard.png").stat().st_size > 1000
-    assert main(args) == 0                                   # finished cells are reused
-    assert "cached" in capsys.readouterr().out
+    assert "k/n seeds" in (out / "scorecard.md").read_text()
+    assert (out / "rope--flipflop--s0--lr0.001" / "val.json").exists()
+    capsys.readouterr()
+    assert main(args) == 0                                   # finished runs are reused
+    assert "cached" in capsys.readouterr().out and "done" not in capsys.readouterr().out
+    assert main(args[:-3] + ["--quick", "--out", str(tmp_path / "q")]) == 0
+    q = list(csv.DictReader(open(tmp_path / "q" / "runs.csv")))
+    assert {r["protocol"] for r in q} == {"quick"}
+    assert {(r["seed"], r["lr"]) for r in q if r["variant"] == "rope" and r["cell"] ==
+            "flipflop"} == {("0", "0.001"), ("1", "0.001")}
     assert main(["bench", "--scale", "smoke"]) == 2          # no variant: a clear refusal
     assert "needs at least one variant" in capsys.readouterr().err
+
+
+def test_smoke_bench_on_a_local_ray_cluster(tmp_path):
+    ray = pytest.importorskip("ray")
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        out = tmp_path / "ray"
+        rows = run_bench([("rope", ["model.posenc=rope"])], "smoke", str(out),
+                         cells=["flipflop"], seeds=[0, 1], protocol="quick", backend="ray",
+                         baselines=None, log=lambda *a: None)
+    finally:
+        ray.shutdown()
+    assert sorted((r["seed"], r["status"] != "failed") for r in rows) == [(0, True), (1, True)]
+    pids = {json.load(open(out / "sweep.json"))["runs"][r]["pid"] for r in
+            ["rope--flipflop--s0--lr0.001", "rope--flipflop--s1--lr0.001"]}
+    assert os.getpid() not in pids                          # trained in Ray workers
+    assert (out / "rope--flipflop--s1--lr0.001" / "val.json").exists()
+    assert (out / "scorecard.md").exists()
+
+
+def test_cuda_runs_are_packed_on_a_gpu_through_ray_fractions(tmp_path, monkeypatch):
+    import lengen.bench.run as bench_run
+    from lengen.sweep import SweepResult
+
+    seen = []
+
+    def fake_sweep(specs, out, **kw):
+        seen.append((specs, kw))
+        return SweepResult(specs, {}, out)            # nothing ran: every run "failed"
+
+    monkeypatch.setattr(bench_run, "run_sweep", fake_sweep)
+    rows = run_bench([("rope", ["model.posenc=rope"])], "smoke", str(tmp_path / "b"),
+                     cells=["copy"], seeds=[0, 1], protocol="quick", backend="ray",
+                     device="cuda", runs_per_gpu=4, baselines=None, log=lambda *a: None)
+    specs, kw = seen[0]
+    assert kw["backend"] == "ray" and kw["ray_options"]["num_gpus"] == 0.25
+    assert kw["run_fn"] is bench_run.run_bench_one
+    assert {s.config["train"]["device"] for s in specs} == {"cuda"}
+    assert {r["status"] for r in rows} == {"failed"}
+
+
+def test_a_bench_in_parts_keeps_one_runs_csv(tmp_path, capsys):
+    out = str(tmp_path / "parts")
+    common = ["bench", "--scale", "smoke", "--cells", "flipflop", "--quick", "--out", out,
+              "--threads", "1", "--baselines", "none"]
+    assert main(common + ["--baselines-only", "NoPE"]) == 0
+    assert main(common + ["--baselines-only", "RoPE"]) == 0
+    rows = list(csv.DictReader(open(os.path.join(out, "runs.csv"))))
+    assert sorted({r["variant"] for r in rows}) == ["NoPE", "RoPE"] and len(rows) == 4
+    capsys.readouterr()
+    assert main(common + ["--baselines-only", "Rope"]) == 2
+    assert "unknown baseline(s)" in capsys.readouterr().err
+
+
+def test_estimate_names_every_cell_with_its_evaluation_and_runs(capsys):
+    from lengen.bench.run import estimate_bench
+
+    lines = []
+    total = estimate_bench([("rope", ["model.posenc=rope"]), ("tra", ["model.attention=tra"])],
+                           "smoke", seeds=[0, 1, 2], steps=1, log=lines.append)
+    per_cell = {ln.split(":")[0].strip() for ln in lines if "per run" in ln}
+    assert per_cell == {f"rope / {c}" for c in CELLS} | {
+        f"tra / {c}" for c in CELLS if c not in ("bucket_sort", "reverse_string",
+                                                  "even_pairs", "missing_duplicate")}
+    assert all("evaluation" in ln and "x 5 runs" in ln for ln in lines if "per run" in ln)
+    assert sum("n/a" in ln for ln in lines) == 4                 # TRA on the encoder cells
+    assert any("(70 runs: 3 rates on seed 0 + 2 seed(s)" in ln for ln in lines) and total > 0
+    lines.clear()
+    estimate_bench([("rope", ["model.posenc=rope"])], "smoke", protocol="quick", steps=1,
+                   cells=["copy"], log=lines.append)
+    assert any("x 2 runs" in ln for ln in lines)

@@ -100,10 +100,11 @@ def test_short_names_train_eval_generate_and_sweep(installed, tmp_path, capsys):
 
 
 def test_the_plugin_scheme_in_a_smoke_bench(installed, tmp_path):
-    """lengen bench --scale smoke with the plugin's scheme as a variant, 2 workers."""
+    """lengen bench --scale smoke --quick (2 seeds) with the plugin's scheme as a variant, 2
+    workers."""
     out = tmp_path / "bench"
     assert main(["bench", "--scale", "smoke", "--variant", "model.posenc=slopes", "--cells",
-                 "flipflop", "copy", "even_pairs", "--workers", "2", "--threads", "1",
+                 "flipflop", "copy", "even_pairs", "--workers", "2", "--threads", "1", "--quick",
                  "--out", str(out), "--baselines", "none"]) == 0
     rows = {(r["variant"], r["cell"]): r for r in
             __import__("csv").DictReader(open(out / "scorecard.csv"))}

@@ -1,29 +1,38 @@
 """``lengen bench``: train and evaluate model variants on every cell of the battery
-(:mod:`lengen.bench.battery`) through a sweep, and write the scorecard beside the committed
+(:mod:`lengen.bench.battery`) through a sweep, and write the card beside the committed
 baselines (:mod:`lengen.bench.scorecard`).
 
 A variant is a label and a set of ``model.*`` overrides; the cells fix everything else, so two
-variants differ only in what the overrides change. Runs are named ``<variant>--<cell>`` in the
-output folder; finished runs are reused and interrupted ones resume (the sweep's own rules), so
-the command can be run again, in parts, or with more variants.
+variants differ only in what the overrides change. Every variant x cell runs several seeds
+(each a different init and data order) under one protocol for all entries (the learning-rate
+grid, chosen on a held-out in-distribution split: :mod:`lengen.bench.battery`). Runs are named
+``<variant>--<cell>--s<seed>--lr<lr>`` in the output folder; finished runs are reused and
+interrupted ones resume (the sweep's own rules), so the command can be run again, in parts, or
+with more variants. ``runs.csv`` keeps one row per run; the card
+(:mod:`lengen.bench.scorecard`) is computed from those rows only.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
 
+import torch
 import yaml
 
-from lengen.bench.battery import CELLS, SCALES, VERSION, cell_config
-from lengen.bench.scorecard import scorecard_rows, write_scorecard
+from lengen.bench.battery import (CELLS, LR_FACTORS, PROTOCOLS, SCALES, SEEDS, VERSION,
+                                  cell_config, check_protocol, curve, default_lr, lr_grid, score,
+                                  val_score, validation_config)
+from lengen.bench.scorecard import read_runs, write_card
 from lengen.config import resolve
 from lengen.config_files import apply_overrides, load_config_file
 from lengen.errors import ConfigError
+from lengen.fileio import save_json_atomic
 from lengen.recipes.common import select
 from lengen.recipes.estimate import report_total, time_training_steps, use_worker_threads
 from lengen.rundir.load import prepare
-from lengen.sweep import RunSpec, run_sweep
+from lengen.sweep import RunSpec, run_one, run_sweep, training_span
 
 #: the baselines of the committed scorecard: label -> model overrides. Randomized RoPE draws
 #: from [0, 2048), which holds the longest input of every cell at the cpu scale; index warping is
@@ -93,72 +102,311 @@ def _yaml(path: str):
         return yaml.safe_load(f.read(1 << 20))
 
 
-def run_name(label: str, cell: str) -> str:
-    return f"{label.replace(' ', '_')}--{cell}"
+def run_name(label: str, cell: str, seed: int | None = None, lr: float | None = None) -> str:
+    """``<variant>--<cell>--s<seed>--lr<lr>`` (v1's ``<variant>--<cell>`` without seed and lr)."""
+    name = f"{label.replace(' ', '_')}--{cell}"
+    if seed is not None:
+        name += f"--s{int(seed)}"
+    if lr is not None:
+        name += f"--lr{float(lr):g}"
+    return name
 
 
-def build_specs(variants, scale: str = "cpu", *, cells=None, seed: int = 0):
-    """(RunSpecs, n/a rows): one run per variant x cell whose config resolves; a variant that
-    cannot run on a cell (an attention kind defined only for decoders on an encoder cell, a
-    learned table too short for the cell's lengths) gets an ``n/a`` row with the reason."""
+def check_seeds(seeds) -> list[int]:
+    seeds = list(seeds)
+    if not seeds or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seeds):
+        raise ConfigError(f"seeds must be a non-empty list of integers >= 0, got {seeds!r}")
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(f"seeds must differ from each other, got {seeds}")
+    return seeds
+
+
+def default_seeds(scale: str, protocol: str = "full") -> list[int]:
+    """``0 .. n-1``: n = the protocol's seed count (quick: 2), else :data:`SEEDS` of the
+    scale (3 at cpu, 5 at paper)."""
+    n = PROTOCOLS[check_protocol(protocol)][0] or SEEDS[scale]
+    return list(range(n))
+
+
+def _spec(label, overrides, cell, scale, seed, lr, protocol, role, device=None):
+    config = apply_overrides(cell_config(cell, scale, seed, lr=lr, protocol=protocol),
+                             overrides)
+    if device:
+        config["train"]["device"] = device
+    config["name"] = run_name(label, cell, seed, lr)
+    factor = lr / default_lr(cell, scale)
+    return RunSpec(config["name"], config,
+                   {"variant": label, "cell": cell, "seed": seed, "lr": lr,
+                    "lr_factor": float(f"{factor:.6g}"), "role": role,
+                    "bench_version": VERSION, "scale": scale, "protocol": protocol})
+
+
+def build_specs(variants, scale: str = "cpu", *, cells=None, seeds=None, lrs=None,
+                protocol: str = "full", role: str = "final", device: str | None = None):
+    """(RunSpecs, n/a rows): one run per variant x cell x seed x learning rate whose config
+    resolves. ``lrs``: ``{(variant, cell): [lr, ...]}`` or ``{cell: [...]}`` (default: the
+    cell's default rate). A variant that cannot run on a cell (an attention kind defined only
+    for decoders on an encoder cell, a learned table too short for the cell's lengths) gets one
+    ``n/a`` row with the reason."""
     cells = select(cells, list(CELLS), list(CELLS), "bench cell")
+    seeds = check_seeds(default_seeds(scale, protocol) if seeds is None else seeds)
     labels = [label for label, _ in variants]
     if len(set(labels)) != len(labels):
         raise ConfigError(f"two variants share a name: {labels}; give each name=LABEL")
     specs, na = [], []
     for label, overrides in variants:
         for cell in cells:
-            config = apply_overrides(cell_config(cell, scale, seed), overrides)
-            config["name"] = run_name(label, cell)
-            try:
-                resolve(config)
+            rates = (lrs or {}).get((label, cell), (lrs or {}).get(cell)) or \
+                [default_lr(cell, scale)]
+            first = _spec(label, overrides, cell, scale, seeds[0], rates[0], protocol, role,
+                          device)
+            try:             # the device is checked where the run trains (a Ray worker)
+                resolve(first.config, check_device=False)
             except ConfigError as e:
                 na.append({"variant": label, "cell": cell, "status": "n/a",
                            "reason": str(e).splitlines()[0]})
                 continue
-            specs.append(RunSpec(config["name"], config,
-                                 {"variant": label, "cell": cell, "bench_version": VERSION,
-                                  "scale": scale}))
+            for seed in seeds:
+                for lr in rates:
+                    specs.append(_spec(label, overrides, cell, scale, seed, lr, protocol, role,
+                                       device))
     return specs, na
+
+
+# ---- one run: train + test evaluation (the sweep's run_one) + held-out validation ----------
+
+def _validate(spec: RunSpec, run_dir: str) -> list[dict]:
+    """The run's held-out validation rows (:func:`lengen.bench.battery.validation_config`),
+    computed once from its final weights and kept in ``val.json`` beside ``eval.json``."""
+    from lengen.eval.evaluate import evaluate
+    from lengen.rundir.checkpoint import load_weights
+    from lengen.rundir.load import prepare
+
+    cell, scale = spec.tags["cell"], spec.tags["scale"]
+    vconf = validation_config(cell, spec.config, scale)
+    key = {"eval": vconf.get("eval"), "task": vconf.get("task")}
+    path = os.path.join(run_dir, "val.json")
+    try:
+        with open(path) as f:
+            kept = json.load(f)
+        if kept.get("key") == key:
+            return kept["rows"]
+    except (OSError, ValueError, AttributeError):
+        pass
+    cfg = resolve(vconf)
+    task, model = prepare(cfg)
+    load_weights(model, os.path.join(run_dir, "model.safetensors"))
+    device = torch.device(cfg.train.device)
+    model.to(device).eval()
+    rows = evaluate(model, task, cfg.eval.splits or task.splits(),
+                    n_sequences=cfg.eval.sequences, batch_size=cfg.eval.batch_size,
+                    seed=cfg.eval.seed, device=device)
+    rows = [{k: r.get(k) for k in ("split", "metric", "value", "length")} for r in rows]
+    save_json_atomic({"key": key, "rows": rows}, path)
+    return rows
+
+
+def run_bench_one(spec, out_dir: str, *, quiet: bool = True, threads: int = 0) -> dict:
+    """:func:`lengen.sweep.run_one` (train, test evaluation), then the held-out validation
+    evaluation, whose rows are appended with ``split`` prefixed ``val:`` (the cells' scores
+    never read them; :func:`select_lr` reads only them). Importable by name, so local
+    workers and Ray tasks call this very function."""
+    if isinstance(spec, dict):
+        spec = RunSpec(**spec)
+    res = run_one(spec, out_dir, quiet=quiet, threads=threads)
+    if res["status"] in ("done", "cached"):
+        try:
+            val = _validate(spec, os.path.join(out_dir, spec.name))
+        except Exception as e:  # noqa: BLE001 - recorded as the run's failure, sweep goes on
+            res.update(status="failed", error=f"validation: {type(e).__name__}: {e}",
+                       rows=[])
+            return res
+        res["rows"] = list(res["rows"]) + [dict(r, split=f"val:{r['split']}") for r in val]
+    return res
+
+
+# ---- rows, selection -------------------------------------------------------------------------
+
+def run_row(spec: RunSpec, status: dict, rows: list[dict], seconds=None) -> dict:
+    """One ``runs.csv`` row of a finished (or failed) run: its fit, its in-distribution
+    (``seen``, the test draw the fit rule reads) and held-out validation (``val``) figures, its
+    OOD score, its accuracy per length (``curve``, JSON), steps and wall seconds."""
+    t = spec.tags
+    row = {k: t[k] for k in ("variant", "cell", "seed", "lr", "lr_factor", "role", "scale",
+                             "protocol", "bench_version")}
+    row.update(steps=spec.config["train"]["steps"], counted=False, reason="",
+               seconds=round(float(seconds if seconds is not None else
+                                   status.get("seconds") or 0.0), 1))
+    if status.get("status") not in ("done", "cached"):
+        return dict(row, status="failed", fitted=None, seen=None, val=None, ood=None,
+                    curve="{}", reason=str(status.get("error") or "not run").splitlines()[0])
+    test = [r for r in rows if not str(r.get("split", "")).startswith("val:")]
+    val = [dict(r, split=str(r["split"])[4:]) for r in rows
+           if str(r.get("split", "")).startswith("val:")]
+    s = score(t["cell"], t["scale"], test)
+    return dict(row, status="ok" if s["fitted"] else "not fitted", fitted=bool(s["fitted"]),
+                seen=s["seen"], ood=s["ood"], val=val_score(t["cell"], val),
+                curve=json.dumps(curve(t["cell"], t["scale"], test)),
+                reason="" if s["fitted"] else "did not fit its training distribution")
+
+
+def select_lr(rows, default: float) -> float:
+    """The learning rate chosen among ``rows`` (one per rate of the grid, seed 0): the one with
+    the best held-out **validation** score; ties go to ``default`` (the cell's rate), then to the
+    smaller rate; no readable validation score at all: ``default``. Reads only each row's
+    ``lr``, ``status`` and ``val``: never the OOD columns (``ood``, ``curve``)."""
+    scored = []
+    for r in rows:
+        v = r["val"] if r["status"] in ("ok", "not fitted") else None
+        if v is not None and v == v:
+            scored.append((float(v), float(r["lr"])))
+    if not scored:
+        return default
+    best = max(v for v, _ in scored)
+    tied = [lr for v, lr in scored if v == best]
+    return default if any(abs(lr - default) <= 1e-12 for lr in tied) else min(tied)
+
+
+def _seconds(out: str, name: str, status: dict):
+    span = training_span(out, [name])
+    return span if span is not None else status.get("seconds")
+
+
+def _rows_of(result, specs, out) -> list[dict]:
+    rows = []
+    for spec in specs:
+        st = result.status.get(spec.name, {})
+        got = result.results.get(spec.name, {}).get("rows") or []
+        rows.append(run_row(spec, st, got, _seconds(out, spec.name, st)))
+    return rows
 
 
 def run_bench(variants, scale: str = "cpu", out: str | None = None, *, workers: int = 1,
               cells=None, threads: int | None = None, baselines: str | None = "default",
+              seeds=None, protocol: str = "full", backend: str = "local",
+              device: str | None = None, runs_per_gpu: int = 1, ray_address: str | None = None,
               log=print):
-    """Train and evaluate every variant x cell into ``out`` (default ``runs/bench-<scale>``),
-    then write the scorecard there. Returns the scorecard rows."""
+    """Train and evaluate every variant x cell x seed (x learning rate while tuning) into
+    ``out`` (default ``runs/bench-<scale>``), then write ``runs.csv`` and the card there.
+
+    ``protocol='full'``: the first seed (0 by default) of every variant x cell runs at every rate
+    of the cell's grid (phase 1), the rate is chosen on the held-out validation split
+    (:func:`select_lr`), the other seeds run at it (phase 2). ``'quick'``: every seed at the
+    cell's default rate, one phase. ``backend='ray'`` sends each run as a Ray task
+    (``device='cuda'`` with ``runs_per_gpu`` runs sharing a GPU through Ray's fractional GPUs).
+    Returns the rows of ``runs.csv``."""
+    check_protocol(protocol)
     out = out or os.path.join("runs", f"bench-{scale}")
-    specs, na = build_specs(variants, scale, cells=cells)
-    log(f"lengen bench v{VERSION} at scale {scale}: {len(variants)} variant(s) x "
-        f"{len(cells or CELLS)} cell(s) = {len(specs)} run(s) ({len(na)} n/a) into {out}")
-    res = run_sweep(specs, out, workers=workers, threads=threads, log=log)
-    rows = scorecard_rows(res, specs, na, scale)
-    write_scorecard(rows, out, scale, baselines=baselines, log=log)
+    seeds = check_seeds(default_seeds(scale, protocol) if seeds is None else seeds)
+    tune = PROTOCOLS[protocol][1]
+    cells = select(cells, list(CELLS), list(CELLS), "bench cell")
+    ray_options = None
+    if backend == "ray":
+        gpus = (1.0 / max(1, runs_per_gpu)) if device and device.startswith("cuda") else 0
+        ray_options = {"address": ray_address, "num_cpus": 1, "num_gpus": gpus}
+    grid = {c: lr_grid(c, scale) for c in cells} if tune else None
+    first, na = build_specs(variants, scale, cells=cells, seeds=seeds[:1] if tune else seeds,
+                            lrs=grid, protocol=protocol, role="tune" if tune else "final",
+                            device=device)
+    n_later = len(first) // len(grid[cells[0]]) * (len(seeds) - 1) if tune else 0
+    log(f"lengen bench v{VERSION} at scale {scale}, protocol {protocol}: {len(variants)} "
+        f"variant(s) x {len(cells)} cell(s) x seeds {seeds}"
+        + (f", lr grid = the cell's default x {list(LR_FACTORS)} on seed 0" if tune else
+           ", each cell's default lr")
+        + f": {len(first) + n_later} run(s) ({len(na)} n/a) into {out}")
+    sweep_kw = dict(workers=workers, threads=threads, log=log, run_fn=run_bench_one,
+                    backend=backend, ray_options=ray_options)
+    res = run_sweep(first, out, **sweep_kw)
+    rows = _rows_of(res, first, out)
+    specs = list(first)
+    if tune:
+        chosen = {}
+        for label, _ in variants:
+            for cell in cells:
+                mine = [r for r in rows if r["variant"] == label and r["cell"] == cell]
+                if mine:
+                    chosen[(label, cell)] = [select_lr(mine, default_lr(cell, scale))]
+        for r in rows:
+            r["selected_lr"] = chosen[(r["variant"], r["cell"])][0]
+        if len(seeds) > 1:
+            later, _ = build_specs(variants, scale, cells=cells, seeds=seeds[1:],
+                                   lrs=chosen, protocol=protocol, device=device)
+            # the whole set again: phase 1's runs are read back (cached), so the sweep's
+            # results.csv / sweep.json cover every run of the bench
+            res2 = run_sweep(first + later, out, **sweep_kw)
+            rows2 = _rows_of(res2, later, out)
+            for r in rows2:
+                r["selected_lr"] = chosen[(r["variant"], r["cell"])][0]
+            rows += rows2
+            specs += later
+    else:
+        for r in rows:
+            r["selected_lr"] = r["lr"]
+    for r in rows:
+        r["counted"] = abs(float(r["lr"]) - float(r["selected_lr"])) <= 1e-12
+    rows += [dict(r, scale=scale, protocol=protocol, bench_version=VERSION) for r in na]
+    write_card(keep_other_variants(rows, out) + rows, out, scale, baselines=baselines, log=log)
     return rows
 
 
+def keep_other_variants(rows: list[dict], out: str) -> list[dict]:
+    """The rows of ``out/runs.csv`` (an earlier part of this bench) of variants not run now,
+    so a bench run in parts into one folder keeps one ``runs.csv`` of every part; a runs.csv
+    of another battery version there is refused (:func:`read_runs`)."""
+    path = os.path.join(out, "runs.csv")
+    if not os.path.isfile(path):
+        return []
+    now = {r["variant"] for r in rows}
+    return [r for r in read_runs(path) if r["variant"] not in now]
+
+
 def estimate_bench(variants, scale: str = "cpu", *, workers: int = 1, cells=None,
-                   threads: int | None = None, steps: int = 5, log=print) -> float:
-    """Time a few training steps of every run on this machine and print the estimated wall time
-    of the whole bench on ``workers`` processes (evaluation not included; it is small next to
-    training at these scales). Says how loaded the machine was."""
+                   threads: int | None = None, steps: int = 5, seeds=None,
+                   protocol: str = "full", log=print) -> float:
+    """Time a few training steps and one test + validation evaluation of every variant x cell
+    on this machine, and print the estimated wall time of the whole bench on ``workers``
+    processes (every cell, every seed and learning rate of the protocol; a cell whose config
+    cannot run for a variant is named as n/a, never dropped silently). Says how loaded the
+    machine was."""
+    from lengen.recipes.estimate import timed
+
+    check_protocol(protocol)
     use_worker_threads(workers, threads)
-    specs, _ = build_specs(variants, scale, cells=cells)
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    seeds = check_seeds(default_seeds(scale, protocol) if seeds is None else seeds)
+    tune = PROTOCOLS[protocol][1]
+    per_cell_runs = (len(LR_FACTORS) + len(seeds) - 1) if tune else len(seeds)
+    specs, na = build_specs(variants, scale, cells=cells, seeds=seeds[:1], protocol=protocol)
     costs = []
     for spec in specs:
         cfg = resolve(spec.config)
         task, model = prepare(cfg)[:2]
         per_step = time_training_steps(cfg, task, model, steps=steps)
-        costs.append(per_step * cfg.train.steps)
-        log(f"  {spec.name}: {per_step * 1000:.0f} ms/step x {cfg.train.steps} steps = "
-            f"{per_step * cfg.train.steps / 60:.1f} min")
-    cores = os.cpu_count() or 1
-    if load > cores / 2:
-        log(f"warning: the machine was busy while timing (1-minute load {load:.1f} on {cores} "
-            f"cores): the estimate is high by up to the load's share; time it again when idle")
-    return report_total(costs, workers, f"lengen bench ({len(specs)} runs)", log=log)
+        ev = timed(lambda: _time_eval(cfg, task, model))
+        vcfg = resolve(validation_config(spec.tags["cell"], spec.config, scale))
+        vtask, _ = prepare(vcfg)[:2]
+        ev += timed(lambda: _time_eval(vcfg, vtask, model))
+        one = per_step * cfg.train.steps + ev
+        costs += [one] * per_cell_runs
+        log(f"  {spec.tags['variant']} / {spec.tags['cell']}: {per_step * 1000:.0f} ms/step x "
+            f"{cfg.train.steps} steps + evaluation {ev:.1f} s = {one / 60:.1f} min per run, "
+            f"x {per_cell_runs} runs")
+    for r in na:
+        log(f"  {r['variant']} / {r['cell']}: n/a ({r['reason']})")
+    what = (f"lengen bench v{VERSION} protocol {protocol} ({len(costs)} runs: "
+            + (f"{len(LR_FACTORS)} rates on seed 0 + {len(seeds) - 1} seed(s) at the chosen "
+               f"rate" if tune else f"{len(seeds)} seeds at the default rate")
+            + " per variant x cell)")
+    return report_total(costs, workers, what, log=log)
+
+
+def _time_eval(cfg, task, model) -> None:
+    from lengen.eval.evaluate import evaluate
+
+    model.eval()
+    evaluate(model, task, cfg.eval.splits or task.splits(), n_sequences=cfg.eval.sequences,
+             batch_size=cfg.eval.batch_size, seed=cfg.eval.seed)
 
 
 __all__ = ["BASELINES", "parse_variant", "load_variants", "build_specs", "run_bench",
-           "estimate_bench", "run_name", "SCALES"]
+           "estimate_bench", "run_name", "run_bench_one", "run_row", "select_lr",
+           "default_seeds", "RUN_FIELDS", "SCALES"]

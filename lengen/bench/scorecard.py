@@ -1,24 +1,51 @@
-"""The bench scorecard: one row per variant x cell (fitted or not, the in-distribution figure,
-the OOD score), the committed baselines beside the user's variants, and the published number
-where a paper has one for that cell and baseline; written as ``scorecard.md / .csv / .json`` and
-``scorecard.png`` (variants x cells, colour = OOD score, an x where the model did not fit its
-training distribution, so its OOD number does not count; grey where the variant cannot run)."""
+"""The bench card: computed only from ``runs.csv`` (one row per variant x cell x seed x learning
+rate, :mod:`lengen.bench.run`) with :mod:`lengen.bench.stats`, beside the committed baselines of
+the same battery version.
+
+Per variant x cell: the fit rate ``k/n`` over the counted seeds (the runs at the chosen
+learning rate), the OOD mean over the **fitted** seeds with its 95% percentile bootstrap
+interval, the accuracy-vs-length curve (one plot per cell, every entry, shaded interval), the
+effective length (the longest tested length up to which the mean curve stays at or above the
+cell's threshold, :func:`lengen.bench.battery.effective_threshold`), and the chosen learning
+rate. Across cells: the interquartile mean of every counted run's score (an unfitted run scores
+0, a fitted one its OOD score clipped to [0, 1]; n/a cells left out) with a stratified bootstrap
+interval. For each of the user's variants against each baseline: the probability of improvement
+over the cells both ran (same scoring), and per cell a sentence "X beats Y on C" only where
+:func:`lengen.bench.stats.separation` says so, else "not separable".
+
+Written into the output folder: ``runs.csv`` (own runs), ``scorecard.md / .csv / .json``,
+``scorecard.png`` (variants x cells, colour = OOD mean over fitted seeds, an x where no seed
+fitted), ``curves/<cell>.png``. Rows of another battery version are refused
+(:func:`lengen.bench.battery.check_version`); v1 scorecards stay readable through
+:func:`read_scorecard` for history.
+"""
 from __future__ import annotations
 
 import csv
 import io
+import json
 import os
+import subprocess
+import time
 
 import numpy as np
 
 from lengen.analysis.tables import markdown_table
-from lengen.bench.battery import CELLS, CHOMSKY, VERSION, score
+from lengen.bench import stats
+from lengen.bench.battery import (CELLS, CHOMSKY, LR_FACTORS, VERSION, check_version,
+                                  effective_threshold, train_top)
+from lengen.errors import ConfigError
 from lengen.fileio import save_json_atomic, savefig_atomic, write_text_atomic
 from lengen.recipes.randomized_pe.published import PAPER_TABLE4
 from lengen.recipes.tra_flipflop.published import PAPER_TABLE1
 
-FIELDS = ["variant", "cell", "family", "status", "fitted", "seen", "ood", "paper_ood", "source",
-          "scale", "bench_version", "reason"]
+RUN_FIELDS = ["variant", "cell", "seed", "lr", "lr_factor", "role", "counted", "selected_lr",
+              "status", "fitted", "seen", "val", "ood", "curve", "steps", "seconds", "scale",
+              "protocol", "bench_version", "reason"]
+SUMMARY_FIELDS = ["variant", "cell", "family", "status", "fit_k", "fit_n", "failed",
+                  "ood_mean", "ood_lo", "ood_hi", "effective_length", "threshold", "lr_chosen",
+                  "lr_grid", "paper_ood", "baseline", "scale", "protocol", "bench_version",
+                  "reason"]
 
 
 def published(label: str, cell: str) -> float | None:
@@ -36,38 +63,58 @@ def published(label: str, cell: str) -> float | None:
     return None
 
 
-def scorecard_rows(result, specs, na: list[dict], scale: str) -> list[dict]:
-    """Rows of the scorecard from a sweep result (its runs' evaluation rows) and the n/a rows."""
-    by_run: dict[str, list[dict]] = {}
-    for r in result.rows:
-        by_run.setdefault(r["run"], []).append(r)
-    rows = []
-    for spec in specs:
-        label, cell = spec.tags["variant"], spec.tags["cell"]
-        status = result.status.get(spec.name, {}).get("status")
-        base = {"variant": label, "cell": cell, "family": CELLS[cell][0], "scale": scale,
-                "bench_version": VERSION, "paper_ood": published(label, cell),
-                "source": CELLS[cell][1]}
-        if status not in ("done", "cached"):
-            err = result.status.get(spec.name, {}).get("error") or "not run"
-            rows.append(dict(base, status="failed", reason=str(err).splitlines()[0]))
-            continue
-        s = score(cell, scale, by_run.get(spec.name, []))
-        rows.append(dict(base, status="ok" if s["fitted"] else "not fitted", **s,
-                         reason="" if s["fitted"] else "did not fit its training distribution"))
-    for r in na:
-        rows.append(dict(r, family=CELLS[r["cell"]][0], scale=scale, bench_version=VERSION,
-                         paper_ood=None, source=CELLS[r["cell"]][1]))
+# ---- reading ---------------------------------------------------------------------------------
+
+def _num(v):
+    if v in (None, "", "None", "nan"):
+        return None
+    return float(v)
+
+
+def _bool(v):
+    return {"True": True, "False": False, True: True, False: False}.get(v)
+
+
+def _conv_run(row: dict) -> dict:
+    out = dict(row)
+    for k in ("lr", "lr_factor", "selected_lr", "seen", "val", "ood", "seconds"):
+        if k in out:
+            out[k] = _num(out[k])
+    for k in ("seed", "steps", "bench_version"):
+        if out.get(k) not in (None, ""):
+            out[k] = int(float(out[k]))
+    for k in ("fitted", "counted"):
+        if k in out:
+            out[k] = _bool(out[k])
+    return out
+
+
+def runs_path(path: str) -> str:
+    """``path`` itself, or ``path/runs.csv`` when ``path`` is a card's folder."""
+    return os.path.join(path, "runs.csv") if os.path.isdir(path) else path
+
+
+def read_runs(path: str) -> list[dict]:
+    """Rows of a card's ``runs.csv`` (a file or the card's folder), typed; every row must be of
+    this battery version (:func:`check_version`: v1 rows are never compared with v2 rows)."""
+    p = runs_path(path)
+    if not os.path.isfile(p):
+        raise ConfigError(f"{p}: no such file; give a bench output folder (holding runs.csv) "
+                          f"or a runs.csv")
+    with open(p, newline="") as f:
+        rows = [_conv_run(r) for r in csv.DictReader(f)]
+    for r in rows:
+        if "bench_version" not in r or r["bench_version"] in (None, ""):
+            raise ConfigError(f"{p}: rows without a bench_version column are not bench runs")
+        check_version(r["bench_version"], f"the rows of {p}")
+        if "seed" not in r:
+            raise ConfigError(f"{p} is a scorecard, not a runs.csv (no seed column)")
     return rows
 
 
-def baseline_path(scale: str) -> str:
-    """Where the committed baseline scorecard of ``scale`` lives in a lengen checkout."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    return os.path.join(root, "results", f"bench-{scale}", "scorecard.csv")
-
-
 def read_scorecard(path: str) -> list[dict]:
+    """A battery v1 ``scorecard.csv`` (one row per variant x cell, one seed), for history: read
+    as it is; never mixed into a v2 card."""
     def conv(k, v):
         if k in ("seen", "ood", "paper_ood"):
             return float(v) if v not in ("", "None") else None
@@ -81,116 +128,449 @@ def read_scorecard(path: str) -> list[dict]:
         return [{k: conv(k, v) for k, v in row.items()} for row in csv.DictReader(f)]
 
 
-def _fmt(x, pct=True) -> str:
+def baseline_path(scale: str) -> str:
+    """Where the committed baseline runs of ``scale`` for this battery version live in a lengen
+    checkout (``results/bench-<scale>/v<VERSION>/runs.csv``; v1's card is the scorecard.* files
+    of ``results/bench-<scale>/``)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return os.path.join(root, "results", f"bench-{scale}", f"v{VERSION}", "runs.csv")
+
+
+# ---- statistics per variant x cell -------------------------------------------------------------
+
+def _counted(rows):
+    return [r for r in rows if r.get("counted") and r.get("status") in
+            ("ok", "not fitted", "failed")]
+
+
+def _curve(r) -> dict:
+    c = json.loads(r.get("curve") or "{}")
+    return {(int(k) if str(k).lstrip("-").isdigit() else k): float(v) for k, v in c.items()}
+
+
+def mean_curve(runs) -> dict:
+    """``{length: (mean, lo, hi)}`` over the fitted runs' curves (lengths every run has)."""
+    curves = [_curve(r) for r in runs if r.get("fitted")]
+    if not curves:
+        return {}
+    keys = [k for k in curves[0] if all(k in c for c in curves)]
+    return {k: stats.bootstrap_mean([c[k] for c in curves]) for k in keys}
+
+
+def run_score(r) -> float:
+    """A counted run's score for the aggregates: its OOD score clipped to [0, 1] when it
+    fitted, 0 when it did not fit (did not fit is an outcome) or failed."""
+    if not r.get("fitted") or r.get("ood") is None:
+        return 0.0
+    return float(min(1.0, max(0.0, r["ood"])))
+
+
+def summarize(rows: list[dict], *, baseline: bool = False) -> list[dict]:
+    """One summary row per variant x cell of ``rows`` (runs.csv rows and n/a rows)."""
+    out = []
+    variants = list(dict.fromkeys(r["variant"] for r in rows))
+    for v in variants:
+        for cell in CELLS:
+            mine = [r for r in rows if r["variant"] == v and r["cell"] == cell]
+            if not mine:
+                continue
+            base = {"variant": v, "cell": cell, "family": CELLS[cell][0], "baseline": baseline,
+                    "paper_ood": published(v, cell), "scale": mine[0].get("scale"),
+                    "protocol": mine[0].get("protocol"),
+                    "bench_version": mine[0].get("bench_version"), "reason": "",
+                    "threshold": effective_threshold(cell)}
+            if any(r.get("status") == "n/a" for r in mine):
+                out.append(dict(base, status="n/a", reason=mine[0].get("reason", "")))
+                continue
+            counted = _counted(mine)
+            finished = [r for r in counted if r["status"] != "failed"]
+            k, n = stats.fit_rate(r.get("fitted") for r in finished)
+            m, lo, hi = stats.bootstrap_mean([r["ood"] for r in finished if r.get("fitted")])
+            curve = mean_curve(finished)
+            thr = effective_threshold(cell)
+            eff = (stats.effective_length({x: c[0] for x, c in curve.items()}, thr)
+                   if thr is not None and curve else None)
+            grid = sorted({r["lr"] for r in mine if r.get("lr") is not None})
+            chosen = next((r.get("selected_lr") for r in mine if r.get("selected_lr")), None)
+            status = ("failed" if not finished else "ok" if k else "not fitted")
+            out.append(dict(base, status=status, fit_k=k, fit_n=n,
+                            failed=len(counted) - len(finished), ood_mean=m, ood_lo=lo,
+                            ood_hi=hi, effective_length=eff, lr_chosen=chosen,
+                            lr_grid=" ".join(f"{x:g}" for x in grid),
+                            reason="" if k else ("no seed fitted its training distribution"
+                                                 if finished else "every run failed")))
+    return out
+
+
+def _by_cell(rows, variant, fitted_only=False):
+    got = {}
+    for r in _counted(r for r in rows if r["variant"] == variant):
+        if r["status"] == "failed" and fitted_only:
+            continue
+        if fitted_only:
+            if r.get("fitted"):
+                got.setdefault(r["cell"], []).append(float(r["ood"]))
+        else:
+            got.setdefault(r["cell"], []).append(run_score(r))
+    return got
+
+
+def aggregates(rows: list[dict]) -> list[dict]:
+    """Per variant: the IQM over every counted run of its cells (:func:`run_score`) with a
+    stratified bootstrap interval, and the cells it covers."""
+    out = []
+    for v in dict.fromkeys(r["variant"] for r in rows):
+        by_cell = _by_cell(rows, v)
+        if not by_cell:
+            continue
+        p, lo, hi = stats.aggregate_iqm(by_cell)
+        out.append({"variant": v, "iqm": p, "lo": lo, "hi": hi, "cells": len(by_cell),
+                    "runs": sum(len(x) for x in by_cell.values())})
+    return out
+
+
+def comparisons(rows: list[dict], users: list[str], baselines: list[str]) -> dict:
+    """Each user variant against each baseline: ``poi`` rows (probability of improvement
+    across the cells both ran, with its interval, and its verdict by the same rule as a cell:
+    the interval's lower end above 1/2 = X beats Y, upper end below 1/2 = Y beats X) and
+    ``cells`` rows (per cell, :func:`lengen.bench.stats.separation` on the fitted seeds'
+    OOD scores, with the card's sentence)."""
+    poi, cells = [], []
+    for u in users:
+        ux, uf = _by_cell(rows, u), _by_cell(rows, u, fitted_only=True)
+        for b in baselines:
+            bx, bf = _by_cell(rows, b), _by_cell(rows, b, fitted_only=True)
+            common = sorted(set(ux) & set(bx), key=list(CELLS).index)
+            if not common:
+                continue
+            p, lo, hi = stats.prob_improvement_ci({c: ux[c] for c in common},
+                                                  {c: bx[c] for c in common})
+            if lo == lo and lo > 0.5:
+                verdict = f"{u} beats {b} across cells (P interval above 1/2)"
+            elif hi == hi and hi < 0.5:
+                verdict = f"{b} beats {u} across cells (P interval below 1/2)"
+            elif lo != lo:
+                verdict = "untested (a cell with fewer than 2 runs)"
+            else:
+                verdict = "not separable"
+            poi.append({"variant": u, "baseline": b, "cells": len(common), "poi": p,
+                        "lo": lo, "hi": hi, "verdict": verdict})
+            for c in common:
+                res = stats.separation(uf.get(c, []), bf.get(c, []))
+                cells.append({"variant": u, "baseline": b, "cell": c, **res,
+                              "sentence": stats.sentence(u, b, c, res)})
+    return {"poi": poi, "cells": cells}
+
+
+# ---- writing ---------------------------------------------------------------------------------
+
+def _pct(x, cell="") -> str:
     if x is None or x != x:
         return "-"
-    return f"{100 * x:.1f}" if pct else f"{x:.2f}"
+    return f"{x:.2f}" if cell == "lm" else f"{100 * x:.1f}"
 
 
-def write_scorecard(rows: list[dict], out: str, scale: str, *, baselines: str | None = "default",
-                    log=print) -> list[str]:
-    """Write the scorecard files into ``out``; rows of the committed baselines (``baselines``:
-    ``default`` = :func:`baseline_path`, a path, or None) are added for variants not run here,
-    marked as baselines. Returns the paths written."""
-    os.makedirs(out, exist_ok=True)
-    own = {r["variant"] for r in rows}
-    base_rows, note = [], ""
+def _cell_text(s) -> str:
+    if s is None:
+        return ""
+    if s["status"] in ("n/a", "failed"):
+        return s["status"]
+    c = s["cell"]
+    frac = f"{s['fit_k']}/{s['fit_n']}"
+    if not s["fit_k"]:
+        return f"‡ {frac}"
+    txt = _pct(s["ood_mean"], c)
+    if s["ood_lo"] == s["ood_lo"] and s["ood_lo"] is not None:
+        txt += f" [{_pct(s['ood_lo'], c)}, {_pct(s['ood_hi'], c)}]"
+    txt += f" {frac}"
+    if s.get("paper_ood") is not None:
+        txt += f" ({_pct(s['paper_ood'])})"
+    return txt
+
+
+def _commit() -> str:
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        out = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def load_baselines(baselines, scale: str, own: set) -> tuple[list[dict], str]:
+    """(rows, note) of the baselines shown beside ``own`` variants: ``baselines`` is
+    ``'default'`` (:func:`baseline_path`), a runs.csv / card folder, or None."""
     path = baseline_path(scale) if baselines == "default" else baselines
-    if path and os.path.isfile(path):
-        base_rows = [dict(r, baseline=True) for r in read_scorecard(path)
-                     if r["variant"] not in own]
-        versions = {r["bench_version"] for r in base_rows}
-        if versions - {VERSION}:
-            note = (f"Baselines from {path} were made with battery version(s) "
-                    f"{sorted(versions)}; this is version {VERSION}: compare with care.")
-        else:
-            note = f"Baselines (marked *) read from {path}, not retrained."
-    elif baselines == "default":
-        note = f"No committed baselines at scale {scale} ({path} is absent)."
+    if not path:
+        return [], ""
+    if baselines == "default" and not os.path.isfile(path):
+        return [], (f"No committed battery v{VERSION} baselines at scale {scale} yet ({path} "
+                    f"is absent): this card shows only the variants run here.")
+    rows = [r for r in read_runs(path) if r["variant"] not in own]
+    return rows, f"Baselines (marked *) read from {path}, not retrained."
+
+
+def write_card(rows: list[dict], out: str, scale: str, *, baselines="default",
+               base_rows: list[dict] | None = None, note: str | None = None,
+               title: str | None = None, log=print) -> list[str]:
+    """Write ``runs.csv`` (``rows``: this bench's runs and n/a rows) and the card beside the
+    baselines (``baselines``: see :func:`load_baselines`; or ``base_rows`` given directly).
+    Returns the paths written."""
+    os.makedirs(out, exist_ok=True)
+    log = log or (lambda *a, **k: None)
+    for r in rows:
+        check_version(r.get("bench_version", VERSION), "this bench's rows")
+    own = list(dict.fromkeys(r["variant"] for r in rows))
+    if base_rows is None:
+        base_rows, note = load_baselines(baselines, scale, set(own))
+    base_names = list(dict.fromkeys(r["variant"] for r in base_rows))
+    protocols = ({r.get("protocol") for r in rows if r.get("status") != "n/a"},
+                 {r.get("protocol") for r in base_rows if r.get("status") != "n/a"})
+    comparable = not base_rows or protocols[0] == protocols[1]
+    if not comparable:
+        note = (note or "") + (f" The baselines ran protocol {sorted(protocols[1])}, this card "
+                               f"{sorted(protocols[0])}: different tuning budgets, so no "
+                               f"probability of improvement and no verdict is given.")
     all_rows = rows + base_rows
-    variants = list(dict.fromkeys(r["variant"] for r in all_rows))
-    cells = [c for c in CELLS if any(r["cell"] == c for r in all_rows)]
-    cellrow = {(r["variant"], r["cell"]): r for r in all_rows}
+    summary = summarize(rows) + summarize(base_rows, baseline=True)
+    agg = aggregates(all_rows)
+    comp = comparisons(all_rows, own, base_names) if comparable else {"poi": [], "cells": []}
+    cells = [c for c in CELLS if any(s["cell"] == c for s in summary)]
+    variants = own + base_names
+    by = {(s["variant"], s["cell"]): s for s in summary}
+    star = {v: " *" if v in base_names else "" for v in variants}
+    protocol = sorted(protocols[0] - {None}) or ["?"]
+    seeds = sorted({int(r["seed"]) for r in rows if r.get("seed") not in (None, "")})
 
-    def show(r):
-        if r is None:
-            return ""
-        if r["status"] == "n/a":
-            return "n/a"
-        if r["status"] == "failed":
-            return "failed"
-        txt = _fmt(r["ood"], pct=r["cell"] != "lm") if r["cell"] != "lm" else _fmt(r["ood"], False)
-        if r["status"] == "not fitted":
-            txt += " ‡"
-        if r.get("paper_ood") is not None:
-            txt += f" ({_fmt(r['paper_ood'])})"
-        return txt
+    def table(fn):
+        grid = [["variant"] + cells]
+        for v in variants:
+            grid.append([v + star[v]] + [fn(by.get((v, c))) for c in cells])
+        return markdown_table(grid, align="l" + "r" * len(cells))
 
-    grid = [["variant"] + cells]
-    for v in variants:
-        star = " *" if any(r.get("baseline") for r in all_rows if r["variant"] == v) else ""
-        grid.append([v + star] + [show(cellrow.get((v, c))) for c in cells])
-    caption = (f"lengen bench v{VERSION}, scale {scale}. OOD score per cell (higher is better, "
-               f"100 = nothing lost outside the training distribution; lm: ppl(1x)/ppl(8x)). "
-               f"‡ = did not fit its training distribution (its OOD number does not count); "
-               f"(x) = the paper's figure for that baseline. Cells: "
-               + "; ".join(f"{c}: {CELLS[c][2]} ({CELLS[c][1]})" for c in cells) + ".")
+    def eff(s):
+        if s is None or s["status"] in ("n/a", "failed"):
+            return (s or {}).get("status", "")
+        if s["cell"] == "flipflop":
+            return "-"
+        e = s.get("effective_length")
+        return "< shortest" if e is None and s["fit_k"] else ("-" if e is None else str(e))
+
+    def lr(s):
+        if s is None or s["status"] == "n/a":
+            return (s or {}).get("status", "")
+        return f"{s['lr_chosen']:g}" if s.get("lr_chosen") else "-"
+
+    lines = [f"# {title or 'lengen bench card'}", "",
+             f"Battery v{VERSION}, scale {scale}, protocol {', '.join(protocol)}; seeds "
+             f"{seeds}; lengen {_commit()}; written "
+             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
+             "",
+             "**Protocol.** Every entry gets the same budget: per cell, seed 0 runs at the cell's "
+             f"default learning rate x {list(LR_FACTORS)} and the rate with the best held-out "
+             "in-distribution validation score (training lengths only, a draw separate from "
+             "training and test) is chosen; the other seeds run at it. A seed sets the init and "
+             "the data order. (Protocol quick: 2 seeds at the default rate, every other OOD "
+             "length.) A run counts only at the chosen rate.",
+             "",
+             "## OOD score per cell",
+             "",
+             "Mean over the fitted seeds [95% percentile bootstrap interval] and k/n seeds that "
+             "fitted their training distribution (‡ = none did: no OOD number counts); (x) = the "
+             "paper's figure. Higher is better; lm: ppl(1x)/ppl(8x). Cells: "
+             + "; ".join(f"{c}: {CELLS[c][2]} ({CELLS[c][1]})" for c in cells) + ".",
+             "", table(_cell_text), "",
+             "## Effective length",
+             "",
+             "The longest tested length up to which the mean accuracy of the fitted seeds stays at "
+             "or above the cell's threshold (its fit threshold: Chomsky and copy / reverse 90%, "
+             "addition 95%; lm: the multiple of the window up to which ppl(1x)/ppl(L) >= 0.9). "
+             "Lengths in the task's unit; curves in curves/<cell>.png.",
+             "", table(eff), "",
+             "## Chosen learning rate", "", table(lr), "",
+             "## Aggregate across cells", "",
+             "Interquartile mean of every counted run's score (fitted: its OOD score clipped to "
+             "[0, 1]; not fitted or failed: 0; n/a cells left out), 95% stratified bootstrap "
+             "interval (runs resampled within each cell). Entries that cannot run some cells "
+             "are aggregated over fewer cells (column cells).", ""]
+    grid = [["variant", "IQM", "95% interval", "cells", "runs"]]
+    for a in agg:
+        grid.append([a["variant"] + star[a["variant"]], _pct(a["iqm"]),
+                     f"[{_pct(a['lo'])}, {_pct(a['hi'])}]", str(a["cells"]), str(a["runs"])])
+    lines += [markdown_table(grid), ""]
+    if comp["poi"]:
+        lines += ["## Probability of improvement", "",
+                  "P(X > Y): over every pair of a run of X and a run of Y in the same cell (ties "
+                  "1/2), averaged over the cells both ran (same scores as the aggregate), with a "
+                  "95% stratified bootstrap interval. Rule: X beats Y when the interval's lower "
+                  "end is above 1/2.", ""]
+        grid = [["variant", "baseline", "cells", "P(X > Y)", "95% interval", "verdict"]]
+        for p in comp["poi"]:
+            grid.append([p["variant"], p["baseline"], str(p["cells"]), f"{p['poi']:.2f}",
+                         f"[{p['lo']:.2f}, {p['hi']:.2f}]", p["verdict"]])
+        lines += [markdown_table(grid, align="lllrrl"), "",
+                  "## Per cell", "",
+                  "Rule (lengen.bench.stats.separation), on the fitted seeds' OOD scores, at "
+                  "least 2 per side: X beats Y when X's 95% interval lies wholly above Y's or the "
+                  "lower end of P(X > Y)'s 95% interval is above 1/2; otherwise not separable.",
+                  ""]
+        lines += [f"- {c['sentence']}" for c in comp["cells"]] + [""]
+    if note:
+        lines += [note.strip(), ""]
+    paths = []
+    runs_csv = os.path.join(out, "runs.csv")
+    _write_csv(rows, RUN_FIELDS, runs_csv)
     md = os.path.join(out, "scorecard.md")
-    write_text_atomic(f"**Scorecard**\n\n{caption}\n\n"
-                      f"{markdown_table(grid, align='l' + 'r' * len(cells))}\n\n{note}\n", md)
-    csv_path = os.path.join(out, "scorecard.csv")
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=FIELDS, extrasaction="ignore")
-    w.writeheader()
-    w.writerows(rows)                          # the baselines stay in their own file
-    write_text_atomic(buf.getvalue(), csv_path)
+    write_text_atomic("\n".join(lines), md)
+    sc = os.path.join(out, "scorecard.csv")
+    _write_csv(summary, SUMMARY_FIELDS, sc)
     js = os.path.join(out, "scorecard.json")
-    save_json_atomic({"version": VERSION, "scale": scale, "rows": rows,
-                      "baselines": base_rows, "note": note}, js)
+    save_json_atomic(_jsonable({"version": VERSION, "scale": scale, "protocol": protocol,
+                                "seeds": seeds, "commit": _commit(), "summary": summary,
+                                "aggregate": agg, "poi": comp["poi"], "cells": comp["cells"],
+                                "note": note}), js)
     png = os.path.join(out, "scorecard.png")
-    _figure(variants, cells, cellrow, png, scale)
-    for p in (md, csv_path, js, png):
+    _figure(variants, cells, by, png, scale)
+    paths += [runs_csv, md, sc, js, png]
+    paths += plot_curves(all_rows, os.path.join(out, "curves"), scale, star)
+    for p in paths:
         log(f"wrote {p}")
-    return [md, csv_path, js, png]
+    return paths
 
 
-def _figure(variants, cells, cellrow, path, scale) -> None:
+def _jsonable(x):
+    if isinstance(x, float) and x != x:
+        return None
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    return x
+
+
+def _write_csv(rows, fields, path):
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore")
+    w.writeheader()
+    w.writerows(rows)
+    write_text_atomic(buf.getvalue(), path)
+
+
+def compare_cards(a: str, b: str, out: str, *, log=print) -> list[str]:
+    """Two cards side by side with the same statistics: the variants of ``a`` (a bench output
+    folder or its runs.csv) as the entries, those of ``b`` as the baselines they are compared
+    with. Both must be of this battery version and the same scale; a name in both gets the
+    prefix ``A:`` / ``B:``."""
+    ra, rb = read_runs(a), read_runs(b)
+    scales = {r.get("scale") for r in ra} | {r.get("scale") for r in rb}
+    if len(scales - {None, ""}) > 1:
+        raise ConfigError(f"--compare: the two cards ran at different scales {sorted(scales)}; "
+                          f"compare cards of one scale")
+    clash = {r["variant"] for r in ra} & {r["variant"] for r in rb}
+    if clash:
+        ra = [dict(r, variant=f"A:{r['variant']}") if r["variant"] in clash else r for r in ra]
+        rb = [dict(r, variant=f"B:{r['variant']}") if r["variant"] in clash else r for r in rb]
+    scale = next(iter(scales - {None, ""}), "cpu")
+    return write_card(ra, out, scale, base_rows=rb, log=log,
+                      note=f"Entries from {runs_path(a)}; baselines (marked *) from "
+                           f"{runs_path(b)}.", title=f"lengen bench: {a} vs {b}")
+
+
+# ---- figures -----------------------------------------------------------------------------------
+
+def plot_curves(rows: list[dict], folder: str, scale: str, star=None) -> list[str]:
+    """One figure per cell: every entry's mean accuracy over its fitted seeds at every tested
+    length with its 95% bootstrap band (flip-flop: its three splits); the training range
+    shaded grey. Returns the paths written."""
     import matplotlib  # slow import: drawing only
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # slow import: drawing only
 
+    os.makedirs(folder, exist_ok=True)
+    star = star or {}
+    paths = []
+    for cell in CELLS:
+        entries = [(v, mean_curve(_counted([r for r in rows if r["variant"] == v
+                                            and r["cell"] == cell])))
+                   for v in dict.fromkeys(r["variant"] for r in rows)]
+        entries = [(v, c) for v, c in entries if c]
+        if not entries:
+            continue
+        fig, ax = plt.subplots(figsize=(6.4, 4.0))
+        for v, c in entries:
+            keys = list(c)
+            xs = list(range(len(keys))) if cell == "flipflop" else keys
+            m = np.array([c[k][0] for k in keys])
+            lo = np.array([c[k][1] for k in keys])
+            hi = np.array([c[k][2] for k in keys])
+            line, = ax.plot(xs, m, marker="o", ms=3, label=v + star.get(v, ""))
+            ok = ~np.isnan(lo)
+            if ok.any():
+                ax.fill_between(np.asarray(xs)[ok], lo[ok], hi[ok], alpha=0.2,
+                                color=line.get_color())
+            if cell == "flipflop":
+                ax.set_xticks(xs, keys)
+        top = train_top(cell, scale)
+        lo_x = min(min(c) for _, c in entries) if cell != "flipflop" else None
+        if top is not None and lo_x is not None and top >= lo_x:
+            ax.axvspan(lo_x - 0.5, top + 0.5, color="0.9", zorder=0)
+        thr = effective_threshold(cell)
+        if thr is not None:
+            ax.axhline(thr, color="0.5", ls=":", lw=1)
+        ax.set_xlabel({"lm": "multiple of the training window", "flipflop": "split"}.get(
+            cell, "length (task units)"))
+        ax.set_ylabel("ppl(1x) / ppl(L)" if cell == "lm" else "accuracy")
+        ax.set_title(f"{cell}: mean of fitted seeds, 95% band (grey: trained)", fontsize=10)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = os.path.join(folder, f"{cell}.png")
+        savefig_atomic(fig, path, dpi=100)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def _figure(variants, cells, by, path, scale) -> None:
+    import matplotlib  # slow import: drawing only
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # slow import: drawing only
 
     vals = np.full((len(variants), len(cells)), np.nan)
     fig, ax = plt.subplots(figsize=(1.1 * len(cells) + 2.5, 0.5 * len(variants) + 1.8))
     for i, v in enumerate(variants):
         for j, c in enumerate(cells):
-            r = cellrow.get((v, c))
-            if r is None:
-                continue
-            if r["status"] in ("ok", "not fitted") and r["ood"] is not None:
-                vals[i, j] = min(1.0, max(0.0, r["ood"]))
+            s = by.get((v, c))
+            if s is not None and s["status"] == "ok" and s["ood_mean"] == s["ood_mean"]:
+                vals[i, j] = min(1.0, max(0.0, s["ood_mean"]))
     ax.imshow(np.ma.masked_invalid(vals), cmap="viridis", vmin=0, vmax=1, aspect="auto")
     ax.set_facecolor("#d0d0d0")
     for i, v in enumerate(variants):
         for j, c in enumerate(cells):
-            r = cellrow.get((v, c))
-            if r is None:
+            s = by.get((v, c))
+            if s is None:
                 continue
-            if r["status"] == "not fitted":
+            if s["status"] == "not fitted":
                 ax.plot(j, i, marker="x", color="red", markersize=14, mew=2)
-            label = {"n/a": "n/a", "failed": "fail"}.get(r["status"])
-            if label is None and r.get("ood") is not None:
-                label = f"{100 * r['ood']:.0f}"
-            dark = r["status"] in ("ok", "not fitted") and (vals[i, j] < 0.6)   # viridis
-            ax.text(j, i, label or "", ha="center", va="center", fontsize=8,
+            label = {"n/a": "n/a", "failed": "fail"}.get(s["status"])
+            if label is None:
+                label = f"{s['fit_k']}/{s['fit_n']}"
+                if s["status"] == "ok":
+                    label = f"{100 * s['ood_mean']:.0f}\n{label}"
+            dark = s["status"] == "ok" and vals[i, j] < 0.6          # viridis
+            ax.text(j, i, label, ha="center", va="center", fontsize=7,
                     color="white" if dark else "black")
     ax.set_xticks(range(len(cells)), cells, rotation=30, ha="right")
     ax.set_yticks(range(len(variants)), variants)
-    ax.set_title(f"lengen bench v{VERSION} ({scale}): OOD score; x = did not fit")
+    ax.set_title(f"lengen bench v{VERSION} ({scale}): OOD mean over fitted seeds, k/n fitted; "
+                 f"x = none fitted", fontsize=9)
     fig.tight_layout()
     savefig_atomic(fig, path, dpi=110)
     plt.close(fig)
 
 
-__all__ = ["scorecard_rows", "write_scorecard", "read_scorecard", "baseline_path", "published"]
+__all__ = ["published", "read_runs", "read_scorecard", "baseline_path", "summarize",
+           "aggregates", "comparisons", "write_card", "compare_cards", "plot_curves",
+           "load_baselines", "run_score", "mean_curve", "RUN_FIELDS", "SUMMARY_FIELDS"]

@@ -269,8 +269,10 @@ def run_sweep(runs, out_dir: str, *, workers: int = 1, backend: str = "local", t
     if backend == "ray":
         import_ray()               # a missing Ray fails before anything runs
     specs = as_specs(runs)
+    # on Ray the runs' device (e.g. cuda) is on the workers, not necessarily on this driver
+    here = backend != "ray"
     for s in specs:
-        resolve(s.config)          # unknown keys / names fail before any training
+        resolve(s.config, check_device=here)   # unknown keys / names fail before any training
     make_output_dir(out_dir)
     results: dict[str, dict] = {}
     summary = SweepResult(specs, results, out_dir)
@@ -293,7 +295,7 @@ def run_sweep(runs, out_dir: str, *, workers: int = 1, backend: str = "local", t
         # finished runs are only read back: do that here instead of starting workers for them
         todo = []
         for spec in specs:
-            rows, _ = finished_rows(resolve(spec.config).to_dict(),
+            rows, _ = finished_rows(resolve(spec.config, check_device=here).to_dict(),
                                     os.path.join(out_dir, spec.name))
             if rows is not None:
                 on_result(run_fn(spec, out_dir, **dict(opts, threads=0)))
