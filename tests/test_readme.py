@@ -151,3 +151,24 @@ def test_readme_tables_render():
 def test_readme_is_a_landing_page():
     words = len(readme().split())
     assert words <= 2600, f"README.md has {words} words; detail belongs in docs/"
+
+
+def all_help_texts():
+    """The --help text of every command and subcommand (recipes and analyses included)."""
+    import argparse
+
+    from lengen.cli import build_parser
+
+    def walk(p, name):
+        yield name, p.format_help()
+        for a in p._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for sub, q in a.choices.items():
+                    yield from walk(q, f"{name} {sub}")
+    yield from walk(build_parser(), "lengen")
+
+
+def test_help_has_no_issue_numbers_or_markup():
+    bad = [(name, m.group(0)) for name, text in all_help_texts()
+           for m in re.finditer(r"\bissues? \d+|:(?:func|mod|class|meth|attr):`|``", text)]
+    assert not bad, f"--help texts with issue numbers or Sphinx markup: {bad[:10]}"
