@@ -15,6 +15,7 @@ import glob
 import importlib.util
 import os
 import re
+import shlex
 import subprocess
 import sys
 
@@ -111,3 +112,41 @@ def test_snippets_name_existing_files():
     for page in glob.glob(os.path.join(DOCS, "**", "*.md"), recursive=True):
         for ref in re.findall(r'^--8<-- "([^"]+)"', numbers_in(page), flags=re.M):
             assert os.path.exists(os.path.join(ROOT, ref)), (page, ref)
+
+
+def docs_commands():
+    """(page, command) for every `lengen ...` line of the docs' ```bash blocks."""
+    out = []
+    for page in sorted(glob.glob(os.path.join(DOCS, "**", "*.md"), recursive=True)):
+        for block in re.findall(r"```bash\n(.*?)```", numbers_in(page), flags=re.S):
+            pending = ""
+            for line in re.sub(r"\\\n\s*", " ", block).splitlines():
+                line = pending + " " + line if pending else line
+                try:                               # a quoted argument may span lines
+                    shlex.split(line, comments=True)
+                except ValueError:
+                    pending = line
+                    continue
+                pending = ""
+                line = re.sub(r"\s+#\s.*$", "", line).strip()
+                if line.startswith("lengen "):
+                    out.append((os.path.relpath(page, ROOT), line))
+    return out
+
+
+def test_docs_commands_parse():
+    """Every lengen command in the docs names a real command and real flags (the README's are
+    run by tests/test_readme.py; these are parsed, not run: many train for minutes)."""
+    from lengen.cli import build_parser
+
+    cmds = docs_commands()
+    assert len(cmds) > 40
+    bad = []
+    for page, cmd in cmds:
+        argv = shlex.split(cmd)[1:]
+        try:
+            build_parser(argv).parse_args(argv)
+        except SystemExit as e:
+            if e.code:
+                bad.append(f"{page}: {cmd}")
+    assert not bad, "docs commands lengen refuses:\n" + "\n".join(bad)
