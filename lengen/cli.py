@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import csv
 import importlib
+import re
 import json
 import os
 import sys
@@ -328,6 +329,15 @@ def print_rows(rows) -> None:
         print(f"{split:<10}" + "".join(cells))
 
 
+def plain_help(text: str) -> str:
+    """A docstring as terminal help: Sphinx roles and double backticks dropped (``:mod:`x``` and
+    ````x```` -> ``x``), issue references ("(issue 12)", "issue 27 item 3") removed."""
+    text = re.sub(r":[a-z]+:`~?([^`]+)`", r"\1", text)
+    text = re.sub(r"``([^`]+)``", r"\1", text)
+    text = re.sub(r"\s*\((?:issues?|stop) \d+[^()]*\)", "", text)
+    return re.sub(r"[ ,;]*\bissues? \d+(?: items? [\d, -]+)?", "", text)
+
+
 def add_registry_commands(parser, registry: dict, *, dest: str, metavar: str,
                           load=None) -> None:
     """One subcommand per registry entry (name -> module path). The module provides
@@ -342,7 +352,7 @@ def add_registry_commands(parser, registry: dict, *, dest: str, metavar: str,
             sub.add_parser(name)
             continue
         mod = importlib.import_module(module)
-        doc = (mod.__doc__ or name).strip()
+        doc = plain_help(mod.__doc__ or name).strip()
         first = " ".join(doc.split("\n\n")[0].split())
         q = sub.add_parser(name, help=first,
                            description="\n\n".join(textwrap.fill(" ".join(par.split()), 90)

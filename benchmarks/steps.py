@@ -1,0 +1,272 @@
+"""Training-step time, one harness: models x named arms, interleaved in one process.
+
+Every (model, arm) case steps in turn, ``--steps`` training steps per round, for ``--rounds``
+rounds after one untimed round: a drift of the shared machine hits every case alike, and each
+ratio is the median over rounds of the per-round ratio. Replaces step_time.py (every attention
+kind x scheme against SDPA NoPE), fused_steps.py (the fused-rows C kernel on and off) and
+step_switches.py (oneDNN linear, kept rows, token rows switched on and off).
+
+Models (``--models``, comma-separated):
+
+* ``ATTENTION:POSENC`` -- the grid model: d_model 64, 2 layers, 4 heads, SwiGLU, vocabulary 8,
+  batch 8, T = 512 (``--T --batch --d-model --layers --heads``), random tokens, cross-entropy
+  on every token, AdamW. ``*`` expands from the registries (``*:nope``, ``softmax:*``, ``*:*``).
+* ``sdpa`` -- the grid model with softmax attention, NoPE and ``attn_impl='lean'``: plain
+  ``F.scaled_dot_product_attention``, the baseline of every grid ratio.
+* ``RECIPE:MODEL`` -- a recipe's cpu-scale model (the keys of ``roofline.MODELS``, e.g.
+  ``flipflop:FoT``, ``addition:fire``, ``copy:rope``): its own task batches through the training
+  loop's ``forward_loss``, backward and the training optimizer.
+
+Arms (``--arms``, comma-separated; ``+`` combines switches, e.g. ``no-onednn+no-keep``):
+
+* ``default`` -- lengen's own path selection;
+* ``no-fused`` -- ``LENGEN_FUSED_ROWS=0`` (the tiled ops instead of the per-row C kernel);
+* ``no-onednn`` -- ``LENGEN_ONEDNN_LINEAR=0`` (``F.linear`` instead of oneDNN's matmul);
+* ``no-tokens`` -- ``LENGEN_TOKEN_ROWS=0`` (no first-block token rows);
+* ``no-keep`` -- the last block projects every token before taking the kept rows;
+* ``naive`` / ``lean`` -- the model built with that ``attn_impl`` (grid models).
+
+Presets for ``--arms`` (the arm sets of the scripts this replaces): ``fused`` = default, no-fused;
+``linear`` = neither, onednn, keep, both (step_switches.py's; token rows off in all four);
+``tokens`` = neither, tokens.
+
+    python benchmarks/steps.py --models 'sdpa,*:nope,softmax:*' --threads 1              # step_time --quick
+    python benchmarks/steps.py --models 'sdpa,*:*' --threads 1 --rounds 5                 # step_time
+    python benchmarks/steps.py --models sdpa,tra:xl,cope:xl --arms fused --rounds 7       # fused_steps
+    python benchmarks/steps.py --models flipflop:FoT --arms linear --steps 10 --rounds 10  # step_switches
+    python benchmarks/steps.py --models flipflop:NoPE --arms tokens --steps 10 --rounds 10
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _common import lengen_revision, machine_info, machine_line  # noqa: E402
+
+#: switch -> (environment variable, value) or a patch; an arm is a set of switches
+ENV_SWITCHES = {"no-fused": ("LENGEN_FUSED_ROWS", "0"), "no-onednn": ("LENGEN_ONEDNN_LINEAR", "0"),
+                "no-tokens": ("LENGEN_TOKEN_ROWS", "0")}
+PATCH_SWITCHES = ("no-keep",)
+IMPL_SWITCHES = ("naive", "lean")
+SWITCHES = ("default",) + tuple(ENV_SWITCHES) + PATCH_SWITCHES + IMPL_SWITCHES
+#: --arms presets: {arm label: switches}
+PRESETS = {
+    "fused": {"default": "default", "no-fused": "no-fused"},
+    "linear": {"neither": "no-onednn+no-keep+no-tokens", "onednn": "no-keep+no-tokens",
+               "keep": "no-onednn+no-tokens", "both": "no-tokens"},
+    "tokens": {"neither": "no-tokens", "tokens": "default"},
+}
+
+
+def parse_arms(text: str) -> dict[str, frozenset]:
+    labels = PRESETS.get(text) or {a: a for a in text.split(",") if a}
+    arms = {}
+    for label, spec in labels.items():
+        parts = frozenset(p for p in spec.split("+") if p != "default")
+        unknown = sorted(p for p in parts if p not in SWITCHES)
+        if unknown:
+            raise SystemExit(f"--arms: unknown switch {unknown[0]!r}; valid: {', '.join(SWITCHES)} "
+                             f"(combine with +) or a preset: {', '.join(PRESETS)}")
+        arms[label] = parts
+    return arms
+
+
+def parse_models(text: str) -> list[str]:
+    from lengen.attention import ATTENTIONS
+    from lengen.posenc import POSENCS
+    from roofline import MODELS
+
+    out = []
+    for m in (x for x in text.split(",") if x):
+        if m == "sdpa" or m in MODELS:
+            out.append(m)
+            continue
+        if m.count(":") != 1:
+            raise SystemExit(f"--models: {m!r} is not sdpa, ATTENTION:POSENC or one of "
+                             f"{', '.join(MODELS)}")
+        a, p = m.split(":")
+        kinds = list(ATTENTIONS) if a == "*" else [a]
+        schemes = list(POSENCS) if p == "*" else [p]
+        for k in kinds:
+            for s in schemes:
+                if k not in ATTENTIONS or s not in POSENCS:
+                    raise SystemExit(f"--models: {k}:{s}: attention kinds {', '.join(ATTENTIONS)}; "
+                                     f"schemes {', '.join(POSENCS)}; recipe models {', '.join(MODELS)}")
+                if f"{k}:{s}" not in out:
+                    out.append(f"{k}:{s}")
+    return out
+
+
+class Case:
+    """One model under one arm: its own model and optimizer (same seed for every arm), and a
+    ``step()`` that runs ``n`` training steps with the arm's switches set."""
+
+    def __init__(self, model: str, switches: frozenset, args):
+        self.switches = switches
+        impl = next((s for s in switches if s in IMPL_SWITCHES), None)
+        torch.manual_seed(0)
+        from roofline import MODELS
+        if model in MODELS:
+            self._recipe(model, impl)
+        else:
+            self._grid(model, impl, args)
+
+    def _grid(self, model, impl, args):
+        from lengen.model import ModelConfig, Transformer
+
+        attention, posenc = ("softmax", "nope") if model == "sdpa" else model.split(":")
+        impl = "lean" if model == "sdpa" else (impl or "auto")
+        net = Transformer(ModelConfig(vocab_size=8, d_model=args.d_model, n_layers=args.layers,
+                                      n_heads=args.heads, attention=attention, posenc=posenc,
+                                      attn_impl=impl))
+        net.check_length(args.T)
+        net.train()
+        opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+        g = torch.Generator().manual_seed(0)
+        x = torch.randint(0, 8, (args.batch, args.T), generator=g)
+        y = torch.randint(0, 8, (args.batch, args.T), generator=g)
+
+        def one():
+            out = net(x)
+            logits = out if torch.is_tensor(out) else out.logits
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        self.one = one
+
+    def _recipe(self, model, impl):
+        from roofline import build
+
+        from lengen.train.optim import build_optimizer
+        from lengen.train.step import forward_loss
+
+        if impl:
+            raise SystemExit(f"arms naive / lean are for grid models, not {model}")
+        cfg, task, net = build(model)
+        net.train()
+        opt = build_optimizer(net, cfg.train)
+        gen = torch.Generator().manual_seed(0)
+        out_slice = getattr(task, "output_slice", None)
+
+        def one():
+            b = task.train_batch(cfg.train.batch_size, gen)
+            pos = net.sample_positions(b.inputs.shape[1], batch_size=b.inputs.shape[0],
+                                       device="cpu", generator=gen, batch=b)
+            loss = forward_loss(net, b, pos, cfg.train, torch.device("cpu"), out_slice)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        self.one = one
+
+    def step(self, n: int) -> float:
+        from lengen.model import block
+
+        keeps = block.Block.attn_keeps
+        saved = {var: os.environ.get(var) for var, _ in ENV_SWITCHES.values()}
+        try:
+            for s in self.switches:
+                if s in ENV_SWITCHES:
+                    os.environ[ENV_SWITCHES[s][0]] = ENV_SWITCHES[s][1]
+            if "no-keep" in self.switches:
+                block.Block.attn_keeps = property(lambda self: False)
+            t0 = time.perf_counter()
+            for _ in range(n):
+                self.one()
+            return (time.perf_counter() - t0) / n
+        finally:
+            block.Block.attn_keeps = keeps
+            for var, value in saved.items():
+                if value is None:
+                    os.environ.pop(var, None)
+                else:
+                    os.environ[var] = value
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("--models", default="sdpa,*:nope", help="comma-separated models (see below)")
+    ap.add_argument("--arms", default="default", help="comma-separated arms or a preset")
+    ap.add_argument("--rounds", type=int, default=5, help="timed rounds (default 5)")
+    ap.add_argument("--steps", type=int, default=1, help="training steps per case per round")
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    ap.add_argument("--T", type=int, default=512)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--d-model", type=int, default=64)
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--json", help="also write setup, machine, rows and every time here")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    from lengen.threads import tune_allocator
+    tune_allocator()                                   # as lengen.train does for CPU work
+
+    models, arms = parse_models(args.models), parse_arms(args.arms)
+    cases, errors = {}, {}
+    for m in models:
+        for label, switches in arms.items():
+            try:
+                cases[m, label] = c = Case(m, switches, args)
+                c.step(args.steps)                     # untimed: first-call costs, kernel builds
+            except SystemExit:
+                raise
+            except Exception as e:  # a combination that cannot be built or run is reported
+                cases.pop((m, label), None)
+                errors[m, label] = f"{type(e).__name__}: {e}"
+    if not cases:
+        raise SystemExit(f"no case ran: {errors}")
+    times = {k: [] for k in cases}
+    for _ in range(args.rounds):
+        for k, c in cases.items():                     # interleaved: every case once per round
+            times[k].append(c.step(args.steps))
+    base = next(iter(cases))                           # the first model under the first arm
+    first_arm = next(iter(arms))
+    rows = []
+    for m in models:
+        for label in arms:
+            k = (m, label)
+            if k in errors:
+                rows.append(dict(model=m, arm=label, error=errors[k]))
+                continue
+            t = times[k]
+            row = dict(model=m, arm=label, ms=1e3 * statistics.median(t),
+                       vs_base=statistics.median(a / b for a, b in zip(t, times[base])))
+            if (m, first_arm) in times:
+                row["speedup_vs_first_arm"] = statistics.median(
+                    a / b for a, b in zip(times[m, first_arm], t))
+            rows.append(row)
+    setup = dict(models=args.models, arms=args.arms, rounds=args.rounds, steps=args.steps,
+                 threads=args.threads, T=args.T, batch=args.batch, d_model=args.d_model,
+                 layers=args.layers, heads=args.heads, lengen=lengen_revision())
+    print(f"training step per case; vs {base[0]}/{base[1]} = median over rounds of (step / "
+          f"that step, same round); speed-up = median of ({first_arm} step / arm step)")
+    print(", ".join(f"{k}={v}" for k, v in setup.items()))
+    print(machine_line(), flush=True)
+    print(f"| model | arm | ms / step | vs {base[0]}/{base[1]} | speed-up vs {first_arm} |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        if "error" in r:
+            print(f"| {r['model']} | {r['arm']} | n/a | {r['error'][:70]} | |")
+        else:
+            print(f"| {r['model']} | {r['arm']} | {r['ms']:.1f} | {r['vs_base']:.2f} | "
+                  f"{r.get('speedup_vs_first_arm', float('nan')):.3f} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(setup=setup, machine=machine_info(), rows=rows,
+                           times={f"{m}/{a}": t for (m, a), t in times.items()}), f, indent=1)
+    return rows
+
+
+if __name__ == "__main__":
+    main()
