@@ -226,6 +226,24 @@ def cmd_list(args) -> int:
     return 0
 
 
+def cmd_build_kernels(args) -> int:
+    from lengen.ops import ckernels  # start-up: only this command needs it
+
+    if not ckernels.enabled():
+        raise ConfigError("LENGEN_C_KERNELS is off in this environment: the kernels would not "
+                          "be used; unset it (or set LENGEN_C_KERNELS=1) to build them")
+    try:
+        cc = ckernels.find_compiler()
+    except OSError as e:
+        print(f"lengen: no C kernels: {e}; lengen runs the PyTorch path (same results, slower)",
+              file=sys.stderr)
+        return 1
+    print(f"building {len(ckernels.sources())} C kernels with {' '.join(cc)} into "
+          f"{ckernels.cache_dir()}:", flush=True)
+    results = ckernels.build_all(log=lambda line: print(line, flush=True))
+    return 0 if all(lib is not None for _, lib, _ in results) else 1
+
+
 def cmd_bench(args) -> int:
     from lengen.bench.run import (BASELINES, estimate_bench, load_variants, parse_variant,
                                   run_bench)  # start-up: only this command needs it
@@ -507,6 +525,14 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
 
     p = sub.add_parser("list", help="list registered schemes, attention kinds, samplers and tasks")
     p.set_defaults(fn=cmd_list)
+
+    p = sub.add_parser("build-kernels", help="compile the CPU C kernels into the cache now "
+                       "(else the first command that needs them does)",
+                       description="Compile every C kernel lengen ships (lengen/ops/**/*.c) "
+                       "for this machine into the kernel cache, so no later command waits for "
+                       "it. Exit status 1 when there is no C compiler or a kernel fails to build "
+                       "(lengen then runs the PyTorch path: same results, slower).")
+    p.set_defaults(fn=cmd_build_kernels)
 
     p = sub.add_parser("bench", help="score model variants on every task family of the four "
                                      "papers beside the built-in baselines",
