@@ -70,19 +70,20 @@ def _add_threads(p):
 def cmd_train(args) -> int:
     not_an_override("--config", args.config)
     not_an_override("--run-dir", args.run_dir)
-    cfg = resolve(load_config_file(args.config) if args.config else {}, args.overrides)
+    resolved = resolve(load_config_file(args.config) if args.config else {}, args.overrides)
+    name = resolved.config.name
     # an empty --run-dir is refused by train(), never replaced by the default
     run_dir = (args.run_dir if args.run_dir is not None
-               else os.path.join("runs", cfg.name or time.strftime("run-%Y%m%d-%H%M%S")))
+               else os.path.join("runs", name or time.strftime("run-%Y%m%d-%H%M%S")))
     check_run_dir(run_dir, "--run-dir")
-    if env_world_size() > 1 and not args.run_dir and not cfg.name:
+    if env_world_size() > 1 and not args.run_dir and not name:
         # under torchrun every process must name the same directory (a time stamp may differ)
         raise ConfigError("data-parallel training (torchrun) needs --run-dir DIR (or a config "
                           "'name'): the default directory name holds the start time, which the "
                           "processes would not share")
     if _rank() == 0:
         print(f"run directory: {run_dir}")
-    _, _, rows = train(cfg, run_dir, resume=not args.no_resume, fresh=args.fresh)
+    _, _, rows = train(resolved, run_dir, resume=not args.no_resume, fresh=args.fresh)
     if rows:
         print_rows(rows)
     return 0

@@ -99,7 +99,7 @@ def tiny(**model):
 
 def test_import_path_trains_resumes_and_evaluates(plugin, tmp_path):
     cfg = lengen.resolve(tiny(posenc="myplug.pe:LinearSlopes",
-                              posenc_kwargs={"init_slope": 0.25}))
+                              posenc_kwargs={"init_slope": 0.25})).config
     assert cfg.model.posenc == "myplug.pe:LinearSlopes"
     model, _, rows = lengen.train(cfg, str(tmp_path / "run"), quiet=True)
     assert type(model.posenc).__name__ == "LinearSlopes" and rows
@@ -112,9 +112,9 @@ def test_import_path_trains_resumes_and_evaluates(plugin, tmp_path):
 
 
 def test_entry_point_name_is_stored_as_its_import_path(plugin):
-    cfg = lengen.resolve(tiny(posenc="slopes"))
+    cfg = lengen.resolve(tiny(posenc="slopes")).config
     assert cfg.model.posenc == "myplug.pe:LinearSlopes"
-    cfg = lengen.resolve({**tiny(), "task": {"name": "short_copy"}})
+    cfg = lengen.resolve({**tiny(), "task": {"name": "short_copy"}}).config
     assert cfg.task.name == "myplug.tasks:ShortCopy"
     assert type(build_posenc("slopes", d_model=8, n_heads=2, head_dim=4)).__name__ == "LinearSlopes"
 

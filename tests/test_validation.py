@@ -138,7 +138,7 @@ def test_a_class_added_later_is_validated_without_code_of_its_own(samplers, over
 
 
 def test_a_class_added_later_builds_and_its_hook_runs(samplers):
-    cfg = resolve("model.positions=capped", "model.positions_kwargs={factor: 0.5, offset: 3}")
+    cfg = resolve("model.positions=capped", "model.positions_kwargs={factor: 0.5, offset: 3}").config
     assert cfg.model.positions_kwargs == {"factor": 0.5, "offset": 3}
     assert Stretch.checked == [{"factor": 0.5, "offset": 3}]
     assert describe(CappedStretch, SAMPLERS) == "A subclass that forwards **kw to its base."
@@ -160,9 +160,9 @@ def test_describe_uses_own_docstring_or_a_single_entry_module():
 
 
 def test_resolve_coerces_in_place_and_is_idempotent():
-    cfg = lengen.resolve({}, ["train.betas=[0.8, 0.9]", "eval.splits=sparse", "train.lr=1e-3"])
+    cfg = lengen.resolve({}, ["train.betas=[0.8, 0.9]", "eval.splits=sparse", "train.lr=1e-3"]).config
     assert cfg.train.betas == (0.8, 0.9) and cfg.eval.splits == ["sparse"]
-    again = lengen.resolve(cfg.to_dict())
+    again = lengen.resolve(cfg.to_dict()).config
     assert again.to_dict() == cfg.to_dict()
 
 
@@ -171,11 +171,11 @@ def test_d_ff_defaults_to_twice_the_configured_d_model():
     2 x the default d_model; an explicit d_ff is kept, and a resolved config round-trips."""
     import lengen
 
-    assert lengen.resolve({"model": {"d_model": 64}}).model.d_ff == 128
-    assert lengen.resolve(None, ["model.d_model=32"]).model.d_ff == 64
-    assert lengen.resolve({"model": {"d_model": 64}}, ["model.d_model=48"]).model.d_ff == 96
-    assert lengen.resolve({"model": {"d_model": 64, "d_ff": 100}}).model.d_ff == 100
-    assert lengen.resolve().model.d_ff == 2 * lengen.resolve().model.d_model
-    cfg = lengen.resolve({"model": {"d_model": 64}})
-    again = lengen.resolve(cfg.to_dict(), ["model.d_model=32"])
+    assert lengen.resolve({"model": {"d_model": 64}}).config.model.d_ff == 128
+    assert lengen.resolve(None, ["model.d_model=32"]).config.model.d_ff == 64
+    assert lengen.resolve({"model": {"d_model": 64}}, ["model.d_model=48"]).config.model.d_ff == 96
+    assert lengen.resolve({"model": {"d_model": 64, "d_ff": 100}}).config.model.d_ff == 100
+    assert lengen.resolve().config.model.d_ff == 2 * lengen.resolve().config.model.d_model
+    cfg = lengen.resolve({"model": {"d_model": 64}}).config
+    again = lengen.resolve(cfg.to_dict(), ["model.d_model=32"]).config
     assert again.model.d_ff == 128            # stored configs carry their d_ff explicitly

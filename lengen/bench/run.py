@@ -147,8 +147,9 @@ def estimate_bench(variants, scale: str = "cpu", *, workers: int = 1, cells=None
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     costs = []
     for spec in specs:
-        cfg = resolve(spec.config)
-        task, model = prepare(cfg)[:2]
+        resolved = resolve(spec.config)
+        cfg = resolved.config
+        task, model = prepare(resolved)
         per_step = time_training_steps(cfg, task, model, steps=steps)
         costs.append(per_step * cfg.train.steps)
         log(f"  {spec.name}: {per_step * 1000:.0f} ms/step x {cfg.train.steps} steps = "
