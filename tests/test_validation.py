@@ -27,6 +27,32 @@ def test_every_field_has_exactly_one_rule_and_defaults_pass(cls, rules):
     lengen.resolve({})                       # all defaults satisfy their own rules
 
 
+@pytest.mark.parametrize("cls", [ModelConfig, TaskConfig, TrainConfig, EvalConfig,
+                                 ExperimentConfig])
+def test_every_field_is_declared_once_with_its_rule_and_doc(cls):
+    """The rule tables are read from the fields (lengen.checks.option), never a second list."""
+    from lengen.checks import docs_of, rules_of
+
+    docs = docs_of(cls)
+    assert all(len(doc) > 3 for doc in docs.values()), docs
+    assert rules_of(cls) == {f.name: f.metadata["rule"] for f in dataclasses.fields(cls)}
+    defaults = lengen.config.defaults(cls)
+    for f in dataclasses.fields(cls):
+        if not dataclasses.is_dataclass(f.default_factory):
+            f.metadata["rule"].check(defaults[f.name], f.name)    # each default passes its rule
+
+
+def test_a_field_without_a_rule_is_refused():
+    from lengen.checks import rules_of
+
+    @dataclasses.dataclass
+    class Loose:
+        x: int = 3
+
+    with pytest.raises(AssertionError, match="Loose.x has no validation rule"):
+        rules_of(Loose)
+
+
 def test_attn_impls_match_the_attention_module():
     from lengen.attention.base import IMPLS
 
