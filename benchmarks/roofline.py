@@ -66,9 +66,9 @@ def build(key: str):
     else:
         from lengen.recipes.index_warping.recipe import run_config
         cfg = run_config(recipe, name, "cpu", 0)
-    cfg = lengen.resolve(cfg)
-    task, net = prepare(cfg)
-    return cfg, task, net
+    resolved = lengen.resolve(cfg)
+    task, net = prepare(resolved)
+    return resolved.config, task, net
 
 
 def gemm_peak(repeats: int) -> float:

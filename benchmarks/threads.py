@@ -65,6 +65,7 @@ def worker(args) -> None:
                    "train": {"batch_size": DEMO["batch_size"], "lr": DEMO["lr"],
                              "threads": args.threads}})
     task, model = prepare(cfg)
+    cfg = cfg.config
     first = time_training_steps(cfg, task, model, steps=2, warmup=2)     # also the warm-up
     steps = max(3, min(1000, int(args.seconds / max(first, 1e-6))))
     t0, c0 = time.perf_counter(), time.process_time()

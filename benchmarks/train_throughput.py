@@ -45,9 +45,9 @@ BASELINE = "NoPE"
 def build(model: str, args):
     cfg = tf.model_config(model, args.scale, 0, device=args.device)
     cfg["train"].update(precision=args.precision, compile=args.compile)
-    cfg = lengen.resolve(cfg)
-    task, net = prepare(cfg)
-    return cfg, task, net
+    resolved = lengen.resolve(cfg)
+    task, net = prepare(resolved)
+    return resolved.config, task, net
 
 
 def main(argv=None) -> int:

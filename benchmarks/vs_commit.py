@@ -92,7 +92,7 @@ elif kind == "randomized":
 else:
     from lengen.recipes.index_warping.recipe import run_config
     cfg = run_config(kind, name, "cpu", 0)
-cfg = lengen.resolve(cfg)
+cfg = lengen.resolve(cfg).config
 task, net = prepare(cfg)
 if hasattr(estimate, "use_threads"):
     estimate.use_threads = lambda *a, **k: None          # keep the thread count set above

@@ -1,7 +1,9 @@
 """Declarative validation: value rules for config fields and for registry classes' arguments.
 
-Config dataclasses declare one table ``{field: Rule}`` each (``lengen.config``,
-``lengen.model.config``); :func:`check_fields` applies it. A rule both checks and coerces (YAML
+Config dataclasses declare each field once, with its default, its rule and its one-line doc
+(:func:`option`: ``steps: int = option(1000, Int(min=1), "optimizer steps")``, the torchtitan
+way); :func:`rules_of` reads the rule table back (``lengen.config.TRAIN_RULES``,
+``lengen.model.config.MODEL_RULES``) and :func:`check_fields` applies it. A rule both checks and coerces (YAML
 reads ``3e-3`` as a string, a float given for an integer field must be integral), and its error
 names the key, the valid range and an example fix.
 
@@ -307,16 +309,50 @@ def check_device_available(device, key: str = "train.device") -> None:
 
 # ---- config dataclasses ----------------------------------------------------------------------
 
+def option(default, rule: Rule, doc: str, *, factory=None) -> dataclasses.Field:
+    """A config dataclass field declared once: its ``default`` (a dict or list default is copied
+    for each instance; ``factory`` instead: a callable making it), the :class:`Rule` its values
+    must pass, and its ``doc`` (one line, shown wherever the fields are documented)."""
+    meta = {"rule": rule, "doc": doc}
+    if factory is None and isinstance(default, (dict, list)):
+        factory = (lambda d=default: type(d)(d))
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def rules_of(cls) -> dict[str, Rule]:
+    """``{field: Rule}`` of a config dataclass whose fields are :func:`option` s."""
+    out = {}
+    for f in dataclasses.fields(cls):
+        if "rule" not in f.metadata:
+            raise AssertionError(f"{cls.__name__}.{f.name} has no validation rule (declare it "
+                                 f"with lengen.checks.option)")
+        out[f.name] = f.metadata["rule"]
+    return out
+
+
+def docs_of(cls) -> dict[str, str]:
+    """``{field: one-line doc}`` of a config dataclass whose fields are :func:`option` s."""
+    return {f.name: f.metadata.get("doc", "") for f in dataclasses.fields(cls)}
+
+
 def field_default(f: dataclasses.Field):
+    """A field's default, as the example in an error message; None for a section (a dataclass
+    made by its factory: building one would run its own validation just for an example)."""
     if f.default is not dataclasses.MISSING:
         return f.default
     if f.default_factory is not dataclasses.MISSING:
+        if dataclasses.is_dataclass(f.default_factory):
+            return None
         return f.default_factory()
     return None
 
 
-def check_fields(obj, rules: dict, section: str) -> None:
-    """Check (and coerce in place) every field of dataclass ``obj`` against ``rules``."""
+def check_fields(obj, rules: dict | None, section: str) -> None:
+    """Check (and coerce in place) every field of dataclass ``obj`` against ``rules`` (None: the
+    rules its fields declare, :func:`rules_of`)."""
+    rules = rules_of(type(obj)) if rules is None else rules
     for f in dataclasses.fields(obj):
         key = f"{section}.{f.name}" if section else f.name
         rule = rules.get(f.name)
@@ -329,4 +365,5 @@ def check_fields(obj, rules: dict, section: str) -> None:
 
 
 __all__ = ["Rule", "Int", "Float", "Bool", "Str", "Choice", "Seq", "Mapping", "AnyOf", "IsA", "Device",
-           "check_fields", "check_device_available", "did_you_mean"]
+           "check_fields", "check_device_available", "did_you_mean", "option", "rules_of",
+           "docs_of"]

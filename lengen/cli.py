@@ -73,19 +73,20 @@ def _add_threads(p):
 def cmd_train(args) -> int:
     not_an_override("--config", args.config)
     not_an_override("--run-dir", args.run_dir)
-    cfg = resolve(load_config_file(args.config) if args.config else {}, args.overrides)
+    resolved = resolve(load_config_file(args.config) if args.config else {}, args.overrides)
+    name = resolved.config.name
     # an empty --run-dir is refused by train(), never replaced by the default
     run_dir = (args.run_dir if args.run_dir is not None
-               else os.path.join("runs", cfg.name or time.strftime("run-%Y%m%d-%H%M%S")))
+               else os.path.join("runs", name or time.strftime("run-%Y%m%d-%H%M%S")))
     check_run_dir(run_dir, "--run-dir")
-    if env_world_size() > 1 and not args.run_dir and not cfg.name:
+    if env_world_size() > 1 and not args.run_dir and not name:
         # under torchrun every process must name the same directory (a time stamp may differ)
         raise ConfigError("data-parallel training (torchrun) needs --run-dir DIR (or a config "
                           "'name'): the default directory name holds the start time, which the "
                           "processes would not share")
     if _rank() == 0:
         print(f"run directory: {run_dir}")
-    _, _, rows = train(cfg, run_dir, resume=not args.no_resume, fresh=args.fresh)
+    _, _, rows = train(resolved, run_dir, resume=not args.no_resume, fresh=args.fresh)
     if rows:
         print_rows(rows)
     return 0
@@ -227,6 +228,24 @@ def cmd_list(args) -> int:
           "installed packages add short names through the entry-point groups lengen.posencs, "
           "lengen.attentions, lengen.samplers and lengen.tasks (see CONTRIBUTING.md).")
     return 0
+
+
+def cmd_build_kernels(args) -> int:
+    from lengen.ops import ckernels  # start-up: only this command needs it
+
+    if not ckernels.enabled():
+        raise ConfigError("LENGEN_C_KERNELS is off in this environment: the kernels would not "
+                          "be used; unset it (or set LENGEN_C_KERNELS=1) to build them")
+    try:
+        cc = ckernels.find_compiler()
+    except OSError as e:
+        print(f"lengen: no C kernels: {e}; lengen runs the PyTorch path (same results, slower)",
+              file=sys.stderr)
+        return 1
+    print(f"building {len(ckernels.sources())} C kernels with {' '.join(cc)} into "
+          f"{ckernels.cache_dir()}:", flush=True)
+    results = ckernels.build_all(log=lambda line: print(line, flush=True))
+    return 0 if all(lib is not None for _, lib, _ in results) else 1
 
 
 def cmd_bench(args) -> int:
@@ -548,6 +567,14 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
 
     p = sub.add_parser("list", help="list registered schemes, attention kinds, samplers and tasks")
     p.set_defaults(fn=cmd_list)
+
+    p = sub.add_parser("build-kernels", help="compile the CPU C kernels into the cache now "
+                       "(else the first command that needs them does)",
+                       description="Compile every C kernel lengen ships (lengen/ops/**/*.c) "
+                       "for this machine into the kernel cache, so no later command waits for "
+                       "it. Exit status 1 when there is no C compiler or a kernel fails to build "
+                       "(lengen then runs the PyTorch path: same results, slower).")
+    p.set_defaults(fn=cmd_build_kernels)
 
     p = sub.add_parser("bench", help="score model variants on every task family of the four "
                                      "papers beside the built-in baselines",

@@ -4,8 +4,8 @@ Loaded from YAML or JSON, then patched with dotted overrides (``train.steps=500`
 ``model.attention=tra``, ``model.attention_kwargs.qk_norm=false``). :func:`validate` checks,
 *before* any training starts:
 
-* every field against its section's rule table (``TRAIN_RULES``, ``EVAL_RULES``, ``TASK_RULES``,
-  ``lengen.model.config.MODEL_RULES``): ranges, choices, types;
+* every field against its rule (``TRAIN_RULES``, ``EVAL_RULES``, ``TASK_RULES``,
+  ``lengen.model.config.MODEL_RULES``, read from the fields): ranges, choices, types;
 * registry names (``model.posenc``, ``model.attention``, ``model.positions``, ``task.name``);
 * every ``*_kwargs`` key against the chosen class's constructor (:mod:`lengen.checks`), then
   builds the task, the position sampler and the positional scheme, which the checks below need, so
@@ -14,11 +14,14 @@ Loaded from YAML or JSON, then patched with dotted overrides (``train.steps=500`
   knows (the training length M of position interpolation), which are then saved with the config;
 * the evaluation splits and that the longest input can be encoded.
 
-What validation built is kept with the config (:class:`Built`) and handed, once, to the run that
-follows (:func:`take_built`, used by ``lengen.rundir.load.prepare``), so ``lengen train`` builds
-the task, the sampler and the scheme once. Attention layers are built only by the model (one per
-layer, in the model's random stream): their constructors' complaints come when ``prepare`` builds
-it, which is still before any file is written.
+:func:`resolve` returns the config with what validation built (:class:`Resolved`), and the run
+takes that object (``lengen.train``, ``lengen.rundir.load.prepare``), so ``lengen train``
+validates once and builds the task, the sampler and the scheme once. Attention layers are built
+only by the model (one per layer, in the model's random stream): their constructors' complaints
+come when ``prepare`` builds it, which is still before any file is written.
+
+Every field of the config dataclasses is declared once, with its default, rule and doc
+(:func:`lengen.checks.option`); the ``*_RULES`` tables are read from them.
 
 Every error is a :class:`lengen.errors.ConfigError` naming the key or file and the fix.
 """
@@ -27,12 +30,12 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 
 import torch
 
 from lengen.checks import (Bool, Choice, Device, Float, Int, IsA, Mapping, Seq, Str,
-                           check_fields, did_you_mean)
+                           check_fields, did_you_mean, option, rules_of)
 from lengen.errors import ArgumentError, ConfigError
 from lengen.config_files import apply_overrides, load_config_file, parse_value  # noqa: F401
 from lengen.model.config import ModelConfig
@@ -40,66 +43,98 @@ from lengen.model.hf_backbone import check_hf_model
 from lengen.model.memory import check_fits
 from lengen.registry import SEED_RULE, check_kwargs, construct, fill_from_task
 from lengen.runtime import check_runtime
+from lengen.posenc.base import PositionalScheme
+from lengen.samplers.base import PositionSampler
 from lengen.tasks import TASK_POINT
+from lengen.tasks.base import Task
+
+
+SEED = SEED_RULE                  # one rule for every seed, config keys and registry kwargs
+RUN_NAME = Str(r"[A-Za-z0-9._=+,@-]*", "a run name of letters, digits and . _ = + , @ -")
+_SPLITS = "a non-empty list of distinct split names such as "
+
+# every field is declared once: its default, its rule (the *_RULES tables below are read from
+# the fields) and its doc (lengen.checks.option)
 
 
 @dataclass
 class TaskConfig:
-    name: str = "flipflop"
-    kwargs: dict = field(default_factory=dict)
+    name: str = option("flipflop", Str(what="a task name (see `lengen list`)"),
+                       "the task: a key of lengen.tasks.TASKS, a plugin name or an import path")
+    kwargs: dict = option({}, Mapping(), "keyword arguments of the task")
 
 
 @dataclass
 class TrainConfig:
-    steps: int = 1000
-    batch_size: int = 32
-    lr: float = 1e-3
-    weight_decay: float = 0.1
-    betas: tuple = (0.9, 0.95)
-    eps: float = 1e-8
-    warmup_steps: int = 100           # linear warmup from 0
-    min_lr_frac: float = 0.1          # cosine decay ends at lr * min_lr_frac
-    schedule: str = "cosine"          # cosine | constant
-    decay_all: bool = False           # also decay norms, biases and embeddings
-    optimizer: str = "adamw"          # adamw | adam (Ruoss et al.: Adam, no decay)
-    grad_clip: float = 1.0            # max global grad norm (0 = off)
-    seed: int = 0                     # model initialisation, dropout, training positions
-    data_seed: int = 0                # training data order (independent of init, Zhou et al.)
-    eval_every: int = 0               # 0 = only at the end
-    eval_sequences: int = 256         # per split during periodic evaluation
-    eval_splits: list | None = None   # splits of the periodic evaluation (default: eval.splits)
-    ckpt_every: int = 0               # 0 = only at the end (and on interrupt)
-    keep_checkpoints: int = 2         # newest checkpoints kept (0 = keep all)
-    log_every: int = 10               # 0 = no loss lines in metrics.jsonl
-    tensorboard: bool = False
-    wandb: bool = False               # also log to Weights & Biases (lengen.train.wandb_log)
-    wandb_project: str = "lengen"
-    wandb_name: str = ""              # "" = the experiment name, else the run directory's name
-    wandb_tags: list | None = None
-    progress: bool = True
-    device: str = "cpu"               # under torchrun: cpu (gloo) or cuda (NCCL, cuda:LOCAL_RANK)
-    threads: int = 0                  # torch threads; 0 = lengen.threads chooses (1 if small)
-    precision: str = "fp32"           # fp32 | bf16 | fp16 (autocast; fp16 with loss scaling)
-    compile: bool = False             # torch.compile the training forward (from outside)
+    steps: int = option(1000, Int(min=1), "optimizer steps")
+    batch_size: int = option(32, Int(min=1), "sequences per step (over all data-parallel ranks)")
+    lr: float = option(1e-3, Float(gt=0), "peak learning rate")
+    weight_decay: float = option(0.1, Float(min=0), "AdamW weight decay")
+    betas: tuple = option((0.9, 0.95), Seq(Float(min=0, lt=1), length=2, as_tuple=True,
+                                           what="a pair [beta1, beta2] of numbers in [0, 1)"),
+                          "Adam betas")
+    eps: float = option(1e-8, Float(gt=0), "Adam epsilon")
+    warmup_steps: int = option(100, Int(min=0), "linear warmup from 0")
+    min_lr_frac: float = option(0.1, Float(min=0, max=1), "cosine decay ends at lr * min_lr_frac")
+    schedule: str = option("cosine", Choice("cosine", "constant"), "cosine | constant")
+    decay_all: bool = option(False, Bool(), "also decay norms, biases and embeddings")
+    optimizer: str = option("adamw", Choice("adamw", "adam"),
+                            "adamw | adam (Ruoss et al.: Adam, no decay)")
+    grad_clip: float = option(1.0, Float(min=0), "max global grad norm (0 = off)")
+    seed: int = option(0, SEED, "model initialisation, dropout, training positions")
+    data_seed: int = option(0, SEED, "training data order (independent of init, Zhou et al.)")
+    eval_every: int = option(0, Int(min=0), "steps between periodic evaluations; 0 = only at the "
+                             "end")
+    eval_sequences: int = option(256, Int(min=1), "per split during periodic evaluation")
+    eval_splits: list | None = option(
+        None, Seq(Str(what="a split name"), min_len=1, unique=True, scalar_ok=True, optional=True,
+                  what=_SPLITS + "[len=10, len=20]"),
+        "splits of the periodic evaluation (default: eval.splits)")
+    ckpt_every: int = option(0, Int(min=0), "steps between checkpoints; 0 = only at the end (and "
+                             "on interrupt)")
+    keep_checkpoints: int = option(2, Int(min=0), "newest checkpoints kept (0 = keep all)")
+    log_every: int = option(10, Int(min=0), "steps between loss lines in metrics.jsonl (0 = "
+                            "none)")
+    tensorboard: bool = option(False, Bool(), "also log to TensorBoard")
+    wandb: bool = option(False, Bool(), "also log to Weights & Biases (lengen.train.wandb_log)")
+    wandb_project: str = option("lengen", Str(r"[^/\\#?%:]{1,128}",
+                                              "a W&B project name (1-128 characters, none of "
+                                              "/ \\ # ? % :)"), "W&B project")
+    wandb_name: str = option("", Str(r".{0,128}", "a W&B run name (at most 128 characters)"),
+                             '"" = the experiment name, else the run directory\'s name')
+    wandb_tags: list | None = option(
+        None, Seq(Str(r".{1,64}", "a tag of 1-64 characters"), unique=True, scalar_ok=True,
+                  optional=True, what="a list of distinct W&B tags such as [rope, copy]"),
+        "W&B tags")
+    progress: bool = option(True, Bool(), "a progress bar on stderr")
+    device: str = option("cpu", Device(), "under torchrun: cpu (gloo) or cuda (NCCL, "
+                         "cuda:LOCAL_RANK)")
+    threads: int = option(0, Int(min=0), "torch threads; 0 = lengen.threads chooses (1 if "
+                          "small)")
+    precision: str = option("fp32", Choice("fp32", "bf16", "fp16"),
+                            "fp32 | bf16 | fp16 (autocast; fp16 with loss scaling)")
+    compile: bool = option(False, Bool(), "torch.compile the training forward (from outside)")
 
 
 @dataclass
 class EvalConfig:
-    splits: list | None = None        # default: the task's splits
-    sequences: int = 1000             # per split
-    batch_size: int = 64              # memory only: results do not depend on it
-    seed: int = 1234                  # evaluation data seed (identical across runs)
+    # a bare string is one split (``eval.splits=iid``), never split into characters
+    splits: list | None = option(
+        None, Seq(Str(what="a split name"), min_len=1, unique=True, scalar_ok=True, optional=True,
+                  what=_SPLITS + "[iid, sparse, dense]"),
+        "evaluation splits (default: the task's splits)")
+    sequences: int = option(1000, Int(min=1), "sequences per split")
+    batch_size: int = option(64, Int(min=1), "memory only: results do not depend on it")
+    seed: int = option(1234, SEED, "evaluation data seed (identical across runs)")
 
 
 @dataclass
 class ExperimentConfig:
-    model: ModelConfig = field(default_factory=ModelConfig)
-    task: TaskConfig = field(default_factory=TaskConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    name: str = ""
-    # not a field: ``_built`` (a Built, set by validate, taken by take_built) never reaches
-    # to_dict(), comparisons or the run directory
+    model: ModelConfig = option(None, IsA(ModelConfig), "the model", factory=ModelConfig)
+    task: TaskConfig = option(None, IsA(TaskConfig), "the task", factory=TaskConfig)
+    train: TrainConfig = option(None, IsA(TrainConfig), "training", factory=TrainConfig)
+    eval: EvalConfig = option(None, IsA(EvalConfig), "the final evaluation", factory=EvalConfig)
+    name: str = option("", RUN_NAME, "the experiment's name (default run directory runs/NAME)")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -109,63 +144,27 @@ class ExperimentConfig:
         return _build(cls, d, "")
 
 
-# ---- rule tables: the valid values of every field ---------------------------------------------
+# ---- rule tables: the valid values of every field (read from the fields) ----------------------
 
-SEED = SEED_RULE                  # one rule for every seed, config keys and registry kwargs
-RUN_NAME = Str(r"[A-Za-z0-9._=+,@-]*", "a run name of letters, digits and . _ = + , @ -")
+TASK_RULES = rules_of(TaskConfig)
+TRAIN_RULES = rules_of(TrainConfig)
+EVAL_RULES = rules_of(EvalConfig)
+EXPERIMENT_RULES = rules_of(ExperimentConfig)
 
-TASK_RULES = {"name": Str(what="a task name (see `lengen list`)"), "kwargs": Mapping()}
 
-TRAIN_RULES = {
-    "steps": Int(min=1),
-    "batch_size": Int(min=1),
-    "lr": Float(gt=0),
-    "weight_decay": Float(min=0),
-    "betas": Seq(Float(min=0, lt=1), length=2, as_tuple=True,
-                 what="a pair [beta1, beta2] of numbers in [0, 1)"),
-    "eps": Float(gt=0),
-    "warmup_steps": Int(min=0),
-    "min_lr_frac": Float(min=0, max=1),
-    "schedule": Choice("cosine", "constant"),
-    "decay_all": Bool(),
-    "optimizer": Choice("adamw", "adam"),
-    "grad_clip": Float(min=0),
-    "seed": SEED,
-    "data_seed": SEED,
-    "eval_every": Int(min=0),
-    "eval_sequences": Int(min=1),
-    "eval_splits": Seq(Str(what="a split name"), min_len=1, unique=True, scalar_ok=True,
-                       optional=True, what="a non-empty list of distinct split names such as "
-                                           "[len=10, len=20]"),
-    "ckpt_every": Int(min=0),
-    "keep_checkpoints": Int(min=0),
-    "log_every": Int(min=0),
-    "tensorboard": Bool(),
-    "wandb": Bool(),
-    "wandb_project": Str(r"[^/\\#?%:]{1,128}", "a W&B project name (1-128 characters, none of "
-                                              "/ \\ # ? % :)"),
-    "wandb_name": Str(r".{0,128}", "a W&B run name (at most 128 characters)"),
-    "wandb_tags": Seq(Str(r".{1,64}", "a tag of 1-64 characters"), unique=True, scalar_ok=True,
-                      optional=True, what="a list of distinct W&B tags such as [rope, copy]"),
-    "progress": Bool(),
-    "device": Device(),
-    "threads": Int(min=0),
-    "precision": Choice("fp32", "bf16", "fp16"),
-    "compile": Bool(),
-}
+def defaults(cls=None) -> dict:
+    """The defaults of a config dataclass as a plain dict (sections nested), without building
+    one (a ModelConfig checks itself when made)."""
+    cls = cls or ExperimentConfig
+    out = {}
+    for f in fields(cls):
+        if f.default_factory is not MISSING:
+            out[f.name] = (defaults(f.default_factory) if is_dataclass(f.default_factory)
+                           else f.default_factory())
+        else:
+            out[f.name] = copy.deepcopy(f.default)
+    return out
 
-EVAL_RULES = {
-    # a bare string is one split (``eval.splits=iid``), never split into characters
-    "splits": Seq(Str(what="a split name"), min_len=1, unique=True, scalar_ok=True,
-                  optional=True, what="a non-empty list of distinct split names such as "
-                                      "[iid, sparse, dense]"),
-    "sequences": Int(min=1),
-    "batch_size": Int(min=1),
-    "seed": SEED,
-}
-
-EXPERIMENT_RULES = {"model": IsA(ModelConfig), "task": IsA(TaskConfig), "train": IsA(TrainConfig),
-                    "eval": IsA(EvalConfig), "name": RUN_NAME}
 
 # ---- which keys may differ when a run directory is reused --------------------------------------
 
@@ -210,21 +209,43 @@ _SECTIONS = {(ExperimentConfig, "model"): ModelConfig, (ExperimentConfig, "task"
 
 # ---- resolution and validation ------------------------------------------------------------------
 
+@dataclass(frozen=True, eq=False)
+class Resolved:
+    """A validated experiment config and what validation built for it: the task, the position
+    sampler and the positional scheme (layer 0's). What :func:`resolve` returns and what
+    ``lengen.train``, ``lengen.rundir.load.prepare``, evaluation and sweeps take, so a run
+    validates its config once and builds each component once.
+
+    The model made from it gets its own copies of ``sampler`` and ``scheme`` (a model owns its
+    modules: two runs prepared from one Resolved never share parameters); the ``task`` is shared
+    and its reading state reset by each ``prepare``. ``fingerprint`` is ``config.to_dict()`` as
+    validated: a ``config`` changed since (:meth:`changed`) is validated again by ``prepare``,
+    not run with components built for other values."""
+    config: ExperimentConfig
+    task: Task
+    sampler: PositionSampler
+    scheme: PositionalScheme
+    fingerprint: dict = field(repr=False)
+
+    def changed(self) -> bool:
+        """Whether ``config`` was changed since it was validated."""
+        return self.config.to_dict() != self.fingerprint
+
+
 def resolve(config: dict | None = None, overrides: list[str] | None = None, *,
-            check_device: bool = True) -> ExperimentConfig:
-    """Defaults <- config dict <- overrides, validated (see the module docstring).
-    ``check_device=False`` skips the check that ``train.device`` exists on this machine (for
-    reading a run trained elsewhere)."""
+            check_device: bool = True) -> Resolved:
+    """Defaults <- config dict <- overrides, validated (see the module docstring): the config
+    and its components (:class:`Resolved`). ``check_device=False`` skips the check that
+    ``train.device`` exists on this machine (for reading a run trained elsewhere)."""
     if config is not None and not isinstance(config, dict):
         raise ConfigError(f"the config must be a mapping with sections model, task, train, eval, "
                           f"got {type(config).__name__}")
     if overrides is not None and not isinstance(overrides, (str, list, tuple)):
         raise ArgumentError(f"overrides must be a list of 'key.path=value' strings such as "
                             f"['train.steps=500'], got {type(overrides).__name__}")
-    base = ExperimentConfig().to_dict()
+    base = defaults()
     # model.d_ff defaults to 2 x the *merged* d_model (ModelConfig.__post_init__), not to 2 x the
-    # default d_model: a config that sets only d_model must not inherit the default's MLP width
-    base["model"]["d_ff"] = None
+    # default d_model: a config that sets only d_model must not inherit the default's MLP width;
     # likewise model.vocab_size: None here tells "left to the task" from a value the user chose,
     # which must not be replaced silently (see check_components)
     base["model"]["vocab_size"] = None
@@ -234,8 +255,7 @@ def resolve(config: dict | None = None, overrides: list[str] | None = None, *,
     if isinstance(merged.get("model"), dict) and merged["model"].get("vocab_size") is None:
         merged["model"]["vocab_size"], explicit = DEFAULT_VOCAB, False
     cfg = ExperimentConfig.from_dict(merged)
-    validate(cfg, check_device=check_device, vocab_explicit=explicit)
-    return cfg
+    return validate(cfg, check_device=check_device, vocab_explicit=explicit)
 
 
 #: model.vocab_size when neither the config nor the task asks for more (the dataclass default)
@@ -268,8 +288,9 @@ WANDB_MISSING = ('train.wandb=true needs Weights & Biases: pip install "lengen[w
 
 
 def validate(cfg: ExperimentConfig, *, check_device: bool = True,
-             vocab_explicit: bool | None = None):
-    """Check everything that can be checked without training; returns the built task.
+             vocab_explicit: bool | None = None) -> Resolved:
+    """Check everything that can be checked without training; returns ``cfg`` with the
+    components built to check it (:class:`Resolved`).
 
     Coerces values in place (``"1e3"`` -> 1000, ``eval.splits=iid`` -> ``["iid"]``).
     ``model.vocab_size``: left unset, it becomes the larger of its default (8) and the task's
@@ -281,7 +302,8 @@ def validate(cfg: ExperimentConfig, *, check_device: bool = True,
         raise ConfigError(f"expected an ExperimentConfig (from lengen.resolve), got "
                           f"{type(cfg).__name__}")
     check_fields(cfg, EXPERIMENT_RULES, "")
-    cfg.model.validate()
+    if not cfg.model.checked():     # made (and so checked) by from_dict, unless changed since
+        cfg.model.validate()
     check_fields(cfg.task, TASK_RULES, "task")
     check_fields(cfg.train, TRAIN_RULES, "train")
     check_fields(cfg.eval, EVAL_RULES, "eval")
@@ -296,12 +318,14 @@ def validate(cfg: ExperimentConfig, *, check_device: bool = True,
             raise ConfigError(WANDB_MISSING)
     if vocab_explicit is None:
         vocab_explicit = cfg.model.vocab_size != DEFAULT_VOCAB
-    return check_components(cfg, vocab_explicit=vocab_explicit)
+    task, sampler, scheme = check_components(cfg, vocab_explicit=vocab_explicit)
+    cfg.model.mark_checked()        # the model built from it checks nothing again
+    return Resolved(cfg, task, sampler, scheme, cfg.to_dict())
 
 
 def check_components(cfg: ExperimentConfig, *, vocab_explicit: bool = True):
     """Registry names, their keyword arguments, and the task, position sampler and positional
-    scheme built once (kept in ``cfg._built`` for :func:`take_built`); returns the task."""
+    scheme built once to check them; returns ``(task, sampler, scheme)``."""
     m = cfg.model
     parts = m.registry_parts()      # model.posenc / attention / positions and their kwargs
     cfg.task.name = TASK_POINT.canonical(cfg.task.name)
@@ -330,7 +354,7 @@ def check_components(cfg: ExperimentConfig, *, vocab_explicit: bool = True):
     check_fits(m, batch=0, length=0, training=False, device="cpu",
                fix="Lower model.d_model / model.n_layers / model.d_ff")
     # build the components the checks need once, without touching the caller's RNG; the run
-    # takes them (take_built) instead of building its own
+    # uses them (Resolved) instead of building its own
     with torch.random.fork_rng(devices=[]):
         task = construct(parts["task.kwargs"][2], cfg.task.kwargs, what=what("task.kwargs"))
         splits = cfg.eval.splits or task.splits()
@@ -385,31 +409,7 @@ def check_components(cfg: ExperimentConfig, *, vocab_explicit: bool = True):
                 raise
             except ValueError as e:
                 raise ConfigError(f"{kind} '{name}': {e}") from None
-    cfg._built = Built(task, sampler, posenc, cfg.to_dict())
-    return task
-
-
-@dataclass(eq=False)
-class Built:
-    """The components :func:`check_components` built to check a config: the task, the position
-    sampler and the positional scheme (layer 0's, for a per-layer scheme). ``config`` is the
-    config they were built for (``to_dict()``), so a config changed since gets new ones."""
-    task: object
-    sampler: object
-    posenc: object
-    config: dict
-    taken: bool = False
-
-
-def take_built(cfg: ExperimentConfig) -> Built | None:
-    """What :func:`validate` built for ``cfg``, handed out once: None when ``cfg`` was never
-    validated, was changed since, or its components were taken already (a model that trained
-    with them owns them: a second run of the same config object builds its own)."""
-    built = cfg.__dict__.pop("_built", None)
-    if built is None or built.taken or built.config != cfg.to_dict():
-        return None
-    built.taken = True          # also for a copy.copy of cfg, which shares the record
-    return built
+    return task, sampler, posenc
 
 
 def config_diff(old: dict, new: dict, ignore=()) -> list[tuple[str, object, object]]:
@@ -436,8 +436,8 @@ def config_diff(old: dict, new: dict, ignore=()) -> list[tuple[str, object, obje
             if not ignored(k) and a.get(k) != b.get(k)]
 
 
-__all__ = ["ExperimentConfig", "TaskConfig", "TrainConfig", "EvalConfig", "resolve", "validate",
-           "Built", "take_built", "vocab_error", "DEFAULT_VOCAB",
+__all__ = ["ExperimentConfig", "TaskConfig", "TrainConfig", "EvalConfig", "Resolved", "resolve",
+           "validate", "defaults", "vocab_error", "DEFAULT_VOCAB",
            "apply_overrides", "load_config_file", "parse_value", "config_diff",
            "TRAIN_RULES", "EVAL_RULES", "TASK_RULES", "EXPERIMENT_RULES", "RUNTIME_KEYS",
            "RESUME_IGNORED"]

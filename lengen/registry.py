@@ -19,13 +19,14 @@ import importlib
 import inspect
 import re
 import sys
+import warnings
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 
 import torch
 
 from lengen.checks import (AnyOf, Bool, Float, Int, Mapping, Rule, Seq, Str, did_you_mean)
-from lengen.errors import ConfigError, is_out_of_memory, out_of_memory_message
+from lengen.errors import ConfigError, LengenWarning, is_out_of_memory, out_of_memory_message
 
 
 class UnknownNameError(ConfigError):
@@ -57,7 +58,12 @@ class ExtensionPoint:
     2. an import path ``package.module:Name`` (``Name`` may be dotted: ``module:Outer.Inner``);
     3. a short name that an installed package registers as an entry point in ``group``
        (``[project.entry-points."lengen.posencs"] slopes = "mypkg.pe:Slopes"``), looked up
-       only when 1 and 2 do not apply, so plain runs never scan the installed packages.
+       only when 1 and 2 do not apply (a config naming built-ins scans them once per process,
+       to warn about a plugin its built-in shadows).
+
+    A plugin's short name that a built-in has, or that two installed plugins claim, is skipped
+    with one :class:`LengenWarning` naming both sides (:meth:`plugins`); the plugin is still
+    reached by its import path, and no other name is affected.
 
     The class must subclass ``base``. A resolved config stores a plugin by its import path
     (:meth:`canonical`), so a resumed run, ``lengen eval``, spawned sweep workers and Ray tasks
@@ -80,7 +86,10 @@ class ExtensionPoint:
         if isinstance(name, str) and ":" in name:
             return self._checked(_import_path(name, f"{self.kind} '{name}' ({key})"), name, key)
         if isinstance(name, str):
-            found = self.plugins().get(name)
+            found, clashes = self._scan()
+            found = found.get(name)
+            if name in clashes:
+                raise ConfigError(f"{key}='{name}': " + self._clash_message(name, clashes[name]))
             if found is not None:
                 return self._checked(_import_path(found, f"{self.kind} '{name}' ({key}, entry "
                                                          f"point {name} = {found} in group "
@@ -95,28 +104,54 @@ class ExtensionPoint:
         """The name a resolved config stores: a built-in name as it is, a plugin by the import
         path of its class (so nothing later depends on the entry point being installed)."""
         if isinstance(name, str) and name in self.registry:
+            if self.group not in _SCANNED:     # once per process: a plugin shadowed by this
+                _SCANNED.add(self.group)       # built-in is warned about (plugins())
+                self._scan()
             return name
         return _qualname(self.get(name))
 
     def plugins(self) -> dict[str, str]:
-        """Entry-point name -> import path of the installed plugins of this point. Two
-        packages claiming one name, or a plugin claiming a built-in name, is a ConfigError."""
+        """Entry-point name -> import path of the installed plugins of this point that can be
+        used by their short name. A plugin claiming a built-in's name, or a name that another
+        installed plugin claims too, is left out (see :meth:`clashes`): a :class:`LengenWarning`
+        says so once per process, naming both sides and the import path that still reaches the
+        plugin, and every other name (``lengen list`` included) keeps working."""
+        return self._scan()[0]
+
+    def clashes(self) -> dict[str, dict[str, str]]:
+        """The entry-point names :meth:`plugins` leaves out: name -> {import path: package}."""
+        return self._scan()[1]
+
+    def _scan(self) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
         claims: dict[str, dict[str, str]] = {}     # name -> {import path: package}
         for ep in entry_points(group=self.group):  # one package found twice claims nothing new
             package = getattr(getattr(ep, "dist", None), "name", None) or "?"
             claims.setdefault(ep.name, {}).setdefault(ep.value, package)
+        usable, clashes = {}, {}
         for name, paths in claims.items():
-            if len(paths) > 1:
-                both = "; ".join(f"{v} (package {p})" for v, p in paths.items())
-                raise ConfigError(f"two installed plugins claim the {self.kind} name '{name}' "
-                                  f"(entry-point group {self.group}): {both}. Uninstall one, or "
-                                  f"name the class by its import path.")
-            if name in self.registry:
-                raise ConfigError(f"the installed plugin {next(iter(paths))} (package "
-                                  f"{next(iter(paths.values()))}) claims '{name}', the name of a "
-                                  f"built-in {self.kind}; rename its entry point in group "
-                                  f"{self.group} (the built-in keeps the name).")
-        return {name: next(iter(paths)) for name, paths in claims.items()}
+            if len(paths) == 1 and name not in self.registry:
+                usable[name] = next(iter(paths))
+                continue
+            clashes[name] = paths
+            _warn_once(self._clash_message(name, paths))
+        return usable, clashes
+
+    def _clash_message(self, name: str, paths: dict[str, str]) -> str:
+        """Why plugin name ``name`` is skipped, naming both sides and how to reach the plugin."""
+        example = next(iter(paths))
+        if name in self.registry:
+            builtin = self.registry[name]
+            plugins = " and ".join(f"{v} (package {p})" for v, p in paths.items())
+            return (f"the installed plugin {plugins} registers the {self.kind} name '{name}' "
+                    f"(entry-point group {self.group}), which the built-in {self.kind} "
+                    f"{_qualname(builtin)} has: '{name}' stays the built-in and the plugin is "
+                    f"skipped under that name. Use the plugin by its import path "
+                    f"({self.key}={example}), or rename its entry point.")
+        both = " and ".join(f"{v} (package {p})" for v, p in paths.items())
+        return (f"{len(paths)} installed plugins register the {self.kind} name '{name}' "
+                f"(entry-point group {self.group}): {both}; both are skipped under that name. "
+                f"Use the one you mean by its import path ({self.key}={example}), or uninstall "
+                f"one.")
 
     def _checked(self, obj, name: str, key: str) -> type:
         if not (isinstance(obj, type) and issubclass(obj, self.base)):
@@ -125,6 +160,18 @@ class ExtensionPoint:
             raise ConfigError(f"{key}='{name}' is {what}; a {self.kind} must subclass "
                               f"{_qualname(self.base)}. See CONTRIBUTING.md for its interface.")
         return obj
+
+
+#: the plugin-clash warnings already given in this process (each is given once), and the
+#: entry-point groups :meth:`ExtensionPoint.canonical` has scanned for them
+_WARNED: set[str] = set()
+_SCANNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        warnings.warn(message, LengenWarning, stacklevel=4)
 
 
 def _qualname(cls) -> str:

@@ -26,7 +26,7 @@ from lengen.eval.evaluate import evaluate
 from lengen.model.memory import check_fits, check_work
 from lengen.rundir.checkpoint import load_weights
 from lengen.threads import use_threads
-from lengen.rundir.load import as_experiment_config, load_run_at, prepare
+from lengen.rundir.load import as_resolved, load_run_at, prepare
 from lengen.rundir.layout import (RunDirLock, check_run_dir, check_same_run, refuse_owned_output,
                                  run_meta, write_rows)
 from lengen.samplers import SAMPLER_POINT
@@ -247,9 +247,10 @@ def reevaluate(cfg: ExperimentConfig, run_dir: str, *, quiet: bool = True) -> li
     ``cfg`` may differ from the stored config only in keys that do not change training
     (``RESUME_IGNORED``). Raises CheckpointError when the weights file is unusable (then
     :func:`train` rewrites it from the last checkpoint)."""
-    cfg = as_experiment_config(cfg)
+    resolved = as_resolved(cfg)
+    cfg = resolved.config
     run_dir = check_run_dir(run_dir)
-    task, model = prepare(cfg)
+    task, model = prepare(resolved)
     check_device_available(cfg.train.device, "train.device")
     use_threads(cfg.train.threads, cfg.model.d_model, cfg.train.device)
     with RunDirLock(run_dir, "evaluation"):

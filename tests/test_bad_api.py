@@ -78,8 +78,10 @@ bad("resolve-overrides-int-item", lambda env: lengen.resolve({}, [3]), ConfigErr
 bad("transformer-dict-typo", lambda env: Transformer({"d_modle": 16}), ConfigError,
     "model.d_modle", "Did you mean 'd_model'")
 bad("transformer-int", lambda env: Transformer(5), ArgumentError, "ModelConfig", "got int")
-bad("transformer-experiment-config", lambda env: Transformer(lengen.resolve({})), ArgumentError,
-    "ModelConfig", "ExperimentConfig")
+bad("transformer-experiment-config", lambda env: Transformer(lengen.resolve({}).config),
+    ArgumentError, "ModelConfig", "ExperimentConfig", "cfg.model")
+bad("transformer-resolved", lambda env: Transformer(lengen.resolve({})), ArgumentError,
+    "ModelConfig", "got Resolved", ".config.model")
 
 
 def _train_with_dict(env):
@@ -161,15 +163,15 @@ bad("vocab-below-task-override", lambda env: lengen.resolve(
 
 
 def _vocab_from_task(env):
-    cfg = lengen.resolve({"task": {"name": "addition"}})
+    cfg = lengen.resolve({"task": {"name": "addition"}}).config
     task = lengen.build_task("addition")
     assert cfg.model.vocab_size == task.vocab_size > 8        # unset: taken from the task
-    again = lengen.resolve(cfg.to_dict())                     # a stored config reloads as is
+    again = lengen.resolve(cfg.to_dict()).config                     # a stored config reloads as is
     assert again.model.vocab_size == task.vocab_size
 
 
 def _vocab_above_task_kept(env):
-    assert lengen.resolve({"model": {"vocab_size": 100}}).model.vocab_size == 100
+    assert lengen.resolve({"model": {"vocab_size": 100}}).config.model.vocab_size == 100
 
 
 ok("vocab-unset-follows-task", _vocab_from_task)

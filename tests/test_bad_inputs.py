@@ -569,7 +569,7 @@ lib("lib-resolve-bad-kwargs", lambda env: lengen.resolve({"model": {"attention_k
 
 
 def _tiny_cfg():
-    return lengen.resolve({}, TINY)
+    return lengen.resolve({}, TINY).config
 
 
 def _mutated_after_resolve(env):
@@ -652,7 +652,7 @@ def _run_config_as_config_file(env):
     from lengen.config import load_config_file
 
     path = os.path.join(env["run"], "config.json")
-    again = json.loads(json.dumps(lengen.resolve(load_config_file(path)).to_dict()))
+    again = json.loads(json.dumps(lengen.resolve(load_config_file(path)).config.to_dict()))
     assert again == json.load(open(path))
 
 
@@ -664,7 +664,7 @@ def _null_kwargs(env):
 
     path = os.path.join(env["root"], "null.yaml")
     open(path, "w").write("model:\n  attention_kwargs:\neval:\n  splits:\n")
-    cfg = lengen.resolve(load_config_file(path))
+    cfg = lengen.resolve(load_config_file(path)).config
     assert cfg.model.attention_kwargs == {} and cfg.eval.splits is None
 
 
@@ -672,7 +672,7 @@ lib_ok("lib-empty-yaml-sections", _null_kwargs)
 
 
 def _eval_splits_string(env):
-    cfg = lengen.resolve({}, ["eval.splits=iid"])
+    cfg = lengen.resolve({}, ["eval.splits=iid"]).config
     assert cfg.eval.splits == ["iid"]
 
 
@@ -681,7 +681,7 @@ lib_ok("lib-splits-bare-string", _eval_splits_string)
 
 def _coerced(env):
     cfg = lengen.resolve({}, ["model.posenc=learned", "model.posenc_kwargs.max_positions=1e3",
-                              "train.steps=1e3"])
+                              "train.steps=1e3"]).config
     assert cfg.model.posenc_kwargs == {"max_positions": 1000} and cfg.train.steps == 1000
 
 

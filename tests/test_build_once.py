@@ -1,7 +1,8 @@
-"""Validate once, build once (issue 29 item 2): one ``lengen.train`` builds the task, the position
-sampler and each positional-scheme instance once (validation builds them to check the config and
-the run takes them), and one attention layer per block; a seed's weights do not depend on which of
-the two built a component."""
+"""Validate once, build once (issue 29 item 2, issue 51 item 3): one ``lengen train`` checks the
+model config once and builds the task, the position sampler and each positional-scheme instance
+once (``lengen.resolve`` builds them to check the config and returns them with it,
+:class:`lengen.config.Resolved`, which the run takes), and one attention layer per block; a seed's
+weights do not depend on which of the two built a component."""
 from __future__ import annotations
 
 import collections
@@ -13,7 +14,6 @@ import torch
 
 import lengen
 from lengen.attention import ATTENTIONS
-from lengen.config import take_built
 from lengen.errors import ArgumentError, ConfigError
 from lengen.posenc import POSENCS
 from lengen.rundir.load import prepare
@@ -60,32 +60,93 @@ def test_a_per_layer_scheme_is_built_once_per_layer(built, tmp_path):
     assert built["Copy"] == 1 and built["IdentitySampler"] == 1
 
 
-def test_the_run_takes_what_validation_built(tmp_path):
-    cfg = lengen.resolve(tiny(posenc="learned"))
-    made = cfg._built
-    task, model = prepare(cfg)
-    assert task is made.task and model.posenc is made.posenc and model.sampler is made.sampler
-    # handed out once: a second run of the same config object builds its own (a model that
-    # trained owns its scheme's parameters)
-    task2, model2 = prepare(cfg)
-    assert task2 is not task and model2.posenc is not model.posenc
+def test_the_run_takes_copies_of_what_validation_built(tmp_path):
+    r = lengen.resolve(tiny(posenc="learned"))
+    task, model = prepare(r)
+    assert task is r.task
+    # the model owns copies (same values): two runs prepared from one Resolved share nothing
+    assert type(model.posenc) is type(r.scheme) and model.posenc is not r.scheme
+    assert type(model.sampler) is type(r.sampler) and model.sampler is not r.sampler
+    task2, model2 = prepare(r)
+    assert task2 is task and model2.posenc is not model.posenc
+    with torch.no_grad():
+        model.posenc.table.add_(1.0)
+    assert not torch.equal(model.posenc.table, model2.posenc.table)
 
 
 def test_a_config_changed_after_validation_is_validated_again():
-    cfg = lengen.resolve(tiny(posenc="learned"))
-    cfg.model.posenc_kwargs = {"max_positions": 64}
-    assert take_built(cfg) is None                               # stale: dropped
-    _, model = prepare(cfg)
+    r = lengen.resolve(tiny(posenc="learned"))
+    assert not r.changed()
+    r.config.model.posenc_kwargs = {"max_positions": 64}
+    assert r.changed()
+    _, model = prepare(r)
     assert model.posenc.max_positions == 64
-    cfg.model.posenc_kwargs = {"max_positions": 4}               # too short for len=3 (8 tokens)
+    r.config.model.posenc_kwargs = {"max_positions": 4}          # too short for len=3 (8 tokens)
     with pytest.raises(ConfigError, match="learned positional table has 4 rows"):
-        prepare(cfg)
+        prepare(r)
+
+
+@pytest.fixture
+def checks(monkeypatch):
+    """Counts calls of ModelConfig.validate and ModelConfig.registry_parts."""
+    from lengen.model.config import ModelConfig
+
+    counts = collections.Counter()
+    for name in ("validate", "registry_parts"):
+        def counted(self, *a, _real=getattr(ModelConfig, name), _name=name, **k):
+            counts[_name] += 1
+            return _real(self, *a, **k)
+
+        monkeypatch.setattr(ModelConfig, name, counted)
+    return counts
+
+
+def test_one_lengen_train_validates_once(checks, built, tmp_path, capsys):
+    """Issue 51 item 3: one ``lengen train`` checks the model config once (it used to be 6 times
+    ModelConfig.validate and 3 times registry_parts before step 1) and builds each component
+    once, final evaluation included."""
+    from lengen.cli import main
+
+    assert main(["train", "--run-dir", str(tmp_path / "run"), "task.name=copy",
+                 "task.kwargs.max_train_length=4", "model.d_model=16", "model.n_layers=2",
+                 "model.n_heads=2", "model.posenc=alibi", "train.steps=1", "train.batch_size=2",
+                 "train.warmup_steps=0", "train.progress=false", "eval.splits=[len=3]",
+                 "eval.sequences=2"]) == 0
+    assert checks == {"validate": 1, "registry_parts": 1}
+    assert built == {"Copy": 1, "ALiBi": 1, "IdentitySampler": 1, "SoftmaxAttention": 2}
+
+
+def test_the_python_api_validates_once_too(checks, tmp_path):
+    r = lengen.resolve(tiny())
+    lengen.train(r, str(tmp_path / "run"), quiet=True)
+    assert checks == {"validate": 1, "registry_parts": 1}
+
+
+def test_a_hand_made_model_config_is_still_checked():
+    """A ModelConfig made in Python is checked when made, and again by the model when a field
+    was set after that; one resolve() validated is not checked again unless changed."""
+    mc = lengen.ModelConfig(d_model=16, n_heads=2, n_layers=1)
+    mc.d_model = 15
+    with pytest.raises(ConfigError, match="model.d_model=15 must be divisible by model.n_heads"):
+        lengen.Transformer(mc)
+    mc.d_model = 16
+    mc.posenc_kwargs["no_such_key"] = 1                        # inside a dict: seen too
+    with pytest.raises(ConfigError, match="unknown key 'no_such_key' in model.posenc_kwargs"):
+        lengen.Transformer(mc)
+    mc.posenc_kwargs.clear()
+    mc.posenc = "no_such_scheme"
+    with pytest.raises(ConfigError, match="unknown positional scheme 'no_such_scheme'"):
+        lengen.Transformer(mc)
+    r = lengen.resolve(tiny())
+    r.config.model.dropout = 2.0
+    with pytest.raises(ConfigError, match="model.dropout must be"):
+        lengen.Transformer(r.config.model)
 
 
 @pytest.mark.parametrize("posenc,kwargs", [(name, {}) for name in POSENCS] +
                          [("fire", {"per_layer": True}), ("kerple_log", {"per_layer": True})])
 def test_a_seeds_weights_do_not_depend_on_who_built_the_scheme(posenc, kwargs):
-    cfg = lengen.resolve(tiny(posenc=posenc, posenc_kwargs=kwargs, dropout=0.1))
+    cfg = lengen.resolve(tiny(posenc=posenc, posenc_kwargs=kwargs, dropout=0.1)).config
     _, handed = prepare(cfg)                              # scheme and sampler from validation
     after_handed = torch.rand(4)                          # the stream dropout continues from
     torch.manual_seed(cfg.train.seed)

@@ -5,7 +5,10 @@ against the dense references in ``tests/test_fast_cpu_diff_cope.py`` (both paths
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
+import sys
+import time
 import warnings
 
 import pytest
@@ -239,3 +242,114 @@ def test_row_kernels_match_a_per_row_reference(top_b, dtype):
         for name, got, want in zip(["S", "g(1-g)", "P", "dS", "dz"], (S1, G1, P1, dL1, dz1), ref):
             assert torch.allclose(got.double(), want, rtol=tol, atol=tol), \
                 f"{name} ({Gn}, {tq}, {ke}, {npos}, b[top] {top_b}, {dtype})"
+
+
+# ---- the cache never keeps a partial library; the first compile says so; build-kernels --------
+
+def fake_cc(tmp_path, body: str) -> str:
+    """A compiler stand-in (a Python script) whose behaviour ``body`` decides; ``out`` is the
+    path after ``-o``."""
+    script = tmp_path / "fakecc"
+    script.write_text(f"#!{sys.executable}\nimport sys\nout = sys.argv[sys.argv.index('-o') + 1]\n"
+                      f"{body}\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def cache_files(tmp_path) -> list[str]:
+    d = tmp_path / "cache" / "ckernels"
+    return sorted(p.name for p in d.iterdir()) if d.exists() else []
+
+
+def test_a_failed_build_leaves_nothing_in_the_cache(monkeypatch, tmp_path):
+    cc = fake_cc(tmp_path, "open(out, 'wb').write(b'half a library'); sys.exit(1)")
+    with pytest.raises(subprocess.CalledProcessError):
+        ckernels.build(rows.SOURCE, [cc], ckernels.cache_dir())
+    assert cache_files(tmp_path) == []
+
+
+def test_an_interrupted_build_leaves_nothing_in_the_cache(monkeypatch, tmp_path):
+    def interrupted(cmd, *a, **k):
+        out = cmd[cmd.index("-o") + 1]
+        open(out, "wb").write(b"half a library")          # the compiler got this far
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ckernels.subprocess, "run", interrupted)
+    monkeypatch.setattr(ckernels, "_version", lambda cc: "fake 1.0")
+    with pytest.raises(KeyboardInterrupt):
+        ckernels.build(rows.SOURCE, ["fakecc"], ckernels.cache_dir())
+    assert cache_files(tmp_path) == []
+
+
+def test_what_killed_builds_left_is_swept(monkeypatch, tmp_path):
+    """Empty ``tmp*.so`` files (older lengen versions' temporary names, left by a killed
+    process) and this version's stale ``.partial`` files go; a live build's young ones stay."""
+    d = ckernels.cache_dir()
+    d.mkdir(parents=True)
+    old = time.time() - ckernels.BUILD_TIMEOUT_S - 60
+    for name in ("tmpab12cd.so", ".cope_rows-x.so.123.0.partial"):
+        (d / name).write_bytes(b"")
+        os.utime(d / name, (old, old))
+    for name in ("tmpyoung.so", ".cope_rows-y.so.456.0.partial", "rms_rows-0123.so"):
+        (d / name).write_bytes(b"")
+    cc = fake_cc(tmp_path, "open(out, 'wb').write(b'a library')")
+    lib = ckernels.build(rows.SOURCE, [cc], d)
+    assert cache_files(tmp_path) == sorted([".cope_rows-y.so.456.0.partial", lib.name,
+                                            "rms_rows-0123.so", "tmpyoung.so"])
+
+
+def test_the_first_compile_says_so_once(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(ckernels, "_noted", False)
+    cc = fake_cc(tmp_path, "open(out, 'wb').write(b'a library')")
+    lib = ckernels.build(rows.SOURCE, [cc], ckernels.cache_dir())
+    err = capsys.readouterr().err
+    assert err.count("lengen: compiling C kernels for this machine (one time, ~") == 1
+    assert "lengen build-kernels" in err and len(err.strip().splitlines()) == 1
+    lib.unlink()
+    ckernels.build(rows.SOURCE, [cc], ckernels.cache_dir())          # a second compile: quiet
+    assert capsys.readouterr().err == ""
+
+
+def test_nothing_is_said_when_the_library_is_cached(monkeypatch, tmp_path, capsys):
+    cc = fake_cc(tmp_path, "open(out, 'wb').write(b'a library')")
+    ckernels.build(rows.SOURCE, [cc], ckernels.cache_dir())
+    capsys.readouterr()
+    monkeypatch.setattr(ckernels, "_noted", False)                   # a new process
+    ckernels.build(rows.SOURCE, [cc], ckernels.cache_dir())
+    assert capsys.readouterr().err == ""
+
+
+@needs_compiler
+def test_build_kernels_command(monkeypatch, tmp_path, capsys):
+    """``lengen build-kernels`` builds every shipped source (here through a stand-in that
+    compiles a one-line C file, so the test does not wait for the real kernels) and says where."""
+    tiny = tmp_path / "tiny.c"
+    tiny.write_text("int tiny(void) { return 1; }\n")
+    real = ckernels.compiler()[0]
+    cc = fake_cc(tmp_path, f"import subprocess\nsubprocess.run([{real!r}, '-shared', '-fPIC', "
+                           f"'-o', out, {str(tiny)!r}], check=True)")
+    monkeypatch.setenv("CC", cc)
+    from lengen.cli import main
+
+    assert main(["build-kernels"]) == 0
+    out = capsys.readouterr().out
+    assert str(ckernels.cache_dir()) in out
+    for source in ckernels.sources():
+        assert f"{source.relative_to(ckernels._PACKAGE)}: built in" in out
+    assert len([f for f in cache_files(tmp_path) if f.endswith(".so")]) == len(ckernels.sources())
+    assert main(["build-kernels"]) == 0
+    assert capsys.readouterr().out.count(": cached") == len(ckernels.sources())
+
+
+def test_build_kernels_without_a_compiler_or_with_a_failing_one(monkeypatch, capsys):
+    from lengen.cli import main
+
+    monkeypatch.setenv("CC", "false")
+    assert main(["build-kernels"]) == 1
+    assert capsys.readouterr().out.count("FAILED") == len(ckernels.sources())
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    assert main(["build-kernels"]) == 1
+    assert "no such program" in capsys.readouterr().err
+    monkeypatch.setenv("LENGEN_C_KERNELS", "0")
+    assert main(["build-kernels"]) == 2
+    assert "LENGEN_C_KERNELS is off" in capsys.readouterr().err

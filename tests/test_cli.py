@@ -37,7 +37,7 @@ def test_config_file_plus_overrides(tmp_path):
     cfg_file.write_text("model:\n  attention: fot\n  d_model: 16\ntrain:\n  steps: 7\n")
     from lengen.config import load_config_file, resolve
 
-    cfg = resolve(load_config_file(str(cfg_file)), ["train.steps=3", "model.attention_kwargs={gate_bias_init: 2.0}"])
+    cfg = resolve(load_config_file(str(cfg_file)), ["train.steps=3", "model.attention_kwargs={gate_bias_init: 2.0}"]).config
     assert (cfg.model.attention, cfg.model.d_model, cfg.train.steps) == ("fot", 16, 3)
     assert cfg.model.attention_kwargs == {"gate_bias_init": 2.0}
 
@@ -139,7 +139,7 @@ def test_eval_with_interpolation_fills_the_training_length_from_the_task(tmp_pat
 def test_scalar_overrides_are_coerced_to_field_types():
     from lengen.config import resolve
 
-    cfg = resolve({}, ["train.lr=3e-3", "train.steps=1e3", "model.dropout=0"])
+    cfg = resolve({}, ["train.lr=3e-3", "train.steps=1e3", "model.dropout=0"]).config
     assert cfg.train.lr == 0.003 and cfg.train.steps == 1000 and isinstance(cfg.train.steps, int)
     with pytest.raises(ValueError, match="train.steps must be an integer >= 1, got 2.5"):
         resolve({}, ["train.steps=2.5"])

@@ -204,7 +204,7 @@ def test_two_ranks_equal_one_process_on_the_global_batch(tmp_path, monkeypatch):
     ranks = run_ranks([(job_first_grads, (cfg, str(tmp_path / "ddp")))])
     (s0, g0), (s1, g1) = ranks[0][0], ranks[1][0]
     assert s0 == s1 == "ok", (g0, g1)
-    names = [n for n, _ in lengen.Transformer(lengen.resolve(cfg).model).named_parameters()]
+    names = [n for n, _ in lengen.Transformer(lengen.resolve(cfg).config.model).named_parameters()]
     assert len(g0) == len(captured[0]) == len(names)
     for name, a, b, ref in zip(names, g0, g1, captured[0]):
         assert torch.equal(a, b), name                  # all-reduced: identical on the ranks

@@ -304,18 +304,18 @@ def test_teacher_forced_equals_generated_on_a_trained_model(name, posenc):
 def test_resolve_fills_the_token_ids_and_width_from_the_task():
     cfg = lengen.resolve({"task": {"name": "addition", "kwargs": {"max_train_length": 5,
                                                                   "max_eval_length": 12}},
-                          "model": {"positions": "coupling", "posenc": "learned"}})
+                          "model": {"positions": "coupling", "posenc": "learned"}}).config
     task = build_task("addition", max_train_length=5, max_eval_length=12)
     kw = cfg.model.positions_kwargs
     assert kw["digit_ids"] == list(task.digit_ids) and kw["blank_ids"] == [4]
     assert len(kw["hint_ids"]) == 102 and kw["max_digits"] == 13
     # the stored config rebuilds the same sampler (a run directory's config.json)
-    again = lengen.resolve(cfg.to_dict())
+    again = lengen.resolve(cfg.to_dict()).config
     assert again.model.positions_kwargs == kw
     short = lengen.resolve({"task": {"name": "addition", "kwargs": {"max_train_length": 5,
                                                                     "max_eval_length": 12}},
                             "model": {"positions": "abacus", "posenc": "learned"},
-                            "eval": {"splits": ["len=3", "len=9"]}})
+                            "eval": {"splits": ["len=3", "len=9"]}}).config
     assert short.model.positions_kwargs["max_digits"] == 10
 
 

@@ -108,7 +108,7 @@ def test_preset_parameter_count():
     # relative (xl) adds W_r, u, v once (4,224), the reference once per layer (270,146 in total)
     for task_name, pe, want, paper in (("even_pairs", "nope", 249_280, 249_026),
                                        ("even_pairs", "xl", 253_504, 270_146)):
-        cfg = resolve(preset("ruoss2023-encoder", posenc=pe), [f"task.name={task_name}"])
+        cfg = resolve(preset("ruoss2023-encoder", posenc=pe), [f"task.name={task_name}"]).config
         cfg.model.vocab_size = build_task(task_name).vocab_size
         _, model = prepare(cfg)
         assert model.num_params() == want

@@ -58,7 +58,7 @@ def test_training_step_timer_does_the_loops_work(monkeypatch):
 
     monkeypatch.setattr(model, "sample_positions", spy)
     before = [p.detach().clone() for p in model.parameters()]
-    t = est.time_training_steps(cfg, task, model, steps=2, warmup=1)
+    t = est.time_training_steps(cfg.config, task, model, steps=2, warmup=1)
     assert t > 0 and seen == [True] * 3
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
     assert not model.training
@@ -89,7 +89,7 @@ def test_training_step_timer_follows_the_configs_precision(precision, monkeypatc
 
     monkeypatch.setattr(model, "forward", forward)
     monkeypatch.setattr(est, "grad_scaler", grad_scaler)      # the one the timer calls
-    assert est.time_training_steps(cfg, task, model, steps=1, warmup=0) > 0
+    assert est.time_training_steps(cfg.config, task, model, steps=1, warmup=0) > 0
     assert set(dtypes) == {prec.DTYPES[precision]}
     assert scalers[0].is_enabled() == (precision == "fp16")
 

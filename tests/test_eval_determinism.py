@@ -113,7 +113,7 @@ def cfg(**train_kw):
         "task": {"kwargs": {"n_pairs": 6}},
         "train": dict({"steps": 6, "batch_size": 4, "warmup_steps": 0, "log_every": 1,
                        "progress": False}, **train_kw),
-        "eval": {"sequences": 20, "batch_size": 8}})
+        "eval": {"sequences": 20, "batch_size": 8}}).config
 
 
 def test_periodic_evaluation_does_not_change_training(tmp_path):

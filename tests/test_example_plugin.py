@@ -77,7 +77,7 @@ def test_short_names_train_eval_generate_and_sweep(installed, tmp_path, capsys):
            "train": {"steps": 3, "batch_size": 4, "warmup_steps": 0, "progress": False,
                      "threads": 1},
            "eval": {"sequences": 4, "batch_size": 4, "splits": ["len=3", "len=6"]}}
-    cfg = lengen.resolve(raw)
+    cfg = lengen.resolve(raw).config
     assert cfg.model.posenc == "lengen_example_plugin.slopes:LinearSlopes"
     assert cfg.task.name == "lengen_example_plugin.duplicate:Duplicate"
     run = str(tmp_path / "run")

@@ -33,7 +33,7 @@ def test_gelu_mlp_is_gpt2s_tanh_gelu_with_biases():
 
 def test_gpt2_base_preset_parameter_count():
     cfg = lengen.resolve(preset("gpt2-base", posenc="rope"), ["model.vocab_size=50257"],
-                         check_device=False)
+                         check_device=False).config
     m = Transformer(cfg.model)
     assert (cfg.model.n_layers, cfg.model.n_heads, cfg.model.d_model, cfg.model.d_ff) == \
         (12, 12, 768, 3072)

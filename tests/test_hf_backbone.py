@@ -49,7 +49,7 @@ def cfg(task="copy", hf_config=LLAMA, model_kw=None, task_kw=None, steps=3, **tr
         "train": {"steps": steps, "batch_size": 4, "progress": False, "log_every": 1,
                   "warmup_steps": 1, **train_kw},
         "eval": {"sequences": 8, "batch_size": 4,
-                 **({"splits": SPLITS} if task in ("copy", "reverse", "sort") else {})}})
+                 **({"splits": SPLITS} if task in ("copy", "reverse", "sort") else {})}}).config
 
 
 def tokens(B=2, T=11, seed=1):
@@ -66,7 +66,7 @@ def test_built_from_the_config_with_sizes_and_vocab_filled_in(hf_config):
     assert (c.model.d_model, c.model.n_layers, c.model.n_heads) == (32, 2, 2)
     assert c.model.d_ff == (64 if hf_config is LLAMA else 128)          # GPT-2: 4 x n_embd
     # the resolved config records hf_config, so the run rebuilds from config.json
-    again = lengen.resolve(c.to_dict())
+    again = lengen.resolve(c.to_dict()).config
     assert again.to_dict() == c.to_dict() and again.model.hf_config == hf_config
     _, m2 = prepare(again)
     for (k, a), (k2, b) in zip(m.state_dict().items(), m2.state_dict().items()):

@@ -73,5 +73,5 @@ def test_positional_parameters_are_not_decayed():
 
 
 def test_ruoss_preset_uses_the_reference_init():
-    cfg = lengen.resolve(preset("ruoss2023-encoder", posenc="xl"), ["task.name=reverse_string"])
+    cfg = lengen.resolve(preset("ruoss2023-encoder", posenc="xl"), ["task.name=reverse_string"]).config
     assert cfg.model.init == "haiku" and cfg.model.embed_dropout == "with_pe"

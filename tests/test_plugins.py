@@ -16,7 +16,7 @@ import pytest
 
 import lengen
 from lengen.cli import main
-from lengen.errors import ConfigError
+from lengen.errors import ConfigError, LengenWarning
 from lengen.posenc import POSENC_POINT, build_posenc
 from lengen.tasks import TASK_POINT
 
@@ -99,7 +99,7 @@ def tiny(**model):
 
 def test_import_path_trains_resumes_and_evaluates(plugin, tmp_path):
     cfg = lengen.resolve(tiny(posenc="myplug.pe:LinearSlopes",
-                              posenc_kwargs={"init_slope": 0.25}))
+                              posenc_kwargs={"init_slope": 0.25})).config
     assert cfg.model.posenc == "myplug.pe:LinearSlopes"
     model, _, rows = lengen.train(cfg, str(tmp_path / "run"), quiet=True)
     assert type(model.posenc).__name__ == "LinearSlopes" and rows
@@ -112,9 +112,9 @@ def test_import_path_trains_resumes_and_evaluates(plugin, tmp_path):
 
 
 def test_entry_point_name_is_stored_as_its_import_path(plugin):
-    cfg = lengen.resolve(tiny(posenc="slopes"))
+    cfg = lengen.resolve(tiny(posenc="slopes")).config
     assert cfg.model.posenc == "myplug.pe:LinearSlopes"
-    cfg = lengen.resolve({**tiny(), "task": {"name": "short_copy"}})
+    cfg = lengen.resolve({**tiny(), "task": {"name": "short_copy"}}).config
     assert cfg.task.name == "myplug.tasks:ShortCopy"
     assert type(build_posenc("slopes", d_model=8, n_heads=2, head_dim=4)).__name__ == "LinearSlopes"
 
@@ -163,17 +163,26 @@ def test_a_task_plugin_must_be_a_task(plugin):
 
 
 def test_two_plugins_claiming_one_name(plugin):
+    """Both are skipped under the short name (one warning, naming both); each is still reached
+    by its import path, and the other plugins and built-ins are untouched."""
     _dist_info(plugin, "otherplug", {"lengen.posencs": {"slopes": "otherplug.pe:Slopes"}})
-    with pytest.raises(ConfigError, match=r"two installed plugins claim the positional scheme "
-                                          r"name 'slopes'.*myplug\.pe:LinearSlopes.*otherplug"):
+    with pytest.warns(LengenWarning, match=r"2 installed plugins register the positional scheme "
+                                           r"name 'slopes'.*myplug\.pe:LinearSlopes.*otherplug"):
+        assert "slopes" not in POSENC_POINT.plugins()
+    with pytest.raises(ConfigError, match=r"model.posenc='slopes': 2 installed plugins.*import "
+                                          r"path \(model.posenc=myplug\.pe:LinearSlopes\)"):
         POSENC_POINT.get("slopes")
+    assert POSENC_POINT.get("myplug.pe:LinearSlopes").__name__ == "LinearSlopes"
+    assert TASK_POINT.get("short_copy").__name__ == "ShortCopy"
     assert POSENC_POINT.get("rope").__name__ == "RoPE"      # built-ins never scan the plugins
 
 
 def test_a_plugin_may_not_take_a_builtin_name(plugin):
     _dist_info(plugin, "rudeplug", {"lengen.posencs": {"rope": "myplug.pe:LinearSlopes"}})
-    with pytest.raises(ConfigError, match="claims 'rope', the name of a built-in"):
-        POSENC_POINT.plugins()
+    with pytest.warns(LengenWarning, match="registers the positional scheme name 'rope'.*"
+                                           "built-in.*stays the built-in"):
+        assert "rope" not in POSENC_POINT.plugins()
+    assert POSENC_POINT.get("rope").__name__ == "RoPE"
 
 
 def test_spawned_sweep_workers_rebuild_the_plugin(plugin, tmp_path):

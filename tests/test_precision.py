@@ -31,7 +31,7 @@ def cfg(**train_kw):
         "train": dict({"steps": 6, "batch_size": 4, "lr": 3e-3, "warmup_steps": 0,
                        "log_every": 1, "progress": False, "threads": 1}, **train_kw),
         "eval": {"sequences": 8, "batch_size": 8},
-    })
+    }).config
 
 
 def losses(run):
@@ -49,7 +49,7 @@ def learn_cfg(**train_kw):
         "task": {"kwargs": {"n_pairs": 8}},
         "train": dict({"steps": 60, "batch_size": 16, "lr": 3e-3, "warmup_steps": 5,
                        "log_every": 1, "progress": False, "threads": 1}, **train_kw),
-        "eval": {"sequences": 16, "batch_size": 16, "splits": ["iid"]}})
+        "eval": {"sequences": 16, "batch_size": 16, "splits": ["iid"]}}).config
 
 
 @pytest.fixture(scope="module")

@@ -50,7 +50,7 @@ def test_paper_scale_is_the_papers_protocol():
     assert (len(p["trials"]), p["eval_sequences"], p["train_lengths"]) == \
         (10, 1000, (10, 20, 30, 40))
     assert p["heatmap"] == ((0, 1, 2), (0, 1, 2, 3, 4)) and p["track"] == (30, 50, 70, 90)
-    cfg = resolve(add.run_config("fire", "paper", seed=3, data_seed=2))
+    cfg = resolve(add.run_config("fire", "paper", seed=3, data_seed=2)).config
     m, t = cfg.model, cfg.train
     assert (m.n_layers, m.d_model, m.d_ff, m.n_heads, m.mlp, m.norm, m.norm_position) == \
         (6, 512, 2048, 8, "geglu", "rms", "pre_post")
@@ -78,9 +78,9 @@ def test_every_cpu_and_smoke_config_builds():
         specs = add.build_specs(scale)
         assert len({s.name for s in specs}) == len(specs)
         for s in specs:
-            cfg = resolve(s.config)
+            cfg = resolve(s.config).config
             assert cfg.task.name == "addition" and cfg.model.causal
-        learned = [resolve(s.config) for s in specs if s.tags["setting"] in ("coupling",
+        learned = [resolve(s.config).config for s in specs if s.tags["setting"] in ("coupling",
                                                                               "abacus")]
         assert learned and all(c.model.posenc == "learned" for c in learned)
     old = add.SCALES["cpu-5k"]
@@ -103,7 +103,7 @@ def test_cpu_scale_is_the_fitted_budget_with_per_setting_learning_rates():
     assert len(specs) == 10 * 3
     by = {}
     for s in specs:
-        cfg = resolve(s.config)
+        cfg = resolve(s.config).config
         assert (cfg.train.batch_size, cfg.model.d_model, cfg.model.n_layers) == (128, 64, 2)
         by.setdefault(s.tags["setting"], set()).add((cfg.train.lr, cfg.train.steps))
         assert cfg.eval.splits == [f"len={n}" for n in range(1, 21)]
@@ -117,7 +117,7 @@ def test_cpu_scale_is_the_fitted_budget_with_per_setting_learning_rates():
         assert sorted(s.tags["seed"] for s in specs if s.tags["setting"] == setting) == \
             [0, 1, 2]
     more = add.build_specs("cpu", train_lengths=True, heatmap=True)
-    n20 = [resolve(s.config) for s in more if s.tags["N"] == 20]
+    n20 = [resolve(s.config).config for s in more if s.tags["N"] == 20]
     assert len(n20) == 2 and all(c.eval.splits[-1] == "len=40" for c in n20)
     assert all(c.task.kwargs["max_eval_length"] == 40 for c in n20)
     assert len([s for s in more if s.tags["group"] == "heatmap"]) == 2     # (0,1) and (1,1)
@@ -153,7 +153,7 @@ def test_gpu_scale_is_the_papers_5m_model_and_every_config_fits_its_inputs():
         assert seeds == ([0, 1, 2] if setting in add.PES else [0, 1]), setting
     assert sorted(s.tags["seed"] for s in specs if s.tags["N"] == 20) == [0, 1]
     for s in specs:
-        cfg = resolve(s.config)
+        cfg = resolve(s.config).config
         m = cfg.model
         assert (m.n_layers, m.d_model, m.d_ff, m.n_heads) == (4, 256, 1024, 4)
         assert cfg.train.precision == "bf16" and cfg.train.batch_size == 128
@@ -179,7 +179,7 @@ def test_bad_input_through_the_recipe_configs():
         (("model", "posenc_kwargs", "c_init", -1.0), "c_init"),
         (("model", "posenc_kwargs", "L_init", 0), "L_init"),
     ]:
-        cfg = resolve(base)                      # the base resolves
+        cfg = resolve(base).config                      # the base resolves
         bad = {k: dict(v) if isinstance(v, dict) else v for k, v in base.items()}
         sec, *rest = patch
         node = bad[sec] = dict(bad[sec])

@@ -67,7 +67,7 @@ def test_rope_pi_is_the_rope_run_evaluated_with_interpolation(smoke, tmp_path):
     pi = [r for r in res["rows"] if r["model"] == "rope_pi" and r["metric"] == "seq_acc"]
     assert pi and {r["positions"] for r in pi} == {"interpolate"}
     _, task, model = lengen.load_run(os.path.join(out, "copy-rope-s0"))
-    cfg = lengen.resolve(iw.run_config("copy", "rope_pi", "smoke"))
+    cfg = lengen.resolve(iw.run_config("copy", "rope_pi", "smoke")).config
     model.sampler = InterpolateSampler(**cfg.model.positions_kwargs)
     want = lengen.evaluate(model, task, [r["split"] for r in pi], n_sequences=cfg.eval.sequences,
                            batch_size=cfg.eval.batch_size, seed=cfg.eval.seed)
@@ -148,9 +148,9 @@ def test_columns_get_their_samplers():
 def test_configs_resolve_and_fill_M():
     import lengen
 
-    cfg = lengen.resolve(iw.run_config("reverse", "rope_pi", "cpu"))
+    cfg = lengen.resolve(iw.run_config("reverse", "rope_pi", "cpu")).config
     assert cfg.model.positions_kwargs["train_length"] == 2 * 20 + 2
-    cfg = lengen.resolve(iw.run_config("sort", "ours_sqrt", "cpu", length_unit="items"))
+    cfg = lengen.resolve(iw.run_config("sort", "ours_sqrt", "cpu", length_unit="items")).config
     assert cfg.model.positions_kwargs["train_length"] == 8
 
 

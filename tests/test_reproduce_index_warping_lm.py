@@ -187,7 +187,7 @@ def test_cpu_scale_configs_resolve():
     specs = iw.build_specs("cpu")
     assert [s.tags["model"] for s in specs] == [m for m in iw.ALL_MODELS if m != "RoPE+PI"]
     for spec in specs:
-        cfg = lengen.resolve(spec.config)
+        cfg = lengen.resolve(spec.config).config
         kw = cfg.task.kwargs
         assert (kw["tokenizer"], kw["corpus"], kw["seq_len"]) == ("bpe", "kjv", 128)
         assert (cfg.model.d_model, cfg.model.d_ff, cfg.model.mlp) == (128, 512, "gelu")

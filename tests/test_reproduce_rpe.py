@@ -58,7 +58,7 @@ def test_scales():
 
 def test_run_configs():
     cfg = resolve(rpe.run_config("missing_duplicate_string", "rand_relative", "paper", seed=3,
-                                 lr=3e-4))
+                                 lr=3e-4)).config
     m, t = cfg.model, cfg.train
     assert (m.posenc, m.positions, m.causal, m.n_layers, m.d_model) == \
         ("xl", "randomized", False, 5, 64)

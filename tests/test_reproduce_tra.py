@@ -160,7 +160,7 @@ def test_scales_change_sizes_not_protocol():
     for m in AVAILABLE:                       # every column builds and fits its input length
         prepare(resolve(tf.model_config(m, "cpu")))
     for scale in ("cpu", "width", "paper"):   # the paper's MLP: 2 x d_model for linear and gate
-        mc = resolve(tf.model_config("TRA", scale)).model
+        mc = resolve(tf.model_config("TRA", scale)).config.model
         assert mc.d_ff == 2 * mc.d_model == 2 * tf.SCALES[scale]["d_model"]
     if "Label" in AVAILABLE:                  # label table covers the paper's 512 tokens x 4
         prepare(resolve(tf.model_config("Label", "paper")))

@@ -152,7 +152,7 @@ def test_trend_thresholds():
 
 def test_cpu_scale_configs_resolve():
     for spec in tw.build_specs("cpu", models=AVAILABLE):
-        cfg = lengen.resolve(spec.config)
+        cfg = lengen.resolve(spec.config).config
         kw = cfg.task.kwargs
         assert (kw["tokenizer"], kw["tokenizer_kwargs"], kw["corpus"]) == \
             ("bpe", {"vocab_size": 2048}, "kjv")

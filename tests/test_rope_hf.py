@@ -135,7 +135,7 @@ def test_config_validates_and_fills_new_scalings():
             "scaling": "longrope", "short_factor": "big", "long_factor": [1.0]}}})
     cfg = lengen.resolve({"model": {"posenc": "rope", "posenc_kwargs": {
         "scaling": "llama3", "factor": 8.0}},
-        "task": {"name": "copy", "kwargs": {"max_train_length": 6}}})
+        "task": {"name": "copy", "kwargs": {"max_train_length": 6}}}).config
     assert cfg.model.posenc_kwargs["original_length"] == 14
     torch.manual_seed(0)
     hd = cfg.model.d_model // cfg.model.n_heads

@@ -156,7 +156,7 @@ def test_per_sequence_positions_equal_rows():
 def test_config_fills_the_original_length_and_models_run():
     cfg = lengen.resolve({"model": {"posenc": "rope", "posenc_kwargs": {"scaling": "yarn",
                                                                          "factor": 4.0}},
-                          "task": {"name": "copy", "kwargs": {"max_train_length": 6}}})
+                          "task": {"name": "copy", "kwargs": {"max_train_length": 6}}}).config
     assert cfg.model.posenc_kwargs["original_length"] == 14
     torch.manual_seed(0)
     for kw in ({"rotary_fraction": 0.25}, {"scaling": "dynamic", "factor": 2.0,

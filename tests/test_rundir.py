@@ -35,7 +35,7 @@ def cfg(**train_kw):
         "train": dict({"steps": 6, "batch_size": 4, "lr": 3e-3, "warmup_steps": 0,
                        "ckpt_every": 1, "log_every": 1, "progress": False}, **train_kw),
         "eval": {"sequences": 8, "batch_size": 8},
-    })
+    }).config
 
 
 def weights(run):

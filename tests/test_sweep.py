@@ -79,8 +79,8 @@ def test_interrupt_resume_failures_and_retry(tmp_path, monkeypatch):
     calls = []
 
     def interrupted(cfg, run_dir, **kw):      # Ctrl-C in the middle of the second run
-        calls.append(cfg.name)
-        if cfg.name == "nope-s1":
+        calls.append(cfg.config.name)
+        if cfg.config.name == "nope-s1":
             real_train(cfg, run_dir, stop_at=4, **kw)
             raise KeyboardInterrupt
         return real_train(cfg, run_dir, **kw)
@@ -95,8 +95,8 @@ def test_interrupt_resume_failures_and_retry(tmp_path, monkeypatch):
     first = mtimes(out, ["nope-s0"])
 
     def failing(cfg, run_dir, **kw):          # second pass: one run breaks at run time
-        calls.append(cfg.name)
-        if cfg.name == "tra-s1":
+        calls.append(cfg.config.name)
+        if cfg.config.name == "tra-s1":
             raise RuntimeError("injected failure")
         return real_train(cfg, run_dir, **kw)
 
@@ -122,7 +122,7 @@ def test_interrupt_resume_failures_and_retry(tmp_path, monkeypatch):
     calls.clear()
 
     def counting(cfg, run_dir, **kw):         # third pass: nothing breaks any more
-        calls.append(cfg.name)
+        calls.append(cfg.config.name)
         return real_train(cfg, run_dir, **kw)
 
     monkeypatch.setattr(sweep_local, "train", counting)
@@ -164,7 +164,7 @@ def test_sigkill_midway_then_rerun(tmp_path):
         from lengen.sweep import Grid, run_sweep
         real = sweep_local.train
         def train(cfg, run_dir, **kw):
-            if cfg.name == "seed=1":
+            if cfg.config.name == "seed=1":
                 real(cfg, run_dir, stop_at=2, **kw)
                 os.kill(os.getpid(), signal.SIGKILL)
             return real(cfg, run_dir, **kw)

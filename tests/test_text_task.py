@@ -245,7 +245,7 @@ def text_cfg(cache, **overrides):
     for k, v in overrides.items():
         section, key = k.split(".", 1)
         cfg[section][key] = v
-    return lengen.resolve(cfg)
+    return lengen.resolve(cfg).config
 
 
 def test_learned_table_too_short_for_the_eval_lengths(cache):

@@ -75,7 +75,7 @@ def tiny(threads=0):
                     "task": {"name": "flipflop", "kwargs": {"n_pairs": 4}},
                     "train": {"steps": 2, "batch_size": 4, "warmup_steps": 0, "progress": False,
                               "log_every": 0, "threads": threads},
-                    "eval": {"sequences": 4, "splits": ["iid"]}})
+                    "eval": {"sequences": 4, "splits": ["iid"]}}).config
 
 
 @pytest.mark.parametrize("threads", [0, 2])

@@ -21,7 +21,7 @@ def tiny_cfg(**train_kw):
         "train": dict({"steps": 6, "batch_size": 4, "lr": 3e-3, "warmup_steps": 2, "progress": False,
                        "log_every": 1}, **train_kw),
         "eval": {"sequences": 16, "batch_size": 8},
-    })
+    }).config
 
 
 def weights(run_dir):

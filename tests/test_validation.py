@@ -27,6 +27,32 @@ def test_every_field_has_exactly_one_rule_and_defaults_pass(cls, rules):
     lengen.resolve({})                       # all defaults satisfy their own rules
 
 
+@pytest.mark.parametrize("cls", [ModelConfig, TaskConfig, TrainConfig, EvalConfig,
+                                 ExperimentConfig])
+def test_every_field_is_declared_once_with_its_rule_and_doc(cls):
+    """The rule tables are read from the fields (lengen.checks.option), never a second list."""
+    from lengen.checks import docs_of, rules_of
+
+    docs = docs_of(cls)
+    assert all(len(doc) > 3 for doc in docs.values()), docs
+    assert rules_of(cls) == {f.name: f.metadata["rule"] for f in dataclasses.fields(cls)}
+    defaults = lengen.config.defaults(cls)
+    for f in dataclasses.fields(cls):
+        if not dataclasses.is_dataclass(f.default_factory):
+            f.metadata["rule"].check(defaults[f.name], f.name)    # each default passes its rule
+
+
+def test_a_field_without_a_rule_is_refused():
+    from lengen.checks import rules_of
+
+    @dataclasses.dataclass
+    class Loose:
+        x: int = 3
+
+    with pytest.raises(AssertionError, match="Loose.x has no validation rule"):
+        rules_of(Loose)
+
+
 def test_attn_impls_match_the_attention_module():
     from lengen.attention.base import IMPLS
 
@@ -138,7 +164,7 @@ def test_a_class_added_later_is_validated_without_code_of_its_own(samplers, over
 
 
 def test_a_class_added_later_builds_and_its_hook_runs(samplers):
-    cfg = resolve("model.positions=capped", "model.positions_kwargs={factor: 0.5, offset: 3}")
+    cfg = resolve("model.positions=capped", "model.positions_kwargs={factor: 0.5, offset: 3}").config
     assert cfg.model.positions_kwargs == {"factor": 0.5, "offset": 3}
     assert Stretch.checked == [{"factor": 0.5, "offset": 3}]
     assert describe(CappedStretch, SAMPLERS) == "A subclass that forwards **kw to its base."
@@ -160,9 +186,9 @@ def test_describe_uses_own_docstring_or_a_single_entry_module():
 
 
 def test_resolve_coerces_in_place_and_is_idempotent():
-    cfg = lengen.resolve({}, ["train.betas=[0.8, 0.9]", "eval.splits=sparse", "train.lr=1e-3"])
+    cfg = lengen.resolve({}, ["train.betas=[0.8, 0.9]", "eval.splits=sparse", "train.lr=1e-3"]).config
     assert cfg.train.betas == (0.8, 0.9) and cfg.eval.splits == ["sparse"]
-    again = lengen.resolve(cfg.to_dict())
+    again = lengen.resolve(cfg.to_dict()).config
     assert again.to_dict() == cfg.to_dict()
 
 
@@ -171,11 +197,11 @@ def test_d_ff_defaults_to_twice_the_configured_d_model():
     2 x the default d_model; an explicit d_ff is kept, and a resolved config round-trips."""
     import lengen
 
-    assert lengen.resolve({"model": {"d_model": 64}}).model.d_ff == 128
-    assert lengen.resolve(None, ["model.d_model=32"]).model.d_ff == 64
-    assert lengen.resolve({"model": {"d_model": 64}}, ["model.d_model=48"]).model.d_ff == 96
-    assert lengen.resolve({"model": {"d_model": 64, "d_ff": 100}}).model.d_ff == 100
-    assert lengen.resolve().model.d_ff == 2 * lengen.resolve().model.d_model
-    cfg = lengen.resolve({"model": {"d_model": 64}})
-    again = lengen.resolve(cfg.to_dict(), ["model.d_model=32"])
+    assert lengen.resolve({"model": {"d_model": 64}}).config.model.d_ff == 128
+    assert lengen.resolve(None, ["model.d_model=32"]).config.model.d_ff == 64
+    assert lengen.resolve({"model": {"d_model": 64}}, ["model.d_model=48"]).config.model.d_ff == 96
+    assert lengen.resolve({"model": {"d_model": 64, "d_ff": 100}}).config.model.d_ff == 100
+    assert lengen.resolve().config.model.d_ff == 2 * lengen.resolve().config.model.d_model
+    cfg = lengen.resolve({"model": {"d_model": 64}}).config
+    again = lengen.resolve(cfg.to_dict(), ["model.d_model=32"]).config
     assert again.model.d_ff == 128            # stored configs carry their d_ff explicitly

@@ -102,20 +102,20 @@ def test_interpolate_max_position_bounds_train_and_eval():
 
 def test_config_fills_M_from_the_task():
     cfg = lengen.resolve({"model": {"positions": "interpolate"},
-                          "task": {"name": "copy", "kwargs": {"max_train_length": 7}}})
+                          "task": {"name": "copy", "kwargs": {"max_train_length": 7}}}).config
     assert cfg.model.positions_kwargs["train_length"] == 2 * 7 + 2      # prompt + answer
     cfg = lengen.resolve({"model": {"positions": "warp", "positions_kwargs":
                                     {"length_unit": "items"}},
-                          "task": {"name": "summation", "kwargs": {"max_train_length": 6}}})
+                          "task": {"name": "summation", "kwargs": {"max_train_length": 6}}}).config
     assert cfg.model.positions_kwargs["train_length"] == 6
     assert cfg.model.positions_kwargs["items_map"] == [1, 3]          # K digits + 3 tokens
     cfg = lengen.resolve({"model": {"positions": "interpolate",
                                     "positions_kwargs": {"train_length": 5}},
-                          "task": {"name": "copy"}})
+                          "task": {"name": "copy"}}).config
     assert cfg.model.positions_kwargs["train_length"] == 5             # explicit wins
     cfg = lengen.resolve({"model": {"positions": "interpolate",
                                     "positions_kwargs": {"factor": 3.0}},
-                          "task": {"name": "copy"}})
+                          "task": {"name": "copy"}}).config
     assert "train_length" not in cfg.model.positions_kwargs
 
 
@@ -304,7 +304,7 @@ def test_train_eval_generate_hand_the_rows_to_the_sampler(tmp_path, monkeypatch)
         "task": {"name": "copy", "kwargs": {"max_train_length": 4, "max_eval_length": 8}},
         "train": {"steps": 2, "batch_size": 8, "progress": False, "ckpt_every": 0,
                   "warmup_steps": 0},
-        "eval": {"splits": ["len=3", "len=8"], "sequences": 4, "batch_size": 4}})
+        "eval": {"splits": ["len=3", "len=8"], "sequences": 4, "batch_size": 4}}).config
     assert cfg.model.positions_kwargs["train_length"] == 10
     model, task, rows = lengen.train(cfg, str(tmp_path / "run"))
     train_calls = [c for c in calls if c[0]]

@@ -56,7 +56,7 @@ COUNTS = {"2m": 2_099_654, "5m": 4_198_854, "25m": 25_178_954, "268m": 268_502_6
 @pytest.mark.parametrize("size", list(ZHOU2024_SIZES))
 def test_preset_sizes_and_parameter_counts(size):
     V = 130
-    cfg = lengen.resolve(preset(f"zhou2024-{size}"), [f"model.vocab_size={V}"])
+    cfg = lengen.resolve(preset(f"zhou2024-{size}"), [f"model.vocab_size={V}"]).config
     n_layers, d, d_ff, H = ZHOU2024_SIZES[size]
     m = cfg.model
     assert (m.n_layers, m.d_model, m.d_ff, m.n_heads) == (n_layers, d, d_ff, H)
@@ -78,7 +78,7 @@ def test_preset_sizes_and_parameter_counts(size):
 
 
 def test_preset_training_protocol():
-    cfg = lengen.resolve(preset("zhou2024-25m"))
+    cfg = lengen.resolve(preset("zhou2024-25m")).config
     t = cfg.train
     assert (t.optimizer, t.weight_decay, t.lr, t.warmup_steps, t.schedule, t.min_lr_frac,
             t.batch_size, t.steps) == ("adamw", 0.1, 3e-4, 500, "cosine", 0.1, 128, 50_000)
@@ -96,7 +96,7 @@ def test_preset_training_protocol():
 def test_small_preset_trains_a_step():
     cfg = lengen.resolve(preset("zhou2024-2m", vocab_size=11, n_layers=1, d_model=32, d_ff=64,
                                 n_heads=4, positions="randomized",
-                                positions_kwargs={"max_length": 1024}))   # the default task: 511 tokens
+                                positions_kwargs={"max_length": 1024})).config   # the default task: 511 tokens
     torch.manual_seed(0)
     model = Transformer(cfg.model).train()
     tokens = torch.randint(0, 11, (3, 17))

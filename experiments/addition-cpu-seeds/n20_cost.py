@@ -34,7 +34,7 @@ def main(steps: int = 20) -> None:
         cfg["train"].update(lr=3e-3, steps=8000, batch_size=128)
         cfg = lengen.resolve(cfg)
         task, model = prepare(cfg)
-        sec = estimate.time_training_steps(cfg, task, model, steps=steps, warmup=3)
+        sec = estimate.time_training_steps(cfg.config, task, model, steps=steps, warmup=3)
         rate[N] = sec
         lines.append(f"N={N}: {sec:.3f} s/step, 8000 steps = {sec * 8000 / 60:.1f} min")
     lines.append(f"N=20 / N=10 step time: {rate[20] / rate[10]:.2f}")

@@ -14,7 +14,7 @@ for m in sys.argv[1:] or ("NoPE", "TRA", "CoPE", "FoT", "Diff"):
             try:
                 cfg = resolve(d)
                 task, model = prepare(cfg)
-                s = time_training_steps(cfg, task, model, steps=10, warmup=3, device="cuda")
+                s = time_training_steps(cfg.config, task, model, steps=10, warmup=3, device="cuda")
                 print(f"{m} {prec} B={bs}: {s*1000:.1f} ms/step", flush=True)
             except Exception as e:
                 print(m, prec, bs, "FAILED", type(e).__name__, str(e)[:200], flush=True)

@@ -193,8 +193,9 @@ def _validate(spec: RunSpec, run_dir: str) -> list[dict]:
             return kept["rows"]
     except (OSError, ValueError, AttributeError):
         pass
-    cfg = resolve(vconf)
-    task, model = prepare(cfg)
+    resolved = resolve(vconf)
+    cfg = resolved.config
+    task, model = prepare(resolved)
     load_weights(model, os.path.join(run_dir, "model.safetensors"))
     device = torch.device(cfg.train.device)
     model.to(device).eval()
@@ -378,13 +379,14 @@ def estimate_bench(variants, scale: str = "cpu", *, workers: int = 1, cells=None
     specs, na = build_specs(variants, scale, cells=cells, seeds=seeds[:1], protocol=protocol)
     costs = []
     for spec in specs:
-        cfg = resolve(spec.config)
-        task, model = prepare(cfg)[:2]
+        resolved = resolve(spec.config)
+        cfg = resolved.config
+        task, model = prepare(resolved)
         per_step = time_training_steps(cfg, task, model, steps=steps)
         ev = timed(lambda: _time_eval(cfg, task, model))
         vcfg = resolve(validation_config(spec.tags["cell"], spec.config, scale))
         vtask, _ = prepare(vcfg)[:2]
-        ev += timed(lambda: _time_eval(vcfg, vtask, model))
+        ev += timed(lambda: _time_eval(vcfg.config, vtask, model))
         one = per_step * cfg.train.steps + ev
         costs += [one] * per_cell_runs
         log(f"  {spec.tags['variant']} / {spec.tags['cell']}: {per_step * 1000:.0f} ms/step x "

@@ -6,7 +6,7 @@ from lengen.model.transformer import Transformer, as_model_config
 def build_model(cfg: ModelConfig | dict, *, posenc=None, sampler=None):
     """The model of ``cfg``: lengen's :class:`Transformer`, or with ``model.backbone=hf`` a
     Hugging Face model behind the same interface (:class:`HFBackbone`). ``posenc`` / ``sampler``:
-    instances validation already built for ``cfg`` (see :func:`lengen.config.take_built`), used
+    instances validation already built for ``cfg`` (:class:`lengen.config.Resolved`), used
     instead of building new ones (an HF backbone has no lengen scheme: it takes the sampler)."""
     cfg = as_model_config(cfg)
     if cfg.backbone == "hf":

@@ -1,7 +1,10 @@
-"""Model configuration (a plain dataclass; every field has a default, a comment and a rule).
+"""Model configuration (a plain dataclass; every field is declared once, with its default, its
+rule and its doc: :func:`lengen.checks.option`).
 
-``MODEL_RULES`` is the table of valid values, checked when a ``ModelConfig`` is made (from a
-config file, overrides or Python), so an impossible size fails before any module is built.
+``MODEL_RULES`` (read from the fields) is the table of valid values, checked when a
+``ModelConfig`` is made (from a config file, overrides or Python), so an impossible size fails
+before any module is built; a config checked once is not checked again until a field changes
+(:meth:`ModelConfig.checked`).
 Registry names (``posenc``, ``attention``, ``positions``) and their ``*_kwargs`` are checked
 against the registries by :func:`lengen.config.validate`.
 
@@ -15,10 +18,11 @@ are filled in from ``hf_config`` when the config is validated, and ``vocab_size`
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from lengen.attention import ATTENTION_POINT
-from lengen.checks import Bool, Choice, Float, Int, Mapping, Str, check_fields, did_you_mean
+from lengen.checks import (Bool, Choice, Float, Int, Mapping, Str, check_fields, did_you_mean,
+                           option, rules_of)
 from lengen.errors import ConfigError
 from lengen.posenc import POSENC_POINT
 from lengen.registry import check_kwargs
@@ -33,49 +37,68 @@ EMBED_DROPOUTS = ("always", "with_pe")
 BACKBONES = ("lengen", "hf")        # lengen's Transformer | a Hugging Face causal LM
 
 
+_NAME = "a registry name (see `lengen list`) or an import path package.module:Name"
+
+
 @dataclass
 class ModelConfig:
-    vocab_size: int = 8
-    d_model: int = 256
-    n_layers: int = 4
-    n_heads: int = 4
-    d_ff: int | None = None            # MLP hidden width; default 2 x d_model (TRA paper, for both
-                                       # the linear and the gate units of a GLU)
-    mlp: str = "swiglu"                # swiglu | geglu | relu | gelu (GPT-2: tanh-approximated
-                                       # GELU, not gated; relu and gelu have biases)
-    norm: str = "rms"                  # rms | layer
-    norm_position: str = "pre"         # pre: x + F(N(x)); post: N(x + F(x)); sandwich:
-                                       # x + N2(F(N1(x))) (norms on a sublayer's input and
-                                       # output); pre_post: N2(x + F(N1(x))) (pre-norm on the
-                                       # input, post-norm on the residual sum; Zhou et al. 2024)
-    final_norm: bool = True            # norm before the output head (pre-norm models need it)
-    dropout: float = 0.0               # residual dropout, active only in train mode
-    tie_embeddings: bool = False
-    embed_scale: bool = False          # multiply token embeddings by sqrt(d_model) (Ruoss et al.)
-    causal: bool = True                # False = bidirectional encoder (outputs read from placeholders)
-    posenc: str = "nope"               # key of lengen.posenc.POSENCS
-    posenc_kwargs: dict = field(default_factory=dict)
-    attention: str = "softmax"         # key of lengen.attention.ATTENTIONS
-    attention_kwargs: dict = field(default_factory=dict)
-    positions: str = "identity"        # key of lengen.samplers.SAMPLERS
-    positions_kwargs: dict = field(default_factory=dict)
-    attn_impl: str = "auto"            # auto | naive | lean (see lengen.attention.base)
-    attn_block_size: int = 256         # query block of the lean path
-    init_std: float = 0.02             # normal init: N(0, init_std) for linears and embeddings
-    init: str = "normal"               # normal (GPT-style) | haiku (Ruoss et al.'s reference:
-                                       # linears trunc-normal 1/sqrt(fan_in), token embeddings
-                                       # trunc-normal init_std, learned position tables std 1)
-    embed_dropout: str = "always"      # always: dropout on the embeddings; with_pe: only when the
-                                       # scheme adds to them (sin/cos, learned), as Ruoss et al.
-    backbone: str = "lengen"           # lengen | hf (a transformers model built from hf_config)
-    hf_config: dict = field(default_factory=dict)   # backbone=hf: model_type (llama, gpt2) and
-                                       # that architecture's config keys (hidden_size, n_embd ...);
-                                       # vocab_size comes from model.vocab_size
+    # every field declared once: default, rule (MODEL_RULES is read from these) and doc
+    vocab_size: int = option(8, Int(min=1), "token ids 0 .. vocab_size - 1; left out of a "
+                             "config file, the larger of 8 and the task's vocabulary")
+    d_model: int = option(256, Int(min=1), "width of the residual stream")
+    n_layers: int = option(4, Int(min=1), "transformer blocks")
+    n_heads: int = option(4, Int(min=1), "attention heads (d_model must be divisible by it)")
+    d_ff: int | None = option(None, Int(min=1, optional=True),
+                              "MLP hidden width; default 2 x d_model (TRA paper, for both the "
+                              "linear and the gate units of a GLU)")
+    mlp: str = option("swiglu", Choice(*MLPS), "swiglu | geglu | relu | gelu (GPT-2: "
+                      "tanh-approximated GELU, not gated; relu and gelu have biases)")
+    norm: str = option("rms", Choice(*NORMS), "rms | layer")
+    norm_position: str = option("pre", Choice(*NORM_POSITIONS),
+                                "pre: x + F(N(x)); post: N(x + F(x)); sandwich: x + N2(F(N1(x))) "
+                                "(norms on a sublayer's input and output); pre_post: "
+                                "N2(x + F(N1(x))) (pre-norm on the input, post-norm on the "
+                                "residual sum; Zhou et al. 2024)")
+    final_norm: bool = option(True, Bool(), "norm before the output head (pre-norm models need "
+                              "it)")
+    dropout: float = option(0.0, Float(min=0, lt=1), "residual dropout, active only in train "
+                            "mode")
+    tie_embeddings: bool = option(False, Bool(), "the output head shares the token embedding")
+    embed_scale: bool = option(False, Bool(), "multiply token embeddings by sqrt(d_model) "
+                               "(Ruoss et al.)")
+    causal: bool = option(True, Bool(), "False = bidirectional encoder (outputs read from "
+                          "placeholders)")
+    posenc: str = option("nope", Str(what=_NAME), "positional scheme: a key of "
+                         "lengen.posenc.POSENCS, a plugin name or an import path")
+    posenc_kwargs: dict = option({}, Mapping(), "keyword arguments of the positional scheme")
+    attention: str = option("softmax", Str(what=_NAME), "attention kind: a key of "
+                            "lengen.attention.ATTENTIONS, a plugin name or an import path")
+    attention_kwargs: dict = option({}, Mapping(), "keyword arguments of the attention kind")
+    positions: str = option("identity", Str(what=_NAME), "position sampler: a key of "
+                            "lengen.samplers.SAMPLERS, a plugin name or an import path")
+    positions_kwargs: dict = option({}, Mapping(), "keyword arguments of the position sampler")
+    attn_impl: str = option("auto", Choice(*ATTN_IMPLS), "auto | naive | lean (see "
+                            "lengen.attention.base)")
+    attn_block_size: int = option(256, Int(min=1), "query block of the lean path")
+    init_std: float = option(0.02, Float(gt=0), "normal init: N(0, init_std) for linears and "
+                             "embeddings")
+    init: str = option("normal", Choice(*INITS), "normal (GPT-style) | haiku (Ruoss et al.'s "
+                       "reference: linears trunc-normal 1/sqrt(fan_in), token embeddings "
+                       "trunc-normal init_std, learned position tables std 1)")
+    embed_dropout: str = option("always", Choice(*EMBED_DROPOUTS),
+                                "always: dropout on the embeddings; with_pe: only when the scheme "
+                                "adds to them (sin/cos, learned), as Ruoss et al.")
+    backbone: str = option("lengen", Choice(*BACKBONES), "lengen | hf (a transformers model "
+                           "built from hf_config)")
+    hf_config: dict = option({}, Mapping(), "backbone=hf: model_type (llama, gpt2) and that "
+                             "architecture's config keys (hidden_size, n_embd ...); vocab_size "
+                             "comes from model.vocab_size")
 
     def __post_init__(self):
         self.validate()
         if self.d_ff is None:
             self.d_ff = 2 * self.d_model
+        self._remember(registry=False)
 
     def validate(self) -> None:
         """Check every field against ``MODEL_RULES`` (coercing YAML strings such as ``1e3``),
@@ -86,6 +109,27 @@ class ModelConfig:
             raise ConfigError(f"model.d_model={self.d_model} must be divisible by model.n_heads="
                               f"{self.n_heads} (each head gets d_model / n_heads dimensions); "
                               f"change one of them")
+        self._remember(registry=False)
+
+    # -- what was checked, so a config is not checked again while no field changes -------------
+    # A ModelConfig remembers its field values (a deep copy) as they were when last found valid
+    # (by validate) and whether its registry names and *_kwargs were checked too (registry_parts,
+    # or lengen.config's full check of a run: mark_checked). Setting a field afterwards, also
+    # inside a *_kwargs dict, makes the next checked() False, so the model checks it again.
+
+    def _remember(self, *, registry: bool) -> None:
+        self.__dict__["_checked"] = (asdict(self), registry)
+
+    def checked(self, *, registry: bool = False) -> bool:
+        """Whether the fields (and with ``registry=True`` the registry names and ``*_kwargs``)
+        were checked with the values they have now."""
+        memo = self.__dict__.get("_checked")
+        return memo is not None and (memo[1] or not registry) and memo[0] == asdict(self)
+
+    def mark_checked(self) -> None:
+        """Record the current values as fully checked (:func:`lengen.config.validate`, after its
+        checks and the values it filled in from the task)."""
+        self._remember(registry=True)
 
     def _check_backbone(self) -> None:
         """``backbone=hf``: an ``hf_config`` naming a supported ``model_type`` and no lengen-only
@@ -152,6 +196,7 @@ class ModelConfig:
         and the position sampler (the same checks as a config file's, :mod:`lengen.registry`),
         store the coerced kwargs, and return ``{section: (kind, name, class, framework
         arguments)}`` for :func:`lengen.config.check_components`."""
+        fields_valid = self.checked()
         # a plugin is stored by its import path, so whatever rebuilds the run (resume, eval,
         # spawned sweep workers, Ray tasks) imports the same class without its entry point
         self.posenc = POSENC_POINT.canonical(self.posenc)
@@ -171,6 +216,8 @@ class ModelConfig:
             attr = section.split(".")[1]
             setattr(self, attr, check_kwargs(cls, getattr(self, attr), section=section, kind=kind,
                                              name=name, framework=sources))
+        if fields_valid:                 # names canonical and kwargs coerced: valid as they are
+            self._remember(registry=True)
         return parts
 
 
@@ -196,36 +243,7 @@ LENGEN_ONLY = ("mlp", "norm", "norm_position", "final_norm", "dropout", "tie_emb
 #: thread choice read them)
 HF_SIZES = ("d_model", "n_layers", "n_heads", "d_ff")
 
-_NAME = "a registry name (see `lengen list`) or an import path package.module:Name"
-
-#: the valid values of every ModelConfig field
-MODEL_RULES = {
-    "vocab_size": Int(min=1),
-    "d_model": Int(min=1),
-    "n_layers": Int(min=1),
-    "n_heads": Int(min=1),
-    "d_ff": Int(min=1, optional=True),
-    "mlp": Choice(*MLPS),
-    "norm": Choice(*NORMS),
-    "norm_position": Choice(*NORM_POSITIONS),
-    "final_norm": Bool(),
-    "dropout": Float(min=0, lt=1),
-    "tie_embeddings": Bool(),
-    "embed_scale": Bool(),
-    "causal": Bool(),
-    "posenc": Str(what=_NAME),
-    "posenc_kwargs": Mapping(),
-    "attention": Str(what=_NAME),
-    "attention_kwargs": Mapping(),
-    "init": Choice(*INITS),
-    "embed_dropout": Choice(*EMBED_DROPOUTS),
-    "positions": Str(what=_NAME),
-    "positions_kwargs": Mapping(),
-    "attn_impl": Choice(*ATTN_IMPLS),
-    "attn_block_size": Int(min=1),
-    "init_std": Float(gt=0),
-    "backbone": Choice(*BACKBONES),
-    "hf_config": Mapping(),
-}
+#: the valid values of every ModelConfig field (declared with the fields)
+MODEL_RULES = rules_of(ModelConfig)
 _DEFAULTS = {f.name: (f.default_factory() if f.default_factory is not dataclasses.MISSING
                       else f.default) for f in dataclasses.fields(ModelConfig)}

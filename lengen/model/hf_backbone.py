@@ -213,7 +213,7 @@ class HFBackbone(nn.Module):
                 hf_model = tf.AutoModelForCausalLM.from_config(hf_cfg)
         self.hf = hf_model
         self.posenc = HFPositions(cfg.hf_config["model_type"], self.hf.config)
-        if sampler is None:           # else the one validation built (lengen.config.take_built)
+        if sampler is None:           # else the one validation built (lengen.config.Resolved)
             sampler = config_sampler(cfg)
         self.posenc.check_sampler(sampler, cfg.positions)
         self._sampler = sampler

@@ -120,10 +120,20 @@ def as_model_config(cfg) -> ModelConfig:
     if isinstance(cfg, dict):
         cfg = ModelConfig.from_dict(cfg)
     if not isinstance(cfg, ModelConfig):
+        # a whole experiment config (lengen.config, a layer above: known by its sections)
+        hint = ("; pass its model section, cfg.model" if isinstance(getattr(cfg, "model", None),
+                                                                     ModelConfig)
+                else "; pass its model section, lengen.resolve(...).config.model"
+                if isinstance(getattr(getattr(cfg, "config", None), "model", None), ModelConfig)
+                else "")
         raise ArgumentError(f"Transformer needs a ModelConfig (or a dict of its keys), got "
-                            f"{type(cfg).__name__}")
-    cfg.validate()                  # again: fields may have been set after the config was made
-    cfg.registry_parts()
+                            f"{type(cfg).__name__}{hint}")
+    # checked again only where a field changed since the last check (a config lengen.resolve
+    # validated is not; a hand-made one, or one whose fields were set after it was made, is)
+    if not cfg.checked(registry=True):
+        if not cfg.checked():
+            cfg.validate()
+        cfg.registry_parts()
     return cfg
 
 
@@ -155,8 +165,9 @@ class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig | dict, *, posenc: PositionalScheme | None = None,
                  sampler: PositionSampler | None = None):
         """``posenc`` (layer 0's scheme) and ``sampler``: already built from ``cfg``, as
-        :func:`lengen.config.validate` builds them to check lengths (``prepare`` hands them on);
-        built here when not given. The weights of a seed are the same either way."""
+        :func:`lengen.config.validate` builds them to check lengths (``prepare`` hands copies
+        on from :class:`lengen.config.Resolved`); built here when not given. The weights of a
+        seed are the same either way."""
         super().__init__()
         cfg = as_model_config(cfg)
         self.cfg = cfg

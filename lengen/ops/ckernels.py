@@ -15,7 +15,12 @@ without ninja or Python headers.
   library may be shared by machines of one architecture).
 * Cache: ``<lengen cache>/ckernels`` (``$LENGEN_CACHE_DIR``, else ``$XDG_CACHE_HOME/lengen``, else
   ``~/.cache/lengen``, as the token cache), one file per hash of (source, compiler, its version,
-  flags, machine), written atomically (parallel processes may build at once).
+  flags, machine), written atomically (parallel processes may build at once): compiled to a
+  temporary name in that folder and moved with ``os.replace``; a failed or interrupted build
+  removes its temporary file, and files that killed builds left are swept (:func:`sweep_stale`).
+* When: at first use, after one line on stderr (:data:`NOTE`: a cold, busy machine takes tens
+  of seconds), or up front with ``lengen build-kernels`` (:func:`build_all`). The sources ship in
+  the wheel (``package-data`` in pyproject.toml, tested by tests/test_packaging.py).
 * Fallback: no compiler, a failed build or load, or ``LENGEN_C_KERNELS=0`` -> :func:`load`
   returns None (a warning says why, once) and the op runs its PyTorch code, which computes the
   same values (the tests compare both paths with the dense references).
@@ -34,8 +39,9 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
+import itertools
 import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -44,6 +50,7 @@ from lengen.fileio import default_cache_dir
 FLAGS = ["-O3", "-fPIC", "-shared", "-std=c99"]
 _lock = threading.Lock()
 _loaded: dict[str, ctypes.CDLL | None] = {}
+_counter = itertools.count()
 
 
 def env_on(name: str) -> bool:
@@ -96,27 +103,94 @@ def _version(cc: list[str]) -> str:
         return "unknown"
 
 
-def build(source: Path, cc: list[str], out_dir: Path) -> Path:
-    """Compile ``source`` into a cached shared library (reused when present); returns its path.
-    Raises OSError / subprocess.CalledProcessError on failure."""
-    text = source.read_bytes()
-    key = hashlib.sha256(b"\0".join([text, " ".join(cc).encode(), _version(cc).encode(),
-                                     " ".join(FLAGS).encode(),
+#: how long a build may run (the compiler is killed after it); a temporary file older than this
+#: in the cache was left by a process that died mid-build and is removed
+BUILD_TIMEOUT_S = 300
+#: the note printed once per process before the first compile (a cold machine may take a while)
+NOTE = ("lengen: compiling C kernels for this machine (one time, ~{s} s; `lengen build-kernels` "
+        "does it up front, LENGEN_C_KERNELS=0 skips them) ...")
+#: the note's estimate of one kernel's build (gcc -O3 on a small, busy machine; a few seconds on
+#: an idle workstation)
+SECONDS_PER_KERNEL = 20
+_PACKAGE = Path(__file__).resolve().parents[1]           # the lengen folder
+_noted = False
+
+
+def sources() -> list[Path]:
+    """Every C kernel source shipped in the package (``lengen/**/*.c``)."""
+    return sorted(_PACKAGE.glob("**/*.c"))
+
+
+def library_path(source: Path, cc: list[str], out_dir: Path) -> Path:
+    """Where the library built from ``source`` with ``cc`` is cached: one file per hash of
+    (source, compiler, its version, flags, machine)."""
+    key = hashlib.sha256(b"\0".join([source.read_bytes(), " ".join(cc).encode(),
+                                     _version(cc).encode(), " ".join(FLAGS).encode(),
                                      platform.machine().encode()])).hexdigest()[:16]
-    lib = out_dir / f"{source.stem}-{key}.so"
+    return out_dir / f"{source.stem}-{key}.so"
+
+
+def sweep_stale(out_dir: Path, now: float | None = None) -> list[Path]:
+    """Remove what interrupted builds left in the cache: ``tmp*.so`` (the temporary names of
+    lengen versions before this one, which a killed build left behind, often empty) and this
+    version's ``.*.partial`` files older than :data:`BUILD_TIMEOUT_S` (a live build's are
+    younger). Returns the files removed."""
+    now = time.time() if now is None else now
+    removed = []
+    for pattern in ("tmp*.so", ".*.partial"):
+        for f in out_dir.glob(pattern):
+            try:
+                if now - f.stat().st_mtime > BUILD_TIMEOUT_S:
+                    f.unlink()
+                    removed.append(f)
+            except OSError:           # gone already (another process swept it) or not ours
+                pass
+    return removed
+
+
+def build(source: Path, cc: list[str], out_dir: Path, *, note: bool = True) -> Path:
+    """Compile ``source`` into a cached shared library (reused when present); returns its path.
+    The compiler writes a temporary file in the cache folder (``.<name>.<pid>.<n>.partial``),
+    moved onto the final name with ``os.replace`` (atomic: a racing build is harmless) and
+    removed on any failure or interrupt, so the cache never holds a partial library. The first
+    compile of a process prints :data:`NOTE` on stderr (``note=False``: the caller says it).
+    Raises OSError / subprocess.CalledProcessError on failure."""
+    global _noted
+    lib = library_path(source, cc, out_dir)
     if lib.exists():
         return lib
     out_dir.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=out_dir)
-    os.close(fd)
+    sweep_stale(out_dir)
+    if note and not _noted:
+        _noted = True
+        print(NOTE.format(s=SECONDS_PER_KERNEL * len(sources())), file=sys.stderr, flush=True)
+    tmp = out_dir / f".{lib.name}.{os.getpid()}.{next(_counter)}.partial"
     try:
-        subprocess.run([*cc, *FLAGS, "-o", tmp, str(source)], check=True, capture_output=True,
-                       text=True, timeout=300)
-        os.replace(tmp, lib)                                 # atomic: a racing build is harmless
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        subprocess.run([*cc, *FLAGS, "-o", str(tmp), str(source)], check=True,
+                       capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+        os.replace(tmp, lib)
+    finally:                      # failure, KeyboardInterrupt, timeout: nothing partial stays
+        tmp.unlink(missing_ok=True)
     return lib
+
+
+def build_all(log=print) -> list[tuple[Path, Path | None, str]]:
+    """Build every kernel of :func:`sources` into the cache now (``lengen build-kernels``):
+    ``[(source, library or None, what happened)]``; never raises for a kernel that fails."""
+    cc = find_compiler()
+    out = []
+    for source in sources():
+        t0 = time.perf_counter()
+        cached = library_path(source, cc, cache_dir()).exists()
+        try:
+            lib = build(source, cc, cache_dir(), note=False)
+            ctypes.CDLL(str(lib))
+            what = "cached" if cached else f"built in {time.perf_counter() - t0:.1f} s"
+        except (OSError, subprocess.SubprocessError) as e:
+            lib, what = None, f"FAILED: {e}"
+        log(f"  {source.relative_to(_PACKAGE)}: {what}")
+        out.append((source, lib, what))
+    return out
 
 
 def load(source: Path, version: int) -> ctypes.CDLL | None:

@@ -89,9 +89,9 @@ def run_demo(out_dir: str = "runs/demo", steps: int | None = None, models=None,
         rows += r
     total = time.time() - t_all
     caption = (f"Flip-flop whole-sequence accuracy (%), {DEMO['n_pairs']} pairs "
-               f"({2 * DEMO['n_pairs']} tokens), {cfgs[models[0]].eval.sequences} sequences per split; "
+               f"({2 * DEMO['n_pairs']} tokens), {cfgs[models[0]].config.eval.sequences} sequences per split; "
                f"{DEMO['n_layers']} layers, d_model {DEMO['d_model']}, {DEMO['n_heads']} heads, "
-               f"{cfgs[models[0]].train.steps} steps x batch {DEMO['batch_size']}, seed 0. "
+               f"{cfgs[models[0]].config.train.steps} steps x batch {DEMO['batch_size']}, seed 0. "
                f"Wall time {total / 60:.1f} min.")
     table = format_table(rows, models)
     per_read = format_table(rows, models, metric="token_acc")

@@ -31,7 +31,7 @@ from lengen.eval.perplexity import score_batch
 from lengen.recipes.common import default_device
 from lengen.recipes.estimate import (makespan, report_total, time_training_steps, timed,
                                      timing_key, use_worker_threads)
-from lengen.rundir.load import prepare
+from lengen.rundir.load import as_resolved, prepare
 from lengen.tasks import build_task
 
 #: ``max_eval_tokens`` that scores the whole evaluation split at every length (paper scales)
@@ -85,7 +85,9 @@ def time_config(cfg, *, steps: int = 10, device: str = "cpu", eval_extra=None) -
     Returns ``{"step", "setup", "train", "eval": {K: s}, "extra": {label: {K: s}}}``
     (``setup``: building the task and model, which every run does once)."""
     t0 = time.perf_counter()
-    task, model = prepare(cfg)          # a run builds its task (token cache) and model too
+    resolved = as_resolved(cfg)
+    cfg = resolved.config
+    task, model = prepare(resolved)     # a run builds its task (token cache) and model too
     t_setup = time.perf_counter() - t0
     t_step = time_training_steps(cfg, task, model, steps=steps, device=device)
 
@@ -133,8 +135,9 @@ def estimate_runs(specs, *, steps: int = 10, workers: int = 1, threads: int | No
         key = timing_key(spec.config)
         extra = list(eval_extra(spec)) if eval_extra else []
         if key not in timings:
-            cfg = resolve(spec.config, check_device=False)
-            timings[key] = time_config(cfg, steps=steps, device=device, eval_extra=extra)
+            resolved = resolve(spec.config, check_device=False)
+            cfg = resolved.config
+            timings[key] = time_config(resolved, steps=steps, device=device, eval_extra=extra)
             t = timings[key]
             lens = ", ".join(f"{k}: {v:.0f}" for k, v in t["eval"].items())
             log(f"{label(spec):>22}: {1000 * t['step']:7.1f} ms/step x {cfg.train.steps} = "

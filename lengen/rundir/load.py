@@ -3,6 +3,7 @@ finished or checkpointed run for evaluation (:func:`load_run`). Below training, 
 the analyses, which all read runs; :mod:`lengen.train.loop` writes them."""
 from __future__ import annotations
 
+import copy
 import json
 import os
 import warnings
@@ -10,36 +11,47 @@ import warnings
 import torch
 
 from lengen.checks import check_device_available
-from lengen.config import ExperimentConfig, resolve, take_built, validate
+from lengen.config import ExperimentConfig, Resolved, resolve, validate
 from lengen.errors import ArgumentError, ConfigError, LengenWarning, RunDirError
 from lengen.model import build_model
 from lengen.rundir.checkpoint import checkpoint_step, latest_checkpoint, load_weights
 from lengen.rundir.layout import check_run_dir
 
 
-def as_experiment_config(cfg) -> ExperimentConfig:
-    """An ExperimentConfig as given, or a plain dict resolved (as ``lengen.resolve(d)``); anything
-    else is an ArgumentError naming what to pass."""
+def as_resolved(cfg) -> Resolved:
+    """What a run starts from: a :class:`Resolved` as given (validated again only if its config
+    was changed since), an ExperimentConfig validated (in place, as ``lengen.config.validate``),
+    a plain dict resolved (as ``lengen.resolve(d)``); the device is not checked here (the run
+    checks the one it uses). Anything else is an ArgumentError naming what to pass."""
+    if isinstance(cfg, Resolved):
+        return validate(cfg.config, check_device=False) if cfg.changed() else cfg
     if isinstance(cfg, ExperimentConfig):
-        return cfg
+        return validate(cfg, check_device=False)
     if isinstance(cfg, dict):
         return resolve(cfg, check_device=False)
-    raise ArgumentError(f"the config must be an ExperimentConfig (from lengen.resolve) or a dict "
-                        f"of sections model, task, train, eval, got {type(cfg).__name__}")
+    raise ArgumentError(f"the config must be what lengen.resolve returns, an ExperimentConfig "
+                        f"or a dict of sections model, task, train, eval, got "
+                        f"{type(cfg).__name__}")
 
 
-def prepare(cfg: ExperimentConfig):
-    """Task and model (seeded) of a validated ``cfg``. The task, sampler and scheme are those
-    validation built (``lengen.resolve`` or a dict config just now), so nothing is built twice;
-    a config not validated, or changed since, is validated here (everything but the device)."""
-    cfg = as_experiment_config(cfg)
-    built = take_built(cfg)
-    if built is None:
-        validate(cfg, check_device=False)
-        built = take_built(cfg)
-    torch.manual_seed(cfg.train.seed)
-    model = build_model(cfg.model, posenc=built.posenc, sampler=built.sampler)
-    return built.task, model
+def as_experiment_config(cfg) -> ExperimentConfig:
+    """The validated ExperimentConfig of anything :func:`as_resolved` takes."""
+    return as_resolved(cfg).config
+
+
+def prepare(cfg):
+    """Task and model (seeded) of a run: ``cfg`` as :func:`as_resolved` takes it. The model gets
+    copies of the sampler and scheme validation built (a model owns its modules, so two models
+    prepared from one Resolved share no parameters; what their constructors drew is never kept:
+    the model initialises every parameter), the task as built, its reading state reset to the
+    start (``load_state_dict({})``) if a run read it, so nothing is built or validated twice."""
+    r = as_resolved(cfg)
+    if r.task.state_dict():         # read by an earlier run from the same Resolved
+        r.task.load_state_dict({})
+    torch.manual_seed(r.config.train.seed)
+    model = build_model(r.config.model, posenc=copy.deepcopy(r.scheme),
+                        sampler=copy.deepcopy(r.sampler))
+    return r.task, model
 
 
 def load_run(run_dir: str, device="cpu"):
@@ -69,10 +81,11 @@ def load_run_at(run_dir: str, device="cpu"):
         raise RunDirError(f"{cfg_path} is unreadable ({type(e).__name__}: {e}); {fix}") from None
     check_device_available(device, "device")
     try:
-        cfg = resolve(stored, check_device=False)
+        resolved = resolve(stored, check_device=False)
     except ConfigError as e:
         raise ConfigError(f"{cfg_path}: {e}") from None
-    task, model = prepare(cfg)
+    cfg = resolved.config
+    task, model = prepare(resolved)
     weights = os.path.join(run_dir, "model.safetensors")
     step = cfg.train.steps
     if not os.path.exists(weights):
@@ -97,4 +110,4 @@ def load_run_at(run_dir: str, device="cpu"):
     return cfg, task, model.to(device).eval(), step
 
 
-__all__ = ["as_experiment_config", "prepare", "load_run", "load_run_at"]
+__all__ = ["as_resolved", "as_experiment_config", "prepare", "load_run", "load_run_at"]

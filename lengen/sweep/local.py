@@ -98,8 +98,8 @@ def run_one(spec: RunSpec | dict, out_dir: str, *, quiet: bool = True, threads: 
     try:
         if threads:         # explicit (a sweep's --threads): every workload of this run uses it
             set_process_threads(threads)
-        cfg = resolve(spec.config)
-        rows, why = finished_rows(cfg.to_dict(), run_dir)
+        cfg = resolve(spec.config)          # validated once; reevaluate / train take it
+        rows, why = finished_rows(cfg.config.to_dict(), run_dir)
         if rows is not None:
             result.update(status="cached", rows=rows)
         elif why not in ("train", "eval"):
@@ -295,7 +295,7 @@ def run_sweep(runs, out_dir: str, *, workers: int = 1, backend: str = "local", t
         # finished runs are only read back: do that here instead of starting workers for them
         todo = []
         for spec in specs:
-            rows, _ = finished_rows(resolve(spec.config, check_device=here).to_dict(),
+            rows, _ = finished_rows(resolve(spec.config, check_device=here).config.to_dict(),
                                     os.path.join(out_dir, spec.name))
             if rows is not None:
                 on_result(run_fn(spec, out_dir, **dict(opts, threads=0)))

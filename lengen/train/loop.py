@@ -51,7 +51,8 @@ from lengen.train.state import TrainingState, positions_generator  # noqa: F401
 from lengen.train.step import apply_update, backward_and_clip, forward_loss, loss_fn
 # reading a run directory (load_run, prepare) sits below train, eval and analysis, which all use it
 from lengen.rundir.checkpoint import checkpoint_step  # noqa: F401
-from lengen.rundir.load import as_experiment_config, load_run, load_run_at, prepare  # noqa: F401
+from lengen.rundir.load import (as_experiment_config, as_resolved, load_run,  # noqa: F401
+                                load_run_at, prepare)
 from lengen.rundir.layout import (PREVIOUS, RunDirLock, check_run_dir, check_same_run, has_run,
                                  move_aside, run_meta, truncate_metrics, write_rows)
 from lengen.train.distributed import env_world_size
@@ -102,7 +103,8 @@ def train(cfg: ExperimentConfig | dict, run_dir: str, *, resume: bool = True,
     None). Under ``torchrun`` (``WORLD_SIZE > 1``) every process calls this; rank 0 gets the rows,
     the other ranks None (see :mod:`lengen.train.distributed`). ``cfg`` may be a plain dict
     (resolved as by :func:`lengen.resolve`)."""
-    cfg = as_experiment_config(cfg)
+    resolved = as_resolved(cfg)      # validated once: lengen.resolve's, or here
+    cfg = resolved.config
     run_dir = check_run_dir(run_dir)
     for name, flag in (("resume", resume), ("fresh", fresh), ("quiet", quiet)):
         if not isinstance(flag, bool):
@@ -111,7 +113,7 @@ def train(cfg: ExperimentConfig | dict, run_dir: str, *, resume: bool = True,
     if stop_at is not None and (isinstance(stop_at, bool) or not isinstance(stop_at, int)
                                 or stop_at < 0):
         raise ConfigError(f"stop_at must be an integer >= 0, got {stop_at!r}")
-    task, model = prepare(cfg)                      # every config error before any file is made
+    task, model = prepare(resolved)                 # every config error before any file is made
     # again here: resolve(check_device=False) configs (made on another machine) reach train too
     check_runtime(tc)
     check_memory(cfg, task)

@@ -245,7 +245,7 @@ def read_back_other_parts(grid: list, res, out: str, run_fn):
         if sp.name in results:
             continue
         run_dir = os.path.join(out, sp.name)
-        if finished_rows(resolve(sp.config).to_dict(), run_dir)[0] is not None:
+        if finished_rows(resolve(sp.config).config.to_dict(), run_dir)[0] is not None:
             results[sp.name] = run_fn(sp, out, quiet=True, threads=0)
             continue
         try:
@@ -291,8 +291,9 @@ def estimate_time(scale: str = "cpu", *, settings=None, trials=None,
         kind = (spec.tags["setting"], spec.tags["N"])
         if kind in per_kind:
             continue
-        cfg = resolve(copy.deepcopy(spec.config))
-        task, model = prepare(cfg)
+        resolved = resolve(copy.deepcopy(spec.config))
+        cfg = resolved.config
+        task, model = prepare(resolved)
         t_step = time_training_steps(cfg, task, model, steps=steps, device=device)
         bs = cfg.eval.batch_size
         # one batch per length, scaled to the sequences evaluated

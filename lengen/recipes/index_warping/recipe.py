@@ -244,8 +244,9 @@ def estimate_time(scale: str = "cpu", *, steps: int = 10, tasks=None, models=Non
     per_run, serial = {}, 0.0
     for task in tasks:
         for m in trained + [c for c in models if c in EVAL_ONLY]:
-            cfg = resolve(run_config(task, m, scale, device=device))
-            tsk, model = prepare(cfg)
+            resolved = resolve(run_config(task, m, scale, device=device))
+            cfg = resolved.config
+            tsk, model = prepare(resolved)
             t_step = (0.0 if m in EVAL_ONLY else
                       time_training_steps(cfg, tsk, model, steps=steps, device=device))
             model.eval()

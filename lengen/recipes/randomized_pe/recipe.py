@@ -245,8 +245,9 @@ def estimate_time(scale: str = "cpu", *, steps: int = 10, tasks=None, schemes=No
     per_run = {}
     for task in tasks:
         for scheme in schemes:
-            cfg = resolve(run_config(task, scheme, scale, device=device))
-            tsk, model = prepare(cfg)
+            resolved = resolve(run_config(task, scheme, scale, device=device))
+            cfg = resolved.config
+            tsk, model = prepare(resolved)
             t_step = time_training_steps(cfg, tsk, model, steps=steps, device=device)
             lengths = [int(x.split("=")[1]) for x in cfg.eval.splits]
             with torch.inference_mode():

@@ -166,8 +166,9 @@ def estimate_time(scale: str = "cpu", *, steps: int = 10, models=None, seeds: in
     use_worker_threads(workers, threads)
     per_run = {}
     for m in models:
-        cfg = resolve(model_config(m, scale, 0, device=device))
-        task, model = prepare(cfg)
+        resolved = resolve(model_config(m, scale, 0, device=device))
+        cfg = resolved.config
+        task, model = prepare(resolved)
         t_step = time_training_steps(cfg, task, model, steps=steps, device=device)
         with torch.inference_mode():
             batch = task.eval_batch("iid", cfg.eval.batch_size,
