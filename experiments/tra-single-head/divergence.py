@@ -38,8 +38,8 @@ def worker(seed: int, stop: int, run_dir: str) -> None:
     cfg["model"]["d_ff"] = 512                # what both commits trained (see the README)
     cfg["train"].update(steps=1500, ckpt_every=100, threads=1, log_every=10)
     resolved = lengen.resolve(cfg)
-    torch.manual_seed(resolved.train.seed)
-    model = lengen.Transformer(resolved.model)
+    torch.manual_seed(resolved.config.train.seed)
+    model = lengen.Transformer(resolved.config.model)
     blob = b"".join(p.detach().numpy().tobytes() for p in model.parameters())
     print("INIT", sum(p.numel() for p in model.parameters()), hashlib.sha1(blob).hexdigest())
     lengen.train(resolved, run_dir, stop_at=stop, quiet=True)
@@ -60,8 +60,8 @@ def survival_rows(run_dir: str, seed: int):
     cfg = model_config("TRA", "cpu", seed, n_layers=2, n_heads=1, name="x")
     cfg["model"]["d_ff"] = 512
     resolved = lengen.resolve(cfg)
-    torch.manual_seed(resolved.train.seed)
-    model = lengen.Transformer(resolved.model).eval()
+    torch.manual_seed(resolved.config.train.seed)
+    model = lengen.Transformer(resolved.config.model).eval()
     step = 0
     while True:
         if step:

@@ -84,9 +84,9 @@ def main(out_dir, variants):
             fw.writerow([name, seed, f"{acc['iid']:.2f}", f"{acc['dense']:.2f}",
                          f"{acc['sparse']:.2f}"])
             final.flush()
-            torch.manual_seed(resolved.train.seed)                # the run's initial weights
-            model = lengen.Transformer(resolved.model).eval()
-            for step in range(0, resolved.train.steps + 1, 100):
+            torch.manual_seed(resolved.config.train.seed)                # the run's initial weights
+            model = lengen.Transformer(resolved.config.model).eval()
+            for step in range(0, resolved.config.train.steps + 1, 100):
                 if step:
                     load_weights(model, os.path.join(run_dir, "checkpoints",
                                                      f"step_{step:07d}", "model.safetensors"))
