@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import textwrap
+from collections import Counter
 
 import pytest
 
@@ -136,6 +137,29 @@ def test_the_baseline_exempts_only_its_unchanged_line(tmp_path):
     assert check_numbers.check_readme(readme, baseline=base) == []
     readme = _folder(tmp_path / "b", GOOD + "We trained 17 runs.\n")
     assert any("17 is not tied" in e for e in check_numbers.check_readme(readme, baseline=base))
+
+
+def test_the_baseline_is_never_weaker_than_the_old_check(tmp_path):
+    # a legacy number that no data file gives fails even when its line is baselined: the old
+    # check (a number with a decimal point or a percent sign must occur in the folder's files)
+    # still holds for it, for a whole-number percentage and for each end of a range
+    text = GOOD + "Its best seed reaches 91.4 and 93% of 16 runs; seed 2 is at 70.1-99.9%.\n"
+    readme = _folder(tmp_path, text)
+    untied = []
+    check_numbers.check_readme(readme, untied=untied)
+    base = {k: 1 for k in untied}
+    assert {k[1] for k in base} >= {"91.4", "93", "16", "70.1-99.9"}
+    errors = check_numbers.check_readme(readme, baseline=base)
+    assert any("91.4 is in none of the folder's data files" in e for e in errors), errors
+    assert any("93 is not tied" in e for e in errors), errors
+    assert any("'70.1-99.9%' is not declared" in e for e in errors), errors
+    assert not any("16 is not tied" in e for e in errors), errors      # a whole count: legacy
+    # the same line with numbers the folder's file holds passes on the baseline alone
+    ok = GOOD + "Its best seed reaches 87.84 and 85% of 16 runs; seed 2 is at 82.71-87.84%.\n"
+    readme = _folder(tmp_path / "b", ok)
+    untied = []
+    check_numbers.check_readme(readme, untied=untied)
+    assert check_numbers.check_readme(readme, baseline=Counter(untied)) == []
 
 
 def test_the_main_readme_and_docs_are_read_by_results_paragraph(tmp_path, monkeypatch):
