@@ -139,6 +139,16 @@ def test_the_baseline_exempts_only_its_unchanged_line(tmp_path):
     assert any("17 is not tied" in e for e in check_numbers.check_readme(readme, baseline=base))
 
 
+def test_rewriting_the_baseline_never_adds_a_number():
+    old = {("r.md", "16", "aaa"): 1, ("r.md", "3", "aaa"): 2}
+    # the line was edited (new hash): its legacy 16 and 3s keep their exemption; 17 is new
+    untied = [("r.md", "16", "bbb"), ("r.md", "3", "bbb"), ("r.md", "3", "bbb"),
+              ("r.md", "3", "bbb"), ("r.md", "17", "bbb")]
+    kept, refused = check_numbers.rebaseline(untied, old)
+    assert kept == [("r.md", "16", "bbb"), ("r.md", "3", "bbb"), ("r.md", "3", "bbb")]
+    assert refused == [("r.md", "17", "bbb"), ("r.md", "3", "bbb")]
+
+
 def test_the_baseline_is_never_weaker_than_the_old_check(tmp_path):
     # a legacy number that no data file gives fails even when its line is baselined: the old
     # check (a number with a decimal point or a percent sign must occur in the folder's files)

@@ -25,7 +25,7 @@ a few seconds. Three checks per README:
    printed, the matching element of what EXPRESSION evaluates to (a number, or a sequence of as
    many numbers as FIGURE has). Expressions are Python over this folder's files (helpers
    below: ``csv``, ``jsonl``, ``mdtable``, ``grep``, ``sel``, ``row``, ``val``, ``rng``,
-   ``mean``, ``num``; ``np``, ``pd``). Names bound with ``NAME := EXPRESSION`` lines can be used by later lines. ``paper: N N ...
+   ``mean``, ``num``, ``claim`` (a claim's verdict from results/claims.yaml); ``np``, ``pd``). Names bound with ``NAME := EXPRESSION`` lines can be used by later lines. ``paper: N N ...
    (source)`` lists numbers quoted from a paper, ``cited: N N ... (source)`` numbers from a file
    that is no longer in the folder (an older commit's table), ``rule: N (what)`` thresholds
    (the 90% fit rule); the source in brackets is required.
@@ -129,7 +129,37 @@ def _helpers(folder: str) -> dict:
         return float(m.group(1).replace(",", ""))
 
     return {"csv": csv, "jsonl": jsonl, "mdtable": mdtable, "grep": grep, "sel": sel, "val": val,
-            "row": row, "rng": rng, "mean": mean, "num": num, "np": np, "pd": pd}
+            "row": row, "rng": rng, "mean": mean, "num": num, "np": np, "pd": pd,
+            "claim": claim}
+
+
+_CLAIMS: dict = {}
+
+
+def claim(claim_id: str, folder: str | None = None):
+    """The :class:`~lengen.analysis.verdicts.Verdict` that ``results/claims.yaml`` gives claim
+    ``claim_id`` (its current reading, or the reading of ``folder``), as in results/VERDICTS.md:
+    ``.means`` / ``.stds`` (arm label -> mean / sample std over ``.seeds``), ``.n`` / ``.fitted``
+    (arm -> runs / fitted runs), ``.diffs``, ``.verdict``. A README's verdict sentence ties its
+    numbers to the very computation that gives the verdict."""
+    from lengen.analysis.verdict_table import judge_reading, load
+    path = os.path.join(ROOT, "claims.yaml")
+    key = (path, os.stat(path).st_mtime_ns)
+    if key not in _CLAIMS:
+        _CLAIMS.clear()
+        _CLAIMS[key] = {"claims": {c["id"]: c for c in load(path)}, "verdicts": {}}
+    store = _CLAIMS[key]
+    if claim_id not in store["claims"]:
+        raise KeyError(f"no claim {claim_id!r} in results/claims.yaml")
+    c = store["claims"][claim_id]
+    readings = [r for r in c["readings"] if (r["folder"] == folder if folder else r.get("current"))]
+    if not readings:
+        raise KeyError(f"claim {claim_id!r} has no reading of folder {folder!r} (readings: "
+                       f"{[r['folder'] for r in c['readings']]})")
+    vkey = (claim_id, readings[0]["folder"])
+    if vkey not in store["verdicts"]:
+        store["verdicts"][vkey] = judge_reading(c, readings[0])[0]
+    return store["verdicts"][vkey]
 
 
 def sel(df: pd.DataFrame, **eq) -> pd.DataFrame:
@@ -549,23 +579,48 @@ def documents() -> list[str]:
     return readmes() + [p for p in extra if os.path.exists(p)]
 
 
-def write_baseline(path: str = BASELINE) -> int:
+def rebaseline(untied: list, old: dict) -> tuple[list, list]:
+    """The entries a rewritten baseline may keep: the untied numbers now, each (path, number)
+    at most as often as the old baseline held it (an edited line's legacy numbers keep their
+    exemption under the line's new hash; a number new to that document does not). Returns
+    (kept, refused)."""
+    room: dict = {}
+    for (path, number, _), k in old.items():
+        room[(path, number)] = room.get((path, number), 0) + k
+    kept, refused = [], []
+    for key in sorted(untied):
+        if room.get(key[:2], 0) > 0:
+            room[key[:2]] -= 1
+            kept.append(key)
+        else:
+            refused.append(key)
+    return kept, refused
+
+
+def write_baseline(path: str = BASELINE) -> tuple[int, list]:
+    """Rewrite the baseline from the documents' untied numbers; it only shrinks
+    (:func:`rebaseline`). Returns (entries written, the untied numbers it refused: these must
+    be tied)."""
     untied: list = []
     for doc in documents():
         check_readme(doc, untied=untied)
+    kept, refused = rebaseline(untied, _read_baseline(path))
     with open(path, "w") as f:
         f.write("# Untied numbers kept from before check 4 (lengen/analysis/numbers.py): path, "
                 "number, hash of its line.\n# Only ever shrinks: tie a number and delete its "
                 "line; rerun --baseline only to drop fixed entries.\n")
-        for key in sorted(untied):
+        for key in kept:
             f.write("\t".join(key) + "\n")
-    return len(untied)
+    return len(kept), refused
 
 
 def main(argv: list[str]) -> int:
     if argv == ["--baseline"]:
-        print(f"{write_baseline()} untied number(s) written to {os.path.relpath(BASELINE, REPO)}")
-        return 0
+        n, refused = write_baseline()
+        print(f"{n} untied number(s) written to {os.path.relpath(BASELINE, REPO)}")
+        for path, number, _ in refused:
+            print(f"{path}: {number} is new (not in the old baseline): tie it")
+        return 1 if refused else 0
     docs = argv or documents()
     errors = []
     for doc in docs:
