@@ -76,3 +76,24 @@ def test_every_pre_registered_rule_precedes_its_data(claims):
     r = next(r for c in claims for r in c["readings"] if r["folder"] == "addition-cpu-recipe")
     late = dict(r, rule_commit=registration.first_commit(registration.data_files(r)[0]))
     assert any("not after the rule" in p for p in registration.check_reading(late))
+
+
+def test_the_error_analyses_and_n20_have_verdicts(claims):
+    carry = _verdicts(claims, "zhou-fig9-carry-no-more-errors")["addition-cpu-seeds"]
+    one = _verdicts(claims, "zhou-figC10-one-wrong-digit")["addition-cpu-seeds"]
+    n20 = _verdicts(claims, "zhou-fig13-reach-grows-with-n")["addition-n20-cpu"]
+    # FIRE seeds 0 and 3 fit (seed 5 learns, does not fit, and is not counted)
+    assert carry.verdict == "reproduced" and carry.seeds == [0, 3]
+    assert one.verdict == "not reproduced" and one.seeds == [0, 3]
+    assert n20.verdict == "untested" and "seeds chosen by" in n20.reason
+
+
+def test_descriptive_claims_are_listed_and_checked(claims, tmp_path):
+    assert {d["id"] for d in claims.descriptive} >= {"iw-t2-idealized-warps", "copy-rope-nope"}
+    assert "## Addressed without a verdict" in render(claims)
+    bad = tmp_path / "claims.yaml"
+    with open(CLAIMS) as f:
+        base = f.read()
+    bad.write_text(base.replace("  why: one seed per arm", "  because: one seed per arm", 1))
+    with pytest.raises(ClaimError, match="unknown key"):
+        load(str(bad))

@@ -160,11 +160,27 @@ def judge_reading(claim: dict, reading: dict, root: str = RESULTS) -> tuple[Verd
     return v, runs
 
 
-def load(path: str) -> list[dict]:
+DESCRIPTIVE_KEYS = {"id", "paper", "where", "claim", "folder", "why"}
+
+
+class Claims(list):
+    """The claims (a list of dicts) and, as ``.descriptive``, the claims addressed without a
+    verdict (no seeds to pair or count: formulas only, or one run per arm)."""
+    descriptive: list
+
+
+def load(path: str) -> Claims:
     with open(path) as f:
         doc = yaml.safe_load(f)
-    claims = doc["claims"]
-    ids = set()
+    _unknown(doc, {"claims", "descriptive"}, path)
+    claims = Claims(doc["claims"])
+    claims.descriptive = list(doc.get("descriptive") or [])
+    for d in claims.descriptive:
+        _unknown(d, DESCRIPTIVE_KEYS, f"descriptive {d.get('id')}")
+        missing = DESCRIPTIVE_KEYS - set(d)
+        if missing:
+            raise ClaimError(f"descriptive {d.get('id')}: missing key(s) {sorted(missing)}")
+    ids = {d["id"] for d in claims.descriptive}
     for c in claims:
         _unknown(c, KEYS, f"claim {c.get('id')}")
         if c["id"] in ids:
@@ -253,6 +269,17 @@ def render(claims: list[dict], root: str = RESULTS) -> str:
         out.append("| " + " | ".join(_cell(x) for x in (
             c["id"], f"`{r['folder']}/`", _counts(v), _ours(v, runs), f"*{v.verdict}*",
             v.reason, r.get("superseded_note", ""))) + " |")
+    descriptive = getattr(claims, "descriptive", [])
+    if descriptive:
+        out += ["", "## Addressed without a verdict", "",
+                "Claims a results folder addresses where no rule above can give a verdict; the "
+                "folder describes what it measured, and no verdict word elsewhere stands for "
+                "them.", "",
+                "| id | paper | where | claim | folder | why no verdict |", "|---|---|---|---|---|---|"]
+        for d in descriptive:
+            out.append("| " + " | ".join(_cell(x) for x in (
+                d["id"], d["paper"], d["where"], d["claim"], f"`{d['folder']}/`", d["why"]))
+                + " |")
     return "\n".join(out) + "\n"
 
 
