@@ -90,7 +90,8 @@ def test_the_error_analyses_and_n20_have_verdicts(claims):
 
 def test_descriptive_claims_are_listed_and_checked(claims, tmp_path):
     assert {d["id"] for d in claims.descriptive} >= {"iw-t2-idealized-warps", "copy-rope-nope"}
-    assert "## Addressed without a verdict" in render(claims)
+    with open(os.path.join(RESULTS, "VERDICTS.md")) as f:       # == render(claims), tested above
+        assert "| copy-rope-nope |" in f.read().split("## Addressed without a verdict")[1]
     bad = tmp_path / "claims.yaml"
     with open(CLAIMS) as f:
         base = f.read()
