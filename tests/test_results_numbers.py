@@ -179,3 +179,17 @@ def test_the_main_readme_and_docs_are_read_by_results_paragraph(tmp_path, monkey
     doc.write_text("Install with 2 commands.\n\nIn `results/x/` FIRE fits 5 seeds.\n")
     errors = check_numbers.check_readme(str(doc), baseline={})
     assert len(errors) == 1 and "5 is not tied" in errors[0], errors
+
+
+def test_a_verdict_sentence_ties_to_the_verdict_engine(tmp_path):
+    # claim(id) is the Verdict results/VERDICTS.md prints for that claim
+    v = check_numbers.claim("ruoss-t1-bucket_sort-sincos")
+    good = f"Sin/cos {v.means['sin/cos']:.1f} -> {v.means['randomized sin/cos']:.1f} " \
+        "<!-- num: [claim('ruoss-t1-bucket_sort-sincos').means[a] for a in " \
+        "('sin/cos', 'randomized sin/cos')] -->.\n"
+    assert check_numbers.check_readme(_folder(tmp_path, GOOD + good), baseline={}) == []
+    bad = good.replace(f"{v.means['sin/cos']:.1f}", f"{v.means['sin/cos'] + 1:.1f}", 1)
+    errors = check_numbers.check_readme(_folder(tmp_path / "b", GOOD + bad), baseline={})
+    assert any("but <!-- num: [claim(" in e for e in errors), errors
+    with pytest.raises(KeyError, match="no claim"):
+        check_numbers.claim("no-such-claim")

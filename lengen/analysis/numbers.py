@@ -48,7 +48,8 @@ a few seconds. Three checks per README:
 
    - a declared figure of check 1 (``FIGURE = EXPRESSION``: one expression per figure);
    - tied inline: ``58.7 vs 38.5 <!-- num: [expr1, expr2] -->`` ties the numbers just before the
-     marker (as many as the expression gives) to that expression;
+     marker on its line (as many as the expression gives) to that expression (a number tied
+     so is checked by its expression, not looked up by check 2);
    - a ``paper:`` / ``cited:`` / ``rule:`` number of check 1;
    - before a ``<!-- from: WHERE -->`` marker on the same line, for numbers no committed file
      can give (``<!-- from: a demo run on 2026-11-28, not committed -->``): the text must also
@@ -456,16 +457,6 @@ def check_readme(readme: str, baseline: dict | None = None, untied: list | None 
             errors.append(f"{rel}: the range '{m.group().strip()}' is not declared (add "
                           "'FIGURE = rng(...)' to the README's <!-- numbers --> block)")
 
-    for m in RESULT.finditer(prose):
-        printed = m.group(1)
-        if covered(m.start(1), m.end(1)) or printed in paper or _in_data(printed, data):
-            continue
-        # (no baseline here: this check held for the results READMEs before issue 54)
-        line = text.count("\n", 0, m.start()) + 1
-        errors.append(f"{rel}:{line}: {printed} is in none of the folder's data files and not "
-                      "declared (a derived figure: add it to <!-- numbers -->; a paper's: "
-                      "'paper: ...')")
-
     # check 4: every number of a results paragraph tied to one expression (or exempt)
     tokens = _tokens(prose, spans)
     tied: set[int] = set()
@@ -500,6 +491,18 @@ def check_readme(readme: str, baseline: dict | None = None, untied: list | None 
             if not _equal(t.group(), v):
                 errors.append(f"{rel}: {t.group()} but <!-- num: {arg} --> gives {v!r}")
             tied.add(t.start())
+    # check 2 (a number tied inline to an expression is checked by that expression instead)
+    for m in RESULT.finditer(prose):
+        printed = m.group(1)
+        if covered(m.start(1), m.end(1)) or printed in paper or m.start(1) in tied \
+                or _in_data(printed, data):
+            continue
+        # (no baseline here: this check held for the results READMEs before issue 54)
+        line = text.count("\n", 0, m.start()) + 1
+        errors.append(f"{rel}:{line}: {printed} is in none of the folder's data files and not "
+                      "declared (a derived figure: add it to <!-- numbers -->; a paper's: "
+                      "'paper: ...')")
+
     for t in tokens:
         if t.start() in tied or covered(t.start(), t.end()) or t.group() in paper:
             continue
