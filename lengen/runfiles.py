@@ -2,6 +2,7 @@
 
 A run directory (``lengen train --run-dir RUN``) holds ``config.json``, ``metrics.jsonl``,
 ``checkpoints/``, ``model.safetensors``, the training-time ``eval.json`` / ``eval.csv``, ``tb/``,
+``provenance.json`` (the lengen commit, dirty state and start time: :mod:`lengen.provenance`),
 the lock and earlier runs moved to ``previous/``. No output of another command may take one of
 these names there: every later command on the run would fail or read other numbers. This module
 sits at the bottom of the house, so both the file helpers (:mod:`lengen.fileio`) and the
@@ -17,7 +18,7 @@ LOCK_NAME = ".lock"
 PREVIOUS = "previous"
 #: what a run writes; a directory holding any of these holds a run
 RUN_FILES = ("config.json", "metrics.jsonl", "checkpoints", "model.safetensors", "eval.json",
-             "eval.csv", "tb")
+             "eval.csv", "tb", "provenance.json")
 
 
 #: names no output of a command may take in a run directory: the files above, their stems (an

@@ -17,6 +17,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 LAYERS = [
     ("ground", ["lengen.errors", "lengen.fileio", "lengen.checks", "lengen.registry",
                 "lengen.config_files", "lengen.cliutil", "lengen.runtime", "lengen.runfiles",
+                "lengen.provenance",
                 "lengen.threads"]),
     ("building blocks", ["lengen.samplers", "lengen.ops", "lengen.tasks", "lengen.data"]),
     ("mechanisms", ["lengen.posenc", "lengen.attention"]),

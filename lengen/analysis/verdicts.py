@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 REPRODUCED, DIRECTION, NOT_REPRODUCED, UNTESTED = ("reproduced", "direction only",
                                                    "not reproduced", "untested")
@@ -105,3 +106,215 @@ def compare_pass_counts(base: Mapping, other: Mapping) -> dict:
 
 __all__ = ["VERDICTS", "REPRODUCED", "DIRECTION", "NOT_REPRODUCED", "UNTESTED", "mean", "std",
            "compare_means", "compare_groups", "compare_pass_counts"]
+
+
+# ---- the one rule family for every paper's claim (issue 54) ------------------------------------
+#
+# The functions above compare dicts of already-passing scores and are kept for the recipes'
+# reports. The three rules below take every run an arm made (fitted or not, with its budget and
+# seed) and apply every condition themselves, so that no caller can drop one: results/claims.yaml
+# names the runs, lengen.analysis.verdict_table applies these rules and writes
+# results/VERDICTS.md. Each rule has a versioned name printed beside every verdict it gives.
+
+PAIRED_GAP = "paired-gap/v1"
+PASS_COUNT = "pass-count/v1"
+SINGLE_ARM = "single-arm/v1"
+RULES = {
+    PAIRED_GAP: (
+        "Arm B above (or below) arm A. Conditions, in order; the first broken one gives "
+        "*untested* with the reason: (1) every run of both arms has the same budget; (2) the "
+        "seeds were not chosen by either arm's outcome; (3) only fitted runs count (the claim's "
+        "fit bar) and only seeds where BOTH arms fitted (paired), n >= 2 such seeds; (4) one row "
+        "per arm and seed (never a best-of-n). Then, with d_s = sign * (B_s - A_s) on each "
+        "common seed: *reproduced* when every d_s > 0 AND mean d > the larger within-arm sample "
+        "std over those seeds; *direction only* when mean d > 0 otherwise; *not reproduced* when "
+        "mean d <= 0."),
+    PASS_COUNT: (
+        "A makes the model learn and B (A without it) does not. (1) equal budgets; (2) seeds not "
+        "chosen by either arm's outcome; (3) the seeds both arms ran, n >= 2 (every finished run "
+        "counts: passing is the outcome); (4) one row per arm and seed. *untested* when no run "
+        "passes; *reproduced* when A passes and B fails on every common seed; *direction only* "
+        "when A passes on more common seeds than B; *not reproduced* otherwise."),
+    SINGLE_ARM: (
+        "One arm's metric meets a threshold ('X reaches >= 90%', 'X fails OOD: < 50'). Runs "
+        "counted: the fitted ones when the claim is about generalization (among: fitted), every "
+        "run otherwise; one row per seed; n >= 2 counted runs, else *untested*. *reproduced* "
+        "when every counted run meets it, *direction only* when more than half do, *not "
+        "reproduced* otherwise. The range (min-max) of the counted runs is the interval given."),
+}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of one arm: its seed, the claim's metric, whether it fitted its training
+    distribution by the claim's bar (``None``: the claim has no fit bar), and its budget."""
+    seed: object
+    value: float
+    fitted: bool | None = None
+    budget: str = ""
+
+
+@dataclass
+class Verdict:
+    verdict: str
+    reason: str
+    rule: str
+    n: dict = field(default_factory=dict)          # arm -> runs
+    fitted: dict = field(default_factory=dict)     # arm -> fitted runs
+    seeds: list = field(default_factory=list)      # the seeds the verdict stands on
+    means: dict = field(default_factory=dict)      # arm -> mean over those seeds
+    stds: dict = field(default_factory=dict)       # arm -> sample std over those seeds
+    diffs: list = field(default_factory=list)      # per common seed: sign * (B - A)
+
+
+def _fmt(x) -> str:
+    return "nan" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.4g}"
+
+
+def _budget_problem(arms: dict[str, list[Run]]) -> str | None:
+    per_arm = {name: sorted({r.budget for r in runs}) for name, runs in arms.items()}
+    for name, budgets in per_arm.items():
+        if len(budgets) > 1:
+            return f"mixed budgets within {name} ({' / '.join(budgets)})"
+    values = {b[0] for b in per_arm.values() if b}
+    if len(values) > 1:
+        return "unequal budgets (" + " vs ".join(f"{n}: {b[0]}" for n, b in per_arm.items()) + ")"
+    return None
+
+
+def _duplicate_seeds(arms: dict[str, list[Run]]) -> str | None:
+    for name, runs in arms.items():
+        seeds = [r.seed for r in runs]
+        dup = sorted({s for s in seeds if seeds.count(s) > 1}, key=str)
+        if dup:
+            return f"{name} has several runs on seed(s) {dup}: one row per arm and seed"
+    return None
+
+
+def _fitted_count(runs: list[Run]) -> int:
+    return sum(r.fitted is not False for r in runs)
+
+
+def _common(arms, names, fitted_only: bool) -> list:
+    sets = [{r.seed for r in arms[n] if not fitted_only or r.fitted is not False} for n in names]
+    return sorted(set.intersection(*sets), key=str)
+
+
+def judge_pair(base: list[Run], other: list[Run], sign: int, *, names=("A", "B"),
+               seeds_chosen_by: str | None = None) -> Verdict:
+    """Rule :data:`PAIRED_GAP` (see :data:`RULES`): ``other`` (B) against ``base`` (A); ``sign``
+    +1 when the paper says B scores above A, -1 below."""
+    sign = _check_sign(sign)
+    a, b = names
+    arms = {a: list(base), b: list(other)}
+    v = Verdict(UNTESTED, "", PAIRED_GAP, n={k: len(r) for k, r in arms.items()},
+                fitted={k: _fitted_count(r) for k, r in arms.items()})
+    problem = (("no runs for " + " and ".join(k for k, r in arms.items() if not r))
+               if not all(arms.values()) else
+               _budget_problem(arms) or _duplicate_seeds(arms)
+               or (f"seeds chosen by {seeds_chosen_by}" if seeds_chosen_by else None))
+    if problem:
+        v.reason = problem
+        return v
+    seeds = _common(arms, names, fitted_only=True)
+    v.seeds = seeds
+    if len(seeds) < 2:
+        v.reason = (f"{len(seeds)} seed(s) where both arms fitted (n >= 2 needed; "
+                    f"{a} fitted {v.fitted[a]} of {v.n[a]}, {b} {v.fitted[b]} of {v.n[b]})")
+        return v
+    va = {r.seed: r.value for r in base}
+    vb = {r.seed: r.value for r in other}
+    xa, xb = [va[s] for s in seeds], [vb[s] for s in seeds]
+    v.means, v.stds = {a: mean(xa), b: mean(xb)}, {a: std(xa), b: std(xb)}
+    v.diffs = [sign * (vb[s] - va[s]) for s in seeds]
+    gap, bar = mean(v.diffs), max(v.stds[a], v.stds[b])
+    against = [s for s, d in zip(seeds, v.diffs) if d <= 0]
+    where = "above" if sign > 0 else "below"
+    head = (f"n = {len(seeds)} paired fitted seeds; {b} {where} {a} by mean {_fmt(gap)} "
+            f"(larger std {_fmt(bar)})")
+    if gap > bar and not against:
+        v.verdict, v.reason = REPRODUCED, head + ", every seed in that direction"
+    elif gap > 0:
+        why = (f"seed(s) {against} the other way" if against else "gap not above the larger std")
+        v.verdict, v.reason = DIRECTION, f"{head}: {why}"
+    else:
+        v.verdict, v.reason = NOT_REPRODUCED, head + ": not in the paper's direction"
+    return v
+
+
+def judge_pass(with_: list[Run], without: list[Run], *, names=("with", "without"),
+               seeds_chosen_by: str | None = None) -> Verdict:
+    """Rule :data:`PASS_COUNT`: ``with_`` (A) passes and ``without`` (B) does not. A run's
+    ``fitted`` is its pass."""
+    a, b = names
+    arms = {a: list(with_), b: list(without)}
+    v = Verdict(UNTESTED, "", PASS_COUNT, n={k: len(r) for k, r in arms.items()},
+                fitted={k: sum(bool(x.fitted) for x in r) for k, r in arms.items()})
+    problem = (("no runs for " + " and ".join(k for k, r in arms.items() if not r))
+               if not all(arms.values()) else
+               _budget_problem(arms) or _duplicate_seeds(arms)
+               or (f"seeds chosen by {seeds_chosen_by}" if seeds_chosen_by else None))
+    if problem:
+        v.reason = problem
+        return v
+    seeds = _common(arms, names, fitted_only=False)
+    v.seeds = seeds
+    if len(seeds) < 2:
+        v.reason = f"{len(seeds)} seed(s) both arms ran (n >= 2 needed)"
+        return v
+    pa = {r.seed: bool(r.fitted) for r in with_}
+    pb = {r.seed: bool(r.fitted) for r in without}
+    na, nb = sum(pa[s] for s in seeds), sum(pb[s] for s in seeds)
+    head = f"n = {len(seeds)} common seeds; {a} passes on {na}, {b} on {nb}"
+    if na + nb == 0:
+        v.reason = head + ": no run passes"
+    elif na == len(seeds) and nb == 0:
+        v.verdict, v.reason = REPRODUCED, head + ": on every seed"
+    elif na > nb:
+        v.verdict, v.reason = DIRECTION, head + ": not on every seed"
+    else:
+        v.verdict, v.reason = NOT_REPRODUCED, head
+    return v
+
+
+_OPS = {">=": lambda x, t: x >= t, ">": lambda x, t: x > t, "<=": lambda x, t: x <= t,
+        "<": lambda x, t: x < t}
+
+
+def judge_single(runs: list[Run], op: str, threshold: float, *, among: str = "fitted",
+                 name: str = "arm") -> Verdict:
+    """Rule :data:`SINGLE_ARM`: every counted run's value ``op`` ``threshold``. ``among``:
+    'fitted' (only fitted runs count) or 'all'."""
+    if op not in _OPS:
+        raise ValueError(f"op must be one of {sorted(_OPS)}, got {op!r}")
+    if among not in ("fitted", "all"):
+        raise ValueError(f"among must be 'fitted' or 'all', got {among!r}")
+    runs = list(runs)
+    v = Verdict(UNTESTED, "", SINGLE_ARM, n={name: len(runs)}, fitted={name: _fitted_count(runs)})
+    problem = _budget_problem({name: runs}) or _duplicate_seeds({name: runs})
+    if problem:
+        v.reason = problem
+        return v
+    counted = [r for r in runs if among == "all" or r.fitted is not False]
+    v.seeds = [r.seed for r in counted]
+    if len(counted) < 2:
+        v.reason = (f"{len(counted)} counted run(s) (n >= 2 needed; {v.fitted[name]} of "
+                    f"{len(runs)} fitted)")
+        return v
+    xs = [r.value for r in counted]
+    v.means, v.stds = {name: mean(xs)}, {name: std(xs)}
+    k = sum(_OPS[op](x, threshold) for x in xs)
+    head = (f"{k} of {len(counted)} {'fitted ' if among == 'fitted' else ''}runs {op} "
+            f"{_fmt(threshold)} (range {_fmt(min(xs))}-{_fmt(max(xs))})")
+    if k == len(counted):
+        v.verdict = REPRODUCED
+    elif 2 * k > len(counted):
+        v.verdict = DIRECTION
+    else:
+        v.verdict = NOT_REPRODUCED
+    v.reason = head
+    return v
+
+
+__all__ += ["PAIRED_GAP", "PASS_COUNT", "SINGLE_ARM", "RULES", "Run", "Verdict", "judge_pair",
+            "judge_pass", "judge_single"]

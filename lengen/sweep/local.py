@@ -13,6 +13,10 @@ Layout of ``out_dir``::
                                ``failed`` and the error (pandas: ``pd.read_csv(out_dir/results.csv)``)
     out_dir/failures.json      [{name, error, traceback}] of this invocation's failed runs
     out_dir/sweep.json         per-run status (done | cached | failed), seconds, worker
+    out_dir/runs.csv           one row per run: name, the grid's axis labels, status, seconds and
+                               the run's record (``lengen.provenance``: ``started_utc``,
+                               ``lengen_commit``, ``lengen_dirty``; empty for a run made before
+                               lengen wrote ``provenance.json``)
 
 All of these are rewritten atomically after every finished run, so a killed sweep leaves complete
 files behind. Rerunning the same sweep skips finished runs (a readable ``eval.json`` and the same
@@ -36,6 +40,7 @@ import torch
 from lengen.config import RESUME_IGNORED, RUNTIME_KEYS, config_diff, resolve
 from lengen.errors import ArgumentError, CheckpointError, ConfigError
 from lengen.fileio import make_output_dir, save_json_atomic, write_csv_atomic
+from lengen.provenance import RECORD_COLUMNS, read_record
 from lengen.rundir.layout import check_run_dir, read_stored_config
 from lengen.runs import reevaluate
 from lengen.sweep.grid import RunSpec, as_specs, failure_result
@@ -128,6 +133,8 @@ def run_one(spec: RunSpec | dict, out_dir: str, *, quiet: bool = True, threads: 
         save_json_atomic({k: result[k] for k in ("name", "error", "traceback", "pid")}
                          | {"time": time.time()}, fail_path)
     result["seconds"] = time.time() - t0
+    record = read_record(run_dir) or {}
+    result["record"] = {k: record.get(k) for k in RECORD_COLUMNS}
     return result
 
 
@@ -223,8 +230,23 @@ class SweepResult:
 
         return pd.DataFrame(self.rows)
 
+    def run_rows(self) -> list[dict]:
+        """One row per finished or failed run (``runs.csv``): name, tags, status, seconds and
+        the run's record (start time, lengen commit, dirty state)."""
+        out = []
+        for s in self.specs:
+            if s.name not in self.results:
+                continue
+            r = self.results[s.name]
+            record = r.get("record") or {}
+            out.append({"run": s.name, **s.tags, "status": r["status"],
+                        "seconds": round(float(r.get("seconds") or 0.0), 3),
+                        **{k: record.get(k) for k in RECORD_COLUMNS}})
+        return out
+
     def write(self) -> None:
         write_results(self.out_dir, self.rows, self.failures)
+        write_csv_atomic(self.run_rows(), os.path.join(self.out_dir, "runs.csv"))
         pending = [s.name for s in self.specs if s.name not in self.results]
         save_json_atomic({"runs": self.status, "pending": pending},
                          os.path.join(self.out_dir, "sweep.json"))

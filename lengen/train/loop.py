@@ -36,6 +36,7 @@ from tqdm.auto import tqdm
 
 from lengen.config import ExperimentConfig, vocab_error
 from lengen.fileio import save_json_atomic
+from lengen.provenance import RECORD_NAME, start_record
 from lengen.errors import ArgumentError, ConfigError, LengenError, RunDirError
 from lengen.eval.evaluate import evaluate
 from lengen.model import HFBackbone, ModelConfig, Transformer
@@ -182,6 +183,8 @@ def _open_log(cfg, run_dir: str, config_dict: dict, step: int):
     tc = cfg.train
     truncate_metrics(run_dir, step, log=_log)
     save_json_atomic(config_dict, os.path.join(run_dir, "config.json"))
+    # the lengen commit, dirty state and start time (first start kept on resume): issue 54
+    save_json_atomic(start_record(run_dir, step), os.path.join(run_dir, RECORD_NAME))
     wandb = None
     if tc.wandb:
         wandb = dict(project=tc.wandb_project,

@@ -1,0 +1,306 @@
+"""results/VERDICTS.md from results/claims.yaml: every claim of the four papers lengen addresses,
+each judged from committed csv rows by one rule of :mod:`lengen.analysis.verdicts` (issue 54).
+
+    python -m lengen.analysis.verdict_table --write results/VERDICTS.md   # regenerate
+    python -m lengen.analysis.verdict_table --check results/VERDICTS.md   # exit 1 if stale
+
+``results/claims.yaml`` is data, not code: per claim the paper, figure / table, the published
+numbers, the rule, and one or more *readings* (a folder's runs). A reading names, per arm, the
+csv file(s), a pandas query selecting the arm's rows, the value column, the fit bar (an
+expression over the same or other rows of the same run) and the budget (a column or a literal
+with its source). The first reading marked ``current`` gives the claim's verdict; the others are
+listed as superseded, with the verdict the same rule gives them. ``registration`` says whether
+the rule was committed before the runs (``pre-registered``, checked against git by
+:mod:`lengen.analysis.registration`) or not (``exploratory``).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+
+import pandas as pd
+import yaml
+
+from lengen.analysis.verdicts import (PAIRED_GAP, PASS_COUNT, RULES, SINGLE_ARM, Run, Verdict,
+                                      judge_pair, judge_pass, judge_single)
+
+RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "results")
+KEYS = {"id", "paper", "where", "claim", "published", "rule", "sign", "op", "threshold",
+        "among", "metric", "readings", "note"}
+READING_KEYS = {"folder", "current", "arms", "seeds_chosen_by", "registration", "rule_file",
+                "rule_commit", "superseded_note", "note"}
+ARM_KEYS = {"label", "file", "select", "value", "agg", "fit", "budget", "seed", "scale", "pivot"}
+RULE_NAMES = {"paired-gap": PAIRED_GAP, "pass-count": PASS_COUNT, "single-arm": SINGLE_ARM}
+
+
+class ClaimError(ValueError):
+    pass
+
+
+def _unknown(d: dict, allowed: set, where: str):
+    extra = set(d) - allowed
+    if extra:
+        raise ClaimError(f"{where}: unknown key(s) {sorted(extra)}; valid: {sorted(allowed)}")
+
+
+def _read(name: str, root: str) -> pd.DataFrame:
+    path = os.path.join(root, name)
+    return pd.read_json(path, lines=True) if name.endswith(".jsonl") else pd.read_csv(path)
+
+
+def _frame(files, root: str) -> pd.DataFrame:
+    files = [files] if isinstance(files, str) else list(files)
+    return pd.concat([_read(f, root) for f in files], ignore_index=True)
+
+
+def _values(rows: pd.DataFrame, value: str) -> pd.Series:
+    return rows[value] if value in rows.columns else rows.eval(value)
+
+
+def _per_seed(rows: pd.DataFrame, value: str, agg: str, seed: str, where: str) -> dict:
+    """seed -> list of values (agg 'one': one per row, so several rows stay several runs)."""
+    if rows.empty:
+        raise ClaimError(f"{where}: no rows")
+    g = pd.DataFrame({"seed": rows[seed].values,
+                      "v": pd.to_numeric(_values(rows, value)).astype(float).values})
+    out = {}
+    for s, part in g.groupby("seed", sort=True):
+        if agg == "one":
+            out[s] = part.v.tolist()
+        elif agg == "mean":
+            out[s] = [float(part.v.mean())]
+        else:
+            raise ClaimError(f"{where}: agg must be 'one' or 'mean', got {agg!r}")
+    return out
+
+
+_OPS = {">=": lambda x, t: x >= t, ">": lambda x, t: x > t, "<=": lambda x, t: x <= t,
+        "<": lambda x, t: x < t}
+FIT_KEYS = {"where", "value", "agg", "op", "bar"}
+
+
+def _pivot(df: pd.DataFrame, spec: dict, seed: str) -> pd.DataFrame:
+    """Long rows (one per length) -> one row per seed with columns ``L<length>``."""
+    p = df.pivot_table(index=seed, columns=spec["columns"], values=spec["values"],
+                       aggfunc="first")
+    p.columns = [f"L{c}" for c in p.columns]
+    return p.reset_index()
+
+
+def arm_runs(arm: dict, root: str = RESULTS, where: str = "arm") -> list[Run]:
+    """The runs of one arm: one :class:`Run` per selected csv row (``agg: mean``: per seed)."""
+    _unknown(arm, ARM_KEYS, where)
+    df = _frame(arm["file"], root)
+    seed = arm.get("seed", "seed")
+    sel = arm.get("select")
+    base = df.query(sel) if sel else df
+    if base.empty:
+        raise ClaimError(f"{where}: select {sel!r} matches no row of {arm['file']}")
+    if "pivot" in arm:
+        base = _pivot(base, arm["pivot"], seed)
+    agg = arm.get("agg", "one")
+    values = _per_seed(base, arm["value"], agg, seed, where)
+    fit = arm.get("fit")
+    fitted: dict = {}
+    if fit is not None:
+        if not isinstance(fit, dict) or set(fit) - FIT_KEYS or not {"value", "bar"} <= set(fit):
+            raise ClaimError(f"{where}: fit must be a mapping with keys value and bar (and "
+                             f"where, agg, op), got {fit!r}")
+        # fit.where selects the run's fit rows from the whole file (e.g. its IID split)
+        if "pivot" in arm and fit.get("where"):
+            raise ClaimError(f"{where}: fit.where cannot be used with pivot")
+        rows = df.query(fit["where"]) if fit.get("where") else base
+        fv = _per_seed(rows, fit["value"], fit.get("agg", agg), seed, where + " fit")
+        op = _OPS[fit.get("op", ">=")]
+        fitted = {s: [op(x, float(fit["bar"])) for x in xs] for s, xs in fv.items()}
+    budget = arm.get("budget", "")
+    if isinstance(budget, dict):        # from a column of another file, joined on a key
+        other = _frame(budget["file"], root).groupby(budget["on"])[budget["column"]].max()
+        keys = base.groupby(seed)[budget["on"]].apply(list)
+        bud = {s: " / ".join(sorted({f"{other[k]:g}" for k in keys[s]})) + budget.get("unit", "")
+               for s in values}
+    else:
+        bud = {s: str(budget) for s in values}
+    scale = float(arm.get("scale", 1.0))
+    runs = []
+    for s, xs in values.items():
+        fs = fitted.get(s, [False]) if fit is not None else [None]
+        for i, x in enumerate(xs):
+            f = fs[i] if len(fs) == len(xs) else (fs[0] if len(fs) == 1 else False)
+            key = int(s) if isinstance(s, (int, float)) and float(s).is_integer() else s
+            runs.append(Run(key, x * scale, f, bud[s]))
+    return runs
+
+
+def judge_reading(claim: dict, reading: dict, root: str = RESULTS) -> tuple[Verdict, dict]:
+    """The rule's verdict on one reading, and each arm's runs."""
+    _unknown(reading, READING_KEYS, f"{claim['id']}: reading")
+    rule = claim["rule"]
+    arms = reading["arms"]
+    runs = {a["label"]: arm_runs(a, root, f"{claim['id']}/{reading['folder']}/{a['label']}")
+            for a in arms}
+    labels = [a["label"] for a in arms]
+    chosen = reading.get("seeds_chosen_by")
+    if rule == "paired-gap":
+        v = judge_pair(runs[labels[0]], runs[labels[1]], int(claim.get("sign", 1)),
+                       names=tuple(labels), seeds_chosen_by=chosen)
+    elif rule == "pass-count":
+        v = judge_pass(runs[labels[0]], runs[labels[1]], names=tuple(labels),
+                       seeds_chosen_by=chosen)
+    elif rule == "single-arm":
+        if chosen:
+            raise ClaimError(f"{claim['id']}: seeds_chosen_by has no meaning for one arm")
+        v = judge_single(runs[labels[0]], claim.get("op", ">="), float(claim["threshold"]),
+                         among=claim.get("among", "fitted"), name=labels[0])
+    else:
+        raise ClaimError(f"{claim['id']}: rule must be one of {sorted(RULE_NAMES)}, got {rule!r}")
+    return v, runs
+
+
+DESCRIPTIVE_KEYS = {"id", "paper", "where", "claim", "folder", "why"}
+
+
+class Claims(list):
+    """The claims (a list of dicts) and, as ``.descriptive``, the claims addressed without a
+    verdict (no seeds to pair or count: formulas only, or one run per arm)."""
+    descriptive: list
+
+
+def load(path: str) -> Claims:
+    with open(path) as f:
+        doc = yaml.safe_load(f)
+    _unknown(doc, {"claims", "descriptive"}, path)
+    claims = Claims(doc["claims"])
+    claims.descriptive = list(doc.get("descriptive") or [])
+    for d in claims.descriptive:
+        _unknown(d, DESCRIPTIVE_KEYS, f"descriptive {d.get('id')}")
+        missing = DESCRIPTIVE_KEYS - set(d)
+        if missing:
+            raise ClaimError(f"descriptive {d.get('id')}: missing key(s) {sorted(missing)}")
+    ids = {d["id"] for d in claims.descriptive}
+    for c in claims:
+        _unknown(c, KEYS, f"claim {c.get('id')}")
+        if c["id"] in ids:
+            raise ClaimError(f"claim id {c['id']!r} twice")
+        ids.add(c["id"])
+        if c["rule"] not in RULE_NAMES:
+            raise ClaimError(f"{c['id']}: rule must be one of {sorted(RULE_NAMES)}, "
+                             f"got {c['rule']!r}")
+        current = [r for r in c["readings"] if r.get("current")]
+        if len(current) != 1:
+            raise ClaimError(f"{c['id']}: exactly one reading must be current, "
+                             f"{len(current)} are")
+        for r in c["readings"]:
+            reg = r.get("registration", "exploratory")
+            if reg not in ("pre-registered", "exploratory"):
+                raise ClaimError(f"{c['id']}: registration must be 'pre-registered' or "
+                                 f"'exploratory', got {reg!r}")
+            if reg == "pre-registered" and not (r.get("rule_commit") and r.get("rule_file")):
+                raise ClaimError(f"{c['id']}/{r['folder']}: pre-registered needs rule_file "
+                                 "and rule_commit")
+    return claims
+
+
+def _num(x) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    return f"{x:.1f}" if abs(x) < 1000 else f"{x:,.0f}"
+
+
+def _ours(v: Verdict, runs: dict) -> str:
+    parts = []
+    for label, rs in runs.items():
+        if v.seeds and label in v.means:
+            parts.append(f"{label} {_num(v.means[label])} ± {_num(v.stds[label])}")
+        else:
+            shown = ", ".join(f"s{r.seed}: {_num(r.value)}{'' if r.fitted is not False else '†'}"
+                              for r in sorted(rs, key=lambda r: str(r.seed)))
+            parts.append(f"{label} [{shown}]")
+    return "; ".join(parts)
+
+
+def _counts(v: Verdict) -> str:
+    return "; ".join(f"{k} {v.fitted[k]}/{v.n[k]}" for k in v.n)
+
+
+def _cell(s) -> str:
+    return str(s).replace("|", "\\|").replace("\n", " ").strip()
+
+
+def render(claims: list[dict], root: str = RESULTS) -> str:
+    out = ["# Verdicts", "",
+           "Generated by `python -m lengen.analysis.verdict_table --write results/VERDICTS.md` "
+           "from `results/claims.yaml` and the committed csv files; do not edit by hand "
+           "(`tests/test_verdict_table.py` regenerates it and fails on any difference). Every "
+           "verdict wording elsewhere in lengen quotes or links this table.", "",
+           "Columns: **n fitted/run** per arm (fitted by the reading's fit bar); **ours**: mean ± "
+           "sample std over the seeds the verdict stands on, or every run's value when no verdict "
+           "above *untested* is possible († = did not fit); **registration**: *pre-registered* "
+           "when the rule was committed before the first data it governs (checked from git by "
+           "`lengen.analysis.registration`), else *exploratory*.", "",
+           "## Rules", ""]
+    for name, text in RULES.items():
+        out.append(f"- **{name}**: {text}")
+    out += ["", "## Claims", "",
+            "| id | paper | where | claim | folder | n fitted/run | ours | published | rule | "
+            "verdict | why | registration |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    superseded = []
+    for c in claims:
+        for r in c["readings"]:
+            v, runs = judge_reading(c, r, root)
+            row = [c["id"], c["paper"], c["where"], c["claim"], f"`{r['folder']}/`",
+                   _counts(v), _ours(v, runs), c.get("published", ""), v.rule,
+                   f"*{v.verdict}*", v.reason + (f" ({r['note']})" if r.get("note") else ""),
+                   r.get("registration", "exploratory")]
+            if r.get("current"):
+                out.append("| " + " | ".join(_cell(x) for x in row) + " |")
+            else:
+                superseded.append((c, r, v, runs))
+    out += ["", "## Superseded readings", "",
+            "Another folder's runs on the same claim, judged by the same rule; the claim's verdict "
+            "is the current reading's above.", "",
+            "| id | folder | n fitted/run | ours | verdict by the rule | why | superseded because |",
+            "|---|---|---|---|---|---|---|"]
+    for c, r, v, runs in superseded:
+        out.append("| " + " | ".join(_cell(x) for x in (
+            c["id"], f"`{r['folder']}/`", _counts(v), _ours(v, runs), f"*{v.verdict}*",
+            v.reason, r.get("superseded_note", ""))) + " |")
+    descriptive = getattr(claims, "descriptive", [])
+    if descriptive:
+        out += ["", "## Addressed without a verdict", "",
+                "Claims a results folder addresses where no rule above can give a verdict; the "
+                "folder describes what it measured, and no verdict word elsewhere stands for "
+                "them.", "",
+                "| id | paper | where | claim | folder | why no verdict |", "|---|---|---|---|---|---|"]
+        for d in descriptive:
+            out.append("| " + " | ".join(_cell(x) for x in (
+                d["id"], d["paper"], d["where"], d["claim"], f"`{d['folder']}/`", d["why"]))
+                + " |")
+    return "\n".join(out) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m lengen.analysis.verdict_table")
+    p.add_argument("--claims", default=os.path.join(RESULTS, "claims.yaml"))
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--write", metavar="PATH")
+    g.add_argument("--check", metavar="PATH")
+    a = p.parse_args(argv)
+    text = render(load(a.claims))
+    if a.write:
+        with open(a.write, "w") as f:
+            f.write(text)
+        return 0
+    with open(a.check) as f:
+        if f.read() != text:
+            print(f"{a.check} is stale: rerun with --write", file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
