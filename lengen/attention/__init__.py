@@ -22,5 +22,20 @@ ATTENTION_POINT = ExtensionPoint("attention kind", "model.attention", "lengen.at
                                  ATTENTIONS, Attention)
 
 
+def wide_qk_refusal(posenc_cls, attention_cls, posenc_name: str, attention_name: str):
+    """Why attention kind ``attention_cls`` cannot run with scheme ``posenc_cls``, or None: a
+    scheme whose ``rotate`` widens q/k (``qk_width_factor`` > 1, PoPE) with a kind that needs q's
+    width to be the head's (``supports_wide_qk = False``: CoPE's position table, Diff's paired
+    heads)."""
+    factor = getattr(posenc_cls, "qk_width_factor", 1)
+    if factor == 1 or getattr(attention_cls, "supports_wide_qk", True):
+        return None
+    ok = sorted(n for n, c in ATTENTIONS.items() if getattr(c, "supports_wide_qk", True))
+    return (f"positional scheme '{posenc_name}' (model.posenc) makes q and k {factor}x as wide as "
+            f"the head, and attention kind '{attention_name}' (model.attention) needs them as "
+            f"wide as the head; use model.attention one of {', '.join(ok)}, or another "
+            f"model.posenc")
+
+
 def build_attention(name: str, **kwargs) -> Attention:
     return ATTENTION_POINT.get(name)(**kwargs)
