@@ -3,6 +3,7 @@ from lengen.attention.base import Attention
 from lengen.attention.cope import ContextualPositionAttention
 from lengen.attention.diff import DifferentialAttention
 from lengen.attention.fot import ForgettingAttention
+from lengen.attention.selective import SelectiveAttention
 from lengen.attention.softmax import SoftmaxAttention
 from lengen.attention.tra import ThresholdRelativeAttention
 from lengen.registry import ExtensionPoint
@@ -14,6 +15,7 @@ ATTENTIONS: dict[str, type[Attention]] = {
     "tra": ThresholdRelativeAttention,
     "cope": ContextualPositionAttention,
     "diff": DifferentialAttention,
+    "selective": SelectiveAttention,
 }
 
 
