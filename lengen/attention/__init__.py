@@ -5,6 +5,7 @@ from lengen.attention.diff import DifferentialAttention
 from lengen.attention.fot import ForgettingAttention
 from lengen.attention.selective import SelectiveAttention
 from lengen.attention.softmax import SoftmaxAttention
+from lengen.attention.stickbreaking import StickBreakingAttention
 from lengen.attention.tra import ThresholdRelativeAttention
 from lengen.registry import ExtensionPoint
 
@@ -16,6 +17,7 @@ ATTENTIONS: dict[str, type[Attention]] = {
     "cope": ContextualPositionAttention,
     "diff": DifferentialAttention,
     "selective": SelectiveAttention,
+    "stickbreaking": StickBreakingAttention,
 }
 
 
