@@ -3,6 +3,7 @@ from lengen.attention.base import Attention
 from lengen.attention.cope import ContextualPositionAttention
 from lengen.attention.diff import DifferentialAttention
 from lengen.attention.fot import ForgettingAttention
+from lengen.attention.path import PaTHAttention
 from lengen.attention.selective import SelectiveAttention
 from lengen.attention.softmax import SoftmaxAttention
 from lengen.attention.stickbreaking import StickBreakingAttention
@@ -18,6 +19,7 @@ ATTENTIONS: dict[str, type[Attention]] = {
     "diff": DifferentialAttention,
     "selective": SelectiveAttention,
     "stickbreaking": StickBreakingAttention,
+    "path": PaTHAttention,
 }
 
 
