@@ -14,6 +14,9 @@ batch 8, T = 512, fp32.
     python benchmarks/step_time.py                 # every combination
     python benchmarks/step_time.py --quick         # each kind with NoPE, each scheme with softmax
     python benchmarks/step_time.py --threads 1 --json step_time.json
+
+Two extra arms, ``softmax+ssmax`` and ``softmax+llama4``, are softmax attention with NoPE and the
+log-length query scaling of ``attention_kwargs.logn`` (:mod:`lengen.attention.scaling`).
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from lengen.attention import ATTENTIONS
+from lengen.attention import ATTENTIONS, wide_qk_refusal
 from lengen.model import ModelConfig, Transformer
 from lengen.posenc import POSENCS
 
@@ -38,6 +41,8 @@ except ImportError:                      # pragma: no cover
 #: the default path is (attn_impl 'lean' trains through SDPA when there is no bias; 'auto' now
 #: takes the fused-rows C kernel at this head dim, shown as its own row, softmax / nope)
 BASELINE = ("sdpa", "nope")
+#: softmax attention with log-length query scaling (attention_kwargs.logn), as extra "kinds"
+LOGN_ARMS = {"softmax+ssmax": {"logn": "ssmax"}, "softmax+llama4": {"logn": "llama4"}}
 #: issue 5 targets: TRA within 1.3x of the baseline step, every other kind within 1.5x
 TARGETS = {"tra": 1.3}
 DEFAULT_TARGET = 1.5
@@ -46,9 +51,10 @@ DEFAULT_TARGET = 1.5
 def combos(quick: bool):
     if quick:
         out = [(a, "nope") for a in ATTENTIONS] + [("softmax", p) for p in POSENCS if p != "nope"]
-    else:
-        out = [(a, p) for a in ATTENTIONS for p in POSENCS]
-    return [BASELINE] + out
+    else:        # every pair but those refused together (PoPE's wide q/k with CoPE, Diff, PaTH)
+        out = [(a, p) for a in ATTENTIONS for p in POSENCS
+               if wide_qk_refusal(POSENCS[p], ATTENTIONS[a], p, a) is None]
+    return [BASELINE] + out + [(a, "nope") for a in LOGN_ARMS]
 
 
 def build(attention, posenc, args):
@@ -56,8 +62,11 @@ def build(attention, posenc, args):
     impl = args.impl
     if (attention, posenc) == BASELINE:
         attention, impl = "softmax", "lean"                  # the baseline: always SDPA
+    kwargs = LOGN_ARMS.get(attention, {})
+    attention = attention.split("+")[0]
     cfg = ModelConfig(vocab_size=8, d_model=args.d_model, n_layers=args.layers, n_heads=args.heads,
-                      attention=attention, posenc=posenc, attn_impl=impl)
+                      attention=attention, posenc=posenc, attn_impl=impl,
+                      attention_kwargs=kwargs)
     model = Transformer(cfg)
     model.check_length(args.T)
     model.train()

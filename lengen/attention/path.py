@@ -1,5 +1,8 @@
-"""PaTH attention (Yang et al., NeurIPS 2025, "PaTH Attention: Position Encoding via
-Accumulating Householder Transformations", Sec. 3; equations in :mod:`lengen.ops.path.naive`).
+"""PaTH attention (Yang et al., NeurIPS 2025): position from data-dependent Householder
+transforms accumulated between key and query.
+
+Paper: "PaTH Attention: Position Encoding via Accumulating Householder Transformations", Sec. 3;
+equations in :mod:`lengen.ops.path.naive`.
 
 Position comes from the data: every token t makes a transform ``H_t = I - beta_t w_t w_t^T`` per
 head, and query i meets key j through the product of the transforms between them,

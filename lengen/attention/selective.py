@@ -1,5 +1,8 @@
-"""Selective attention (Leviathan, Kalman, Matias, ICLR 2025, "Selective Attention Improves
-Transformer", Sec. 3; equations in :mod:`lengen.ops.selective.naive`).
+"""Selective attention (Leviathan et al., ICLR 2025): one head's scores mask earlier tokens
+for every later query.
+
+Paper: Leviathan, Kalman, Matias, "Selective Attention Improves Transformer", Sec. 3; equations
+in :mod:`lengen.ops.selective.naive`.
 
 Parameter-free: head 0's ReLU'd logits say how much each query wants each earlier key dropped;
 those requests accumulate over the queries (``F_ij = sum_{i' < i} S_i'j``) and are subtracted

@@ -1,6 +1,8 @@
-"""Stick-breaking attention (Tan, Shen, Yang, Courville, Panda, ICLR 2025, "Scaling Stick-Breaking
-Attention: An Efficient Implementation and In-depth Study", Sec. 2; equations in
-:mod:`lengen.ops.stickbreaking.naive`).
+"""Stick-breaking attention (Tan et al., ICLR 2025): each earlier key takes a share of what the
+nearer keys left; no softmax, no positional scheme.
+
+Paper: Tan et al., "Scaling Stick-Breaking Attention: An Efficient
+Implementation and In-depth Study", Sec. 2; equations in :mod:`lengen.ops.stickbreaking.naive`.
 
 Softmax is replaced by a stick-breaking process over the earlier keys, nearest first: key j
 takes ``beta_ij = sigmoid(q_i k_j / sqrt(d))`` of what the keys between it and the query left,

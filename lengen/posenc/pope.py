@@ -1,7 +1,8 @@
-"""PoPE, polar-coordinate positional embedding (Gopalakrishnan, Csordás, Schmidhuber, Mozer,
-"Decoupling the What and Where With Polar Coordinate Positional Embeddings", arXiv 2509.10534,
-Sec. 3): the magnitude of each query/key channel comes from content alone, its angle from
-position alone.
+"""PoPE (Gopalakrishnan et al. 2025): polar-coordinate RoPE, each q/k channel's magnitude from
+content (softplus), its angle from position alone.
+
+Paper: Gopalakrishnan, Csordás, Schmidhuber, Mozer, "Decoupling the What and Where With Polar
+Coordinate Positional Embeddings", arXiv 2509.10534, Sec. 3.
 
 Each of the hd channels c of a query at position i and a key at position j becomes a complex
 number ``mu e^{i phi}``::

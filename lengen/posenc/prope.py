@@ -1,6 +1,8 @@
-"""p-RoPE (Barbero et al., ICLR 2025, "Round and Round We Go! What makes Rotary Positional
-Encodings useful?", Sec. 6 and its ``apply_p_rope`` listing): RoPE that keeps its highest
-frequencies and drops the lowest ones.
+"""p-RoPE (Barbero et al., ICLR 2025): RoPE that keeps its highest frequencies and leaves the
+channels of the lowest fraction unrotated.
+
+Paper: "Round and Round We Go! What makes Rotary Positional Encodings useful?", Sec. 6 and its
+``apply_p_rope`` listing.
 
 Reading of the paper (its listing, and Gemma's ``rope_proportion`` / Hugging Face's
 ``proportional`` RoPE, which implement the same operator): ``p`` is the fraction of the hd/2

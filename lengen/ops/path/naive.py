@@ -1,4 +1,4 @@
-"""PaTH attention (Yang, Shen, Wen, Tan, Mishra, Ren, Panda, Kim, NeurIPS 2025, "PaTH Attention:
+"""PaTH attention (Yang et al., NeurIPS 2025, "PaTH Attention:
 Position Encoding via Accumulating Householder Transformations", Sec. 3), dense reference:
 materialises [B, H, T, T].
 

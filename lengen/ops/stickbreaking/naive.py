@@ -1,4 +1,4 @@
-"""Stick-breaking attention (Tan, Shen, Yang, Courville, Panda, ICLR 2025, "Scaling Stick-Breaking
+"""Stick-breaking attention (Tan et al., ICLR 2025, "Scaling Stick-Breaking
 Attention: An Efficient Implementation and In-depth Study", Sec. 2), dense reference:
 materialises [B, H, T, T] and forms the products with a triangular [T, T] matrix product.
 
