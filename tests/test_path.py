@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from lengen.ops.path import path_attention_chunked, path_attention_naive
+from lengen.ops.path.blocked import path_attention_blocked
 from lengen.ops.path.chunked import carry_keys
 
 
@@ -86,3 +87,20 @@ def test_cached_steps_equal_the_whole():
     tail = path_attention_chunked(q[:, :, 20:], keys, v, w[:, :, 20:], beta[:, :, 20:],
                                   block_size=4, q_offset=20)
     torch.testing.assert_close(tail, whole[:, :, 20:], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("T", [1, 63, 111])
+@pytest.mark.parametrize("block", [1, 5, 16, 200])
+def test_blocked_training_op_matches_naive(T, block):
+    ins = _inputs(T, seed=T + 1)
+    pos = torch.arange(T, dtype=torch.float64)
+
+    def bias_fn(s, e):
+        return -0.3 * (pos[s:e, None] - pos[None, :]).abs()
+
+    for bf in (None, bias_fn):
+        want = path_attention_naive(*ins, bias_fn=bf)
+        got = path_attention_blocked(*ins, bias_fn=bf, block=block)
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+        for a, b in zip(_grads(got, ins), _grads(want, ins)):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)

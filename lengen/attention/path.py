@@ -16,10 +16,11 @@ convolution over ``conv_size`` tokens (``w_conv=false``: none); ``beta_t = 2 sig
 b)`` per head, in (0, 2), so ``H_t`` may reflect (negative eigenvalue). Defined for decoders
 only; q and k as wide as the head (``w`` is).
 
-Paths (``impl``): ``naive`` and training with ``auto`` use the dense reference (a scan over the
-keys, every query row at once); evaluation with ``auto`` and ``lean`` use the query-blocked op
-(memory linear in T). Neither is fast: both are O(T^2 hd) with a Python loop over the keys, and
-fla's chunked UT-transform kernel (Triton) is not used here. Cached decoding keeps the keys
+Paths (``impl``): ``naive`` uses the dense reference (a scan over the keys, every query row at
+once); training with ``auto`` the same logits in blocks of 16 tokens (:mod:`lengen.ops.path.
+blocked`: ~3 x 16 + T / 16 loop steps instead of T); evaluation with ``auto`` and ``lean`` the
+query-blocked op (memory linear in T, a scan over the keys per block of queries). All are
+O(T^2 hd) with Python loops; fla's chunked UT-transform kernel (Triton) is not used here. Cached decoding keeps the keys
 carried to the last token (``"pk"``: ``H_last ... H_{j+1} k_j``, updated in place with each new
 token's transform, as fla's decoding does) and the last inputs of the short convolution
 (``"wpre"``); the layer's plain ``"k"`` cache is kept as every kind's but not read.
@@ -33,7 +34,12 @@ from torch import nn
 from lengen.attention.base import Attention
 from lengen.checks import Bool, Int
 from lengen.ops.path import path_attention_chunked, path_attention_naive
+from lengen.ops.path.blocked import path_attention_blocked
 from lengen.ops.path.chunked import carry_keys
+
+#: token block of the training op (lengen.ops.path.blocked): the fastest of 16 / 32 / 64 at
+#: T = 512, hd = 16 on a CPU (forward + backward)
+TRAIN_BLOCK = 16
 
 
 class PaTHAttention(Attention):
@@ -83,6 +89,8 @@ class PaTHAttention(Attention):
         if self.use_lean():
             return path_attention_chunked(q, k, v, w, beta, bias_fn=bias_fn,
                                           block_size=self.block_size)
+        if self.impl == "auto":
+            return path_attention_blocked(q, k, v, w, beta, bias_fn=bias_fn, block=TRAIN_BLOCK)
         return path_attention_naive(q, k, v, w, beta, bias_fn=bias_fn)
 
     def attend_cached(self, q, k, v, x, bias_fn, q_offset, cache):
