@@ -15,8 +15,10 @@ Options (``attention_kwargs``): ``remainder`` = ``current`` (default: the weight
 ``rem * v``) or ``none`` (dropped); ``attend_current`` (default false: keys j < i as in the
 paper's equations; true lets the current token take a share of the stick too).
 
-Paths (``impl``): ``naive`` and training with ``auto`` use the dense reference; evaluation with
-``auto`` and ``lean`` the query-blocked op (memory linear in T), which cached decoding also uses
+Paths (``impl``): ``naive`` uses the dense reference (its triangular matrix product costs
+O(T^3)); training with ``auto`` the query-blocked op's cumulative sums over one block of all
+rows (O(T^2)); evaluation with ``auto`` and ``lean`` the query-blocked op with
+``attn_block_size`` rows per block (memory linear in T), which cached decoding also uses
 (each row depends on its own logits only, so nothing beyond k and v is cached). No CUDA kernel
 here (the public Triton kernel lives in ``shawntan/stickbreaking-attention``).
 """
@@ -51,6 +53,9 @@ class StickBreakingAttention(Attention):
         if self.use_lean():
             return stickbreaking_attention_chunked(q, k, v, bias_fn=bias_fn,
                                                    block_size=self.block_size, **self._opts())
+        if self.impl == "auto":       # training: one block of the O(T^2) cumulative-sum op
+            return stickbreaking_attention_chunked(q, k, v, bias_fn=bias_fn,
+                                                   block_size=q.shape[-2], **self._opts())
         return stickbreaking_attention_naive(q, k, v, bias_fn=bias_fn, **self._opts())
 
     def attend_cached(self, q, k, v, x, bias_fn, q_offset, cache):
