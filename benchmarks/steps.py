@@ -11,6 +11,9 @@ Models (``--models``, comma-separated):
 * ``ATTENTION:POSENC`` -- the grid model: d_model 64, 2 layers, 4 heads, SwiGLU, vocabulary 8,
   batch 8, T = 512 (``--T --batch --d-model --layers --heads``), random tokens, cross-entropy
   on every token, AdamW. ``*`` expands from the registries (``*:nope``, ``softmax:*``, ``*:*``).
+* ``ATTENTION+ssmax:POSENC`` / ``ATTENTION+llama4:POSENC`` -- the grid model with
+  log-length query scaling (``attention_kwargs.logn``; :mod:`lengen.attention.scaling`).
+  ``*`` leaves out the pairs the config refuses (PoPE's wide q/k with CoPE, Diff or PaTH).
 * ``sdpa`` -- the grid model with softmax attention, NoPE and ``attn_impl='lean'``: plain
   ``F.scaled_dot_product_attention``, the baseline of every grid ratio.
 * ``RECIPE:MODEL`` -- a recipe's cpu-scale model (the keys of ``roofline.MODELS``, e.g.
@@ -98,12 +101,46 @@ def parse_models(text: str) -> list[str]:
         schemes = list(POSENCS) if p == "*" else [p]
         for k in kinds:
             for s in schemes:
-                if k not in ATTENTIONS or s not in POSENCS:
-                    raise SystemExit(f"--models: {k}:{s}: attention kinds {', '.join(ATTENTIONS)}; "
-                                     f"schemes {', '.join(POSENCS)}; recipe models {', '.join(MODELS)}")
+                kind, _, logn = k.partition("+")
+                if kind not in ATTENTIONS or s not in POSENCS or logn not in ("", *LOGN):
+                    raise SystemExit(f"--models: {k}:{s}: attention kinds {', '.join(ATTENTIONS)} "
+                                     f"(+{' or +'.join(LOGN)} for log-length scaling); schemes "
+                                     f"{', '.join(POSENCS)}; recipe models {', '.join(MODELS)}")
+                why = refusal(kind, s, logn)
+                if why and "*" in m:
+                    continue                      # a pair the config refuses (PoPE with CoPE ...)
+                if why:
+                    raise SystemExit(f"--models: {k}:{s}: {why}")
                 if f"{k}:{s}" not in out:
                     out.append(f"{k}:{s}")
     return out
+
+
+#: ``KIND+NAME`` grid models: the kind with ``attention_kwargs.logn=NAME`` (log-length scaling)
+LOGN = ("ssmax", "llama4")
+
+
+def grid_config(kind: str, posenc: str, logn: str, impl: str, args=None):
+    from lengen.model import ModelConfig
+
+    size = {} if args is None else dict(d_model=args.d_model, n_layers=args.layers,
+                                        n_heads=args.heads)
+    return ModelConfig(vocab_size=8, attention=kind, posenc=posenc, attn_impl=impl,
+                       attention_kwargs={"logn": logn} if logn else {}, **size)
+
+
+def refusal(kind: str, posenc: str, logn: str) -> str | None:
+    """Why the config refuses this pair (e.g. PoPE's wide q/k with CoPE), or None."""
+    from lengen.errors import ConfigError
+    from lengen.model import Transformer
+
+    try:
+        cfg = grid_config(kind, posenc, logn, "auto")
+        cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.d_ff = 8, 1, 2, 8       # a tiny build
+        Transformer(cfg)
+    except (ConfigError, ValueError) as e:
+        return str(e).splitlines()[0]
+    return None
 
 
 class Case:
@@ -125,9 +162,8 @@ class Case:
 
         attention, posenc = ("softmax", "nope") if model == "sdpa" else model.split(":")
         impl = "lean" if model == "sdpa" else (impl or "auto")
-        net = Transformer(ModelConfig(vocab_size=8, d_model=args.d_model, n_layers=args.layers,
-                                      n_heads=args.heads, attention=attention, posenc=posenc,
-                                      attn_impl=impl))
+        kind, _, logn = attention.partition("+")
+        net = Transformer(grid_config(kind, posenc, logn, impl, args))
         net.check_length(args.T)
         net.train()
         opt = torch.optim.AdamW(net.parameters(), lr=1e-4)

@@ -34,6 +34,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 
 import torch
 
+from lengen.attention import wide_qk_refusal
 from lengen.checks import (Bool, Choice, Device, Float, Int, IsA, Mapping, Seq, Str,
                            check_fields, did_you_mean, option, rules_of)
 from lengen.errors import ArgumentError, ConfigError
@@ -349,6 +350,9 @@ def check_components(cfg: ExperimentConfig, *, vocab_explicit: bool = True):
                           f"causal decoders, and model.causal is false (the task "
                           f"'{cfg.task.name}' or the config asks for an encoder); choose another "
                           f"model.attention (e.g. softmax) or a decoder task")
+    wide = wide_qk_refusal(parts["model.posenc_kwargs"][2], attention_cls, m.posenc, m.attention)
+    if wide:
+        raise ConfigError(f"cannot build {what('model.attention_kwargs')}: {wide}")
     # the weights alone must fit in this machine's memory (the model is built on the CPU): an
     # impossible size is refused here, not by the allocator in the middle of a build
     check_fits(m, batch=0, length=0, training=False, device="cpu",

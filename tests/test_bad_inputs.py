@@ -181,8 +181,8 @@ tr("kw-modulus", ["task.name=solve_equation", "model.causal=false", "task.kwargs
 
 # ---- 2. registry names -------------------------------------------------------------------------
 tr("name-posenc", ["model.posenc=rop"], "unknown positional scheme 'rop' (model.posenc)",
-   "alibi, fire, kerple_log, learned, nope, rope", "Did you mean 'rope'")
-tr("name-attention", ["model.attention=flash"], "unknown attention kind 'flash'", "softmax, tra")
+   "alibi, fire, kerple_log, learned, nope, pope, prope, rope", "Did you mean 'rope'")
+tr("name-attention", ["model.attention=flash"], "unknown attention kind 'flash'", "softmax, stickbreaking, tra")
 tr("name-sampler", ["model.positions=random"], "unknown position sampler 'random'",
    "Did you mean 'randomized'")
 tr("name-task", ["task.name=flipflopp"], "unknown task 'flipflopp' (task.name)", "Did you mean 'flipflop'")

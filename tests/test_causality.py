@@ -58,7 +58,9 @@ def empty_row_tokens(t, seed):
     return a, b
 
 
-@pytest.mark.parametrize("posenc", list(POSENCS))
+# PoPE's scores are sums of positive magnitudes (softplus) times cosines: the sign construction
+# of tra_with_empty_rows cannot empty a row there
+@pytest.mark.parametrize("posenc", [p for p in POSENCS if p != "pope"])
 def test_tra_empty_rows_stay_causal_and_finite(posenc):
     model = tra_with_empty_rows(posenc)
     a, _ = empty_row_tokens(T - 2, 0)

@@ -3,7 +3,10 @@ from lengen.attention.base import Attention
 from lengen.attention.cope import ContextualPositionAttention
 from lengen.attention.diff import DifferentialAttention
 from lengen.attention.fot import ForgettingAttention
+from lengen.attention.path import PaTHAttention
+from lengen.attention.selective import SelectiveAttention
 from lengen.attention.softmax import SoftmaxAttention
+from lengen.attention.stickbreaking import StickBreakingAttention
 from lengen.attention.tra import ThresholdRelativeAttention
 from lengen.registry import ExtensionPoint
 
@@ -14,12 +17,30 @@ ATTENTIONS: dict[str, type[Attention]] = {
     "tra": ThresholdRelativeAttention,
     "cope": ContextualPositionAttention,
     "diff": DifferentialAttention,
+    "selective": SelectiveAttention,
+    "stickbreaking": StickBreakingAttention,
+    "path": PaTHAttention,
 }
 
 
 #: built-ins, import paths (``mypkg.attn:Mine``) and installed plugins (entry points)
 ATTENTION_POINT = ExtensionPoint("attention kind", "model.attention", "lengen.attentions",
                                  ATTENTIONS, Attention)
+
+
+def wide_qk_refusal(posenc_cls, attention_cls, posenc_name: str, attention_name: str):
+    """Why attention kind ``attention_cls`` cannot run with scheme ``posenc_cls``, or None: a
+    scheme whose ``rotate`` widens q/k (``qk_width_factor`` > 1, PoPE) with a kind that needs q's
+    width to be the head's (``supports_wide_qk = False``: CoPE's position table, Diff's paired
+    heads)."""
+    factor = getattr(posenc_cls, "qk_width_factor", 1)
+    if factor == 1 or getattr(attention_cls, "supports_wide_qk", True):
+        return None
+    ok = sorted(n for n, c in ATTENTIONS.items() if getattr(c, "supports_wide_qk", True))
+    return (f"positional scheme '{posenc_name}' (model.posenc) makes q and k {factor}x as wide as "
+            f"the head, and attention kind '{attention_name}' (model.attention) needs them as "
+            f"wide as the head; use model.attention one of {', '.join(ok)}, or another "
+            f"model.posenc")
 
 
 def build_attention(name: str, **kwargs) -> Attention:

@@ -20,6 +20,8 @@ import inspect
 import torch
 from torch import nn
 
+from lengen.attention.scaling import LOGN_KINDS, LogLengthScaling
+from lengen.checks import Bool, Choice, Float
 from lengen.ops.heads import split_heads
 from lengen.ops.linear import Linear
 from lengen.ops.tile_bias import BiasHook
@@ -46,8 +48,14 @@ class Attention(nn.Module):
     #: False, so packed training need not unpack x for it (it then gets None)
     reads_x = True
 
+    #: checks of the options every kind takes (log-length scaling, lengen.attention.scaling)
+    KWARG_RULES = {"logn": Choice(*LOGN_KINDS), "logn_s": Float(), "logn_learn_s": Bool(),
+                   "logn_floor_scale": Float(gt=0), "logn_attn_scale": Float()}
+
     def __init__(self, *, d_model: int, n_heads: int, causal: bool = True, impl: str = "auto",
-                 block_size: int = 256, layer_idx: int = 0, n_layers: int = 1):
+                 block_size: int = 256, layer_idx: int = 0, n_layers: int = 1,
+                 logn: str = "none", logn_s: float = 0.43, logn_learn_s: bool = True,
+                 logn_floor_scale: float = 8192.0, logn_attn_scale: float = 0.1):
         super().__init__()
         if d_model % n_heads:
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
@@ -64,6 +72,10 @@ class Attention(nn.Module):
         self.proj = Linear(d_model, d_model, bias=False)
         self.last_weights: torch.Tensor | None = None  # filled when record_weights is on
         self.record_weights = False
+        # log-length query scaling (SSMax / Llama 4 temperature tuning; identity for 'none')
+        self.logn = LogLengthScaling(logn, n_heads=n_heads, causal=causal, s=logn_s,
+                                     learn_s=logn_learn_s, floor_scale=logn_floor_scale,
+                                     attn_scale=logn_attn_scale)
 
     def use_lean(self) -> bool:
         return self.impl == "lean" or (self.impl == "auto" and not self.training)
@@ -106,6 +118,7 @@ class Attention(nn.Module):
         q, k, v = split_heads(qkv, self.n_heads)
         q, k = self.prepare_qk(q, k)
         q, k = posenc.rotate(q, k, pos)
+        q = self.logn(q, pos if key_pos is None else key_pos)     # log-length scaling, if set
         if cache is not None:
             y = self.decode(q, k, v, x, posenc, pos, key_pos, cache)
         else:

@@ -32,6 +32,7 @@ from lengen.ops.select import with_rows
 
 class ContextualPositionAttention(Attention):
     reads_x = False                       # attend ignores x (lengen.attention.base)
+    supports_wide_qk = False    # q/k as wide as the head (not PoPE's 2 hd): see wide_qk_refusal
     requires_causal = True      # positions count keys between j and i: a decoder-side definition
 
     def __init__(self, *, npos: int = 64, **kw):

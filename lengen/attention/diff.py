@@ -40,6 +40,7 @@ def default_lambda_init(layer_idx: int) -> float:
 
 
 class DifferentialAttention(Attention):
+    supports_wide_qk = False    # q/k as wide as the head (not PoPE's 2 hd): see wide_qk_refusal
     reads_x = False                       # attend ignores x (lengen.attention.base)
     KWARG_RULES = {"lambda_init": Float(min=0, lt=1, optional=True), "lambda_std": Float(min=0),
                    "norm_eps": Float(gt=0)}

@@ -9,7 +9,7 @@ The contracts themselves are in :mod:`lengen.contracts.model` and :mod:`lengen.c
 """
 from __future__ import annotations
 
-from lengen.attention import ATTENTION_POINT, ATTENTIONS
+from lengen.attention import ATTENTION_POINT, ATTENTIONS, wide_qk_refusal
 from lengen.checks import did_you_mean
 from lengen.contracts.model import MODEL_CONTRACTS, Failure, Skip
 from lengen.contracts.task import TASK_CONTRACTS
@@ -70,6 +70,10 @@ def plan(kind: str, name: str) -> list[tuple[str, dict]]:
         combos = [{"posenc": p, "attention": name} for p in POSENCS]
     else:
         combos = [{"posenc": p, "attention": "softmax", "positions": name} for p in ("rope", "nope")]
+    # a scheme that widens q/k (PoPE) and a kind that needs head-wide q/k are refused together
+    combos = [c for c in combos if wide_qk_refusal(POSENC_POINT.get(c["posenc"]),
+                                                   ATTENTION_POINT.get(c["attention"]),
+                                                   c["posenc"], c["attention"]) is None]
     out = []
     for contract in KINDS[kind][1]:
         if contract == "bad_kwargs":                  # one combination says it

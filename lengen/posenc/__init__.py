@@ -5,6 +5,8 @@ from lengen.posenc.fire import FIRE
 from lengen.posenc.kerple_log import KerpleLog
 from lengen.posenc.learned import LearnedAbsolute
 from lengen.posenc.nope import NoPE
+from lengen.posenc.pope import PoPE
+from lengen.posenc.prope import PRoPE
 from lengen.posenc.rope import RoPE
 from lengen.posenc.sincos import SinCos
 from lengen.posenc.t5 import T5Bias
@@ -22,6 +24,8 @@ POSENCS: dict[str, type[PositionalScheme]] = {
     "xl": TransformerXLRelative,
     "kerple_log": KerpleLog,
     "fire": FIRE,
+    "prope": PRoPE,
+    "pope": PoPE,
 }
 
 
