@@ -59,15 +59,16 @@ class ExtensionPoint:
        (``[project.entry-points."lengen.posencs"] slopes = "mypkg.pe:Slopes"``), looked up
        only when 1 and 2 do not apply, so plain runs never scan the installed packages.
 
-    The class must subclass ``base``. A resolved config stores a plugin by its import path
-    (:meth:`canonical`), so a resumed run, ``lengen eval``, spawned sweep workers and Ray tasks
-    import the same class without the entry point, as long as its module is importable there.
+    The class must subclass ``base`` (a class, or a tuple of classes: any of them). A resolved
+    config stores a plugin by its import path (:meth:`canonical`), so a resumed run, ``lengen
+    eval``, spawned sweep workers and Ray tasks import the same class without the entry point,
+    as long as its module is importable there.
     """
     kind: str            # "positional scheme", in messages
     key: str             # the config key holding the name: "model.posenc"
     group: str           # entry-point group: "lengen.posencs"
     registry: dict
-    base: type
+    base: type | tuple
 
     def get(self, name, key: str | None = None) -> type:
         """The class ``name`` stands for, or a ConfigError saying why there is none."""
@@ -128,6 +129,8 @@ class ExtensionPoint:
 
 
 def _qualname(cls) -> str:
+    if isinstance(cls, tuple):                      # an extension point with several bases
+        return " or ".join(_qualname(c) for c in cls)
     return f"{cls.__module__}:{cls.__qualname__}"
 
 

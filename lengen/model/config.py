@@ -20,7 +20,8 @@ from dataclasses import asdict, dataclass, field
 from lengen.attention import ATTENTION_POINT
 from lengen.checks import Bool, Choice, Float, Int, Mapping, Str, check_fields, did_you_mean
 from lengen.errors import ConfigError
-from lengen.posenc import POSENC_POINT
+from lengen.posenc import POSENC_POINT, POSENCS
+from lengen.posenc.base import PositionalScheme
 from lengen.registry import check_kwargs
 from lengen.samplers import SAMPLER_POINT
 
@@ -166,12 +167,39 @@ class ModelConfig:
             "model.positions_kwargs": ("position sampler", self.positions,
                                        SAMPLER_POINT.get(self.positions), {}),
         }
+        check_mixer_posenc(parts["model.attention_kwargs"][2], self.attention,
+                           parts["model.posenc_kwargs"][2], self.posenc)
         for section, (kind, name, cls, framework) in parts.items():
             sources = {k: FRAMEWORK_ARG_SOURCES.get(k, "the model") for k in framework}
             attr = section.split(".")[1]
             setattr(self, attr, check_kwargs(cls, getattr(self, attr), section=section, kind=kind,
                                              name=name, framework=sources))
         return parts
+
+
+def acts_in_attention(posenc_cls) -> bool:
+    """Whether a positional scheme acts inside attention: rotates q and k or adds a logit bias
+    (rather than adding to the embeddings, or nothing)."""
+    return bool(getattr(posenc_cls, "has_bias", False)) or (
+        getattr(posenc_cls, "rotate", PositionalScheme.rotate) is not PositionalScheme.rotate)
+
+
+def combines(attention_cls, posenc_cls) -> bool:
+    """Whether the attention kind (or token mixer) can run with the positional scheme: a mixer
+    (``uses_posenc = False``, :mod:`lengen.attention.mixer`) only with one that acts outside
+    attention (nope, learned, sincos)."""
+    return getattr(attention_cls, "uses_posenc", True) or not acts_in_attention(posenc_cls)
+
+
+def check_mixer_posenc(attention_cls, attention: str, posenc_cls, posenc: str) -> None:
+    """A ConfigError when ``combines`` says no, naming both keys and the schemes that fit."""
+    if combines(attention_cls, posenc_cls):
+        return
+    fit = ", ".join(n for n, c in POSENCS.items() if not acts_in_attention(c))
+    raise ConfigError(f"model.attention='{attention}' is a token mixer (a recurrence with no "
+                      f"queries and keys) and cannot use model.posenc='{posenc}', a scheme that "
+                      f"rotates q/k or adds an attention bias. Valid model.posenc with a mixer: "
+                      f"{fit} (schemes that add to the embeddings, or nothing)")
 
 
 #: where each argument of ``posenc_args`` / ``attention_args`` comes from (for error messages)
