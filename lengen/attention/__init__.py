@@ -5,6 +5,7 @@ from lengen.attention.cope import ContextualPositionAttention
 from lengen.attention.diff import DifferentialAttention
 from lengen.attention.fot import ForgettingAttention
 from lengen.attention.lstm import LSTMMixer
+from lengen.attention.mamba2 import Mamba2Mixer
 from lengen.attention.mixer import TokenMixer
 from lengen.attention.softmax import SoftmaxAttention
 from lengen.attention.tra import ThresholdRelativeAttention
@@ -19,6 +20,7 @@ ATTENTIONS: dict[str, type[Attention] | type[TokenMixer]] = {
     "diff": DifferentialAttention,
     # token mixers (lengen.attention.mixer): recurrences that read no positional scheme
     "lstm": LSTMMixer,
+    "mamba2": Mamba2Mixer,
 }
 
 
