@@ -4,6 +4,7 @@ from lengen.attention.base import Attention
 from lengen.attention.cope import ContextualPositionAttention
 from lengen.attention.diff import DifferentialAttention
 from lengen.attention.fot import ForgettingAttention
+from lengen.attention.gated_deltanet import GatedDeltaNetMixer
 from lengen.attention.lstm import LSTMMixer
 from lengen.attention.mamba2 import Mamba2Mixer
 from lengen.attention.mixer import TokenMixer
@@ -21,6 +22,7 @@ ATTENTIONS: dict[str, type[Attention] | type[TokenMixer]] = {
     # token mixers (lengen.attention.mixer): recurrences that read no positional scheme
     "lstm": LSTMMixer,
     "mamba2": Mamba2Mixer,
+    "gated_deltanet": GatedDeltaNetMixer,
 }
 
 
