@@ -16,11 +16,13 @@ import torch
 
 from lengen.attention import ATTENTIONS
 from lengen.model import ModelConfig, Transformer
+from lengen.model.config import combines
 from tiny_models import nontrivial
 from lengen.posenc import POSENCS
 
 V = 7
-GRID = [(a, p) for a in ATTENTIONS for p in POSENCS]
+# a token mixer runs only with the schemes acting outside attention (lengen.model.config.combines)
+GRID = [(a, p) for a in ATTENTIONS for p in POSENCS if combines(ATTENTIONS[a], POSENCS[p])]
 IDS = [f"{a}-{p}" for a, p in GRID]
 TIGHT = dict(atol=1e-10, rtol=1e-8)
 

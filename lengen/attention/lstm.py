@@ -18,6 +18,8 @@ the embedding table, the pre-norm residual block and its MLP around the LSTM (do
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch import nn
 
@@ -54,7 +56,11 @@ class LSTMMixer(TokenMixer):
         elif x.shape[1] == 0:
             return x, {"lstm_h": h0, "lstm_c": c0}
         else:
-            hc = None if h0 is None else (h0[None].to(x.dtype), c0[None].to(x.dtype))
-            y, (h, c) = self.lstm(x, hc)                                  # [B, T, H]
+            # on CPU, oneDNN has no fp16 LSTM: under autocast it runs in the weights' dtype
+            cpu = x.device.type == "cpu"
+            dtype = self.lstm.weight_ih_l0.dtype if cpu else x.dtype
+            hc = None if h0 is None else (h0[None].to(dtype), c0[None].to(dtype))
+            with torch.autocast("cpu", enabled=False) if cpu else contextlib.nullcontext():
+                y, (h, c) = self.lstm(x.to(dtype), hc)                    # [B, T, H]
             h, c = h[0], c[0]
         return y, {"lstm_h": h, "lstm_c": c}
