@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from lengen.attention import ATTENTIONS
 from lengen.model import ModelConfig, Transformer
+from lengen.model.config import combines
 from lengen.posenc import POSENCS
 
 try:                                     # run as a script from the repository root
@@ -47,7 +48,8 @@ def combos(quick: bool):
     if quick:
         out = [(a, "nope") for a in ATTENTIONS] + [("softmax", p) for p in POSENCS if p != "nope"]
     else:
-        out = [(a, p) for a in ATTENTIONS for p in POSENCS]
+        out = [(a, p) for a in ATTENTIONS for p in POSENCS      # a token mixer: nope, learned,
+               if combines(ATTENTIONS[a], POSENCS[p])]           # sincos only
     return [BASELINE] + out
 
 
