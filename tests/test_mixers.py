@@ -177,6 +177,38 @@ def test_gated_delta_equals_flash_linear_attention(T):
             torch.testing.assert_close(a, b.to(F64), atol=1e-4, rtol=1e-4)
 
 
+def test_mamba2_layer_equals_flash_linear_attention():
+    """An independent reference for the whole layer: fla's ``Mamba2`` on its PyTorch path (the
+    chunked scan of ``torch_forward``; its Triton SiLU and gated norm swapped for fla's own
+    PyTorch ones, which upcast to fp32: hence the fp32 tolerance), with our weights."""
+    pytest.importorskip("fla.layers.mamba2")
+    from fla.layers.mamba2 import Mamba2
+    from fla.modules.norm.layernorm_gated import rms_norm_ref
+
+    torch.manual_seed(0)
+    ref = Mamba2(num_heads=3, head_dim=8, hidden_size=12, state_size=5, expand=2, n_groups=1,
+                 chunk_size=16).double()
+    norm = ref.norm
+    norm.forward = lambda x, z=None: rms_norm_ref(x, norm.weight, None, z=z, eps=norm.eps,
+                                                  group_size=norm.group_size,
+                                                  norm_before_gate=norm.norm_before_gate)
+    ref.act = F.silu
+    for impl in ("naive", "lean"):
+        ours = ATTENTIONS["mamba2"](d_model=12, n_heads=3, d_state=5, impl=impl,
+                                    block_size=16).double()
+        with torch.no_grad():
+            for mine, theirs in ((ours.in_proj.weight, ref.in_proj.weight),
+                                 (ours.out_proj.weight, ref.out_proj.weight),
+                                 (ours.conv_weight, ref.conv1d.weight[:, 0]),
+                                 (ours.conv_bias, ref.conv1d.bias), (ours.dt_bias, ref.dt_bias),
+                                 (ours.A_log, ref.A_log), (ours.D, ref.D),
+                                 (ours.norm_weight, ref.norm.weight)):
+                mine.copy_(theirs)
+        for T in (1, 37):
+            x = torch.randn(2, T, 12, generator=torch.Generator().manual_seed(T), dtype=F64)
+            torch.testing.assert_close(ours(x), ref(x)[0], atol=1e-6, rtol=1e-6)
+
+
 # ---- layers: fast == reference; cached decoding == recomputation ---------------------------------
 
 def layer(name, impl, seed=0, **kw):
