@@ -15,9 +15,9 @@ H channels, G groups of state size N):
 
 ``impl=naive`` runs the token-by-token recurrence and the written-out convolution; ``lean`` /
 ``auto`` the chunked SSD algorithm (Sec. 6, :mod:`lengen.ops.mamba2.chunked`; chunks of
-model.attn_block_size tokens, at most 64) and ``F.conv1d``, tested equal, and the layer against
-flash-linear-attention's ``Mamba2`` on its PyTorch path where that package is installed. Cached decoding keeps
-the convolution's window and the state h.
+model.attn_block_size tokens, at most 64) and ``F.conv1d``, tested equal; the layer is also
+tested against flash-linear-attention's ``Mamba2`` on its PyTorch path where that package is
+installed. Cached decoding keeps the convolution's window and the state h.
 
 Initialisation as the reference implementation (``mamba_ssm`` Mamba2Simple, mirrored by
 flash-linear-attention's Mamba2 layer): ``A = U(1, 16)`` per head (``A_log = log A``), ``dt``
