@@ -313,9 +313,16 @@ def test_an_encoder_is_refused_and_bad_kwargs_are_named():
 
 def test_a_chomsky_task_runs_causally_with_a_mixer():
     import lengen
+    from lengen.model.presets import preset
     cfg = lengen.resolve({"model": {"attention": "lstm", "causal": True, "d_model": 16,
                                     "n_heads": 2}, "task": {"name": "parity_check"}})
     assert cfg.model.causal
+    with pytest.raises(ConfigError, match="needs model.causal=true"):     # a decoder task
+        lengen.resolve({"model": {"causal": False}, "task": {"name": "copy"}})
+    # the Chomsky paper's LSTM baseline: one LSTM layer of hidden size 256
+    cfg = lengen.resolve(dict(preset("deletang2023-lstm"), task={"name": "parity_check"}))
+    lstm = Transformer(cfg.model).blocks[0].attn.lstm
+    assert (lstm.hidden_size, lstm.num_layers) == (256, 1)
 
 
 # ---- training with kept / packed rows, and half precision ----------------------------------
