@@ -144,5 +144,6 @@ def preset(name: str, **model_overrides) -> dict:
     return out
 
 
-__all__ = ["PRESETS", "DELETANG2023_LSTM", "RUOSS2023_ENCODER", "RUOSS2023_TRAIN", "RUOSS2023_LRS", "ZHOU2024_BLOCK",
-           "ZHOU2024_SIZES", "ZHOU2024_TRAIN", "GPT2_BASE", "HF_CLM_TRAIN", "preset"]
+__all__ = ["PRESETS", "DELETANG2023_LSTM", "RUOSS2023_ENCODER", "RUOSS2023_TRAIN",
+           "RUOSS2023_LRS", "ZHOU2024_BLOCK", "ZHOU2024_SIZES", "ZHOU2024_TRAIN", "GPT2_BASE",
+           "HF_CLM_TRAIN", "preset"]
