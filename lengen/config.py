@@ -34,7 +34,6 @@ from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 
 import torch
 
-from lengen.attention import wide_qk_refusal
 from lengen.checks import (Bool, Choice, Device, Float, Int, IsA, Mapping, Seq, Str,
                            check_fields, did_you_mean, option, rules_of)
 from lengen.errors import ArgumentError, ConfigError
@@ -350,9 +349,6 @@ def check_components(cfg: ExperimentConfig, *, vocab_explicit: bool = True):
                           f"causal decoders, and model.causal is false (the task "
                           f"'{cfg.task.name}' or the config asks for an encoder); choose another "
                           f"model.attention (e.g. softmax) or a decoder task")
-    wide = wide_qk_refusal(parts["model.posenc_kwargs"][2], attention_cls, m.posenc, m.attention)
-    if wide:
-        raise ConfigError(f"cannot build {what('model.attention_kwargs')}: {wide}")
     # the weights alone must fit in this machine's memory (the model is built on the CPU): an
     # impossible size is refused here, not by the allocator in the middle of a build
     check_fits(m, batch=0, length=0, training=False, device="cpu",
@@ -394,7 +390,8 @@ def check_components(cfg: ExperimentConfig, *, vocab_explicit: bool = True):
         check_hf_model(m, task, sampler, task.max_input_length(splits))
         check_fits(m, batch=0, length=0, training=False, device="cpu",
                    fix="Lower the sizes in model.hf_config")
-    if m.causal != task.causal:
+    # an encoder task whose answers come after the whole input may run causally (causal_ok)
+    if m.causal != task.causal and not (m.causal and getattr(task, "causal_ok", False)):
         raise ConfigError(f"task '{cfg.task.name}' needs model.causal={str(task.causal).lower()} "
                           f"({'a causal decoder' if task.causal else 'a bidirectional encoder'}); "
                           f"set model.causal={str(task.causal).lower()}")

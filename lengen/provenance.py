@@ -6,7 +6,7 @@ when it started (issue 54 item 5: a rule must provably come before the runs it g
 * :func:`source_dirty`: whether ``git status --porcelain`` of that checkout is non-empty; None
   when lengen does not run from a checkout (an installed package has no working tree).
 * :func:`run_record`: both, and the start time as UTC ISO 8601, as one dict: what
-  ``train`` writes to ``RUN_DIR/provenance.json`` and a sweep copies into its ``runs.csv``.
+  ``train`` writes to ``RUN_DIR/provenance.json`` and a sweep copies into its ``provenance.csv``.
 
 ``RUN_DIR/provenance.json``::
 
@@ -28,7 +28,7 @@ import subprocess
 
 #: the file a run directory keeps its record in
 RECORD_NAME = "provenance.json"
-#: the columns a sweep's runs.csv gets from each run's record
+#: the columns a sweep's provenance.csv gets from each run's record
 RECORD_COLUMNS = ("started_utc", "lengen_commit", "lengen_dirty")
 SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

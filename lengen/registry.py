@@ -65,15 +65,16 @@ class ExtensionPoint:
     with one :class:`LengenWarning` naming both sides (:meth:`plugins`); the plugin is still
     reached by its import path, and no other name is affected.
 
-    The class must subclass ``base``. A resolved config stores a plugin by its import path
-    (:meth:`canonical`), so a resumed run, ``lengen eval``, spawned sweep workers and Ray tasks
-    import the same class without the entry point, as long as its module is importable there.
+    The class must subclass ``base`` (a class, or a tuple of classes: any of them). A resolved
+    config stores a plugin by its import path (:meth:`canonical`), so a resumed run, ``lengen
+    eval``, spawned sweep workers and Ray tasks import the same class without the entry point,
+    as long as its module is importable there.
     """
     kind: str            # "positional scheme", in messages
     key: str             # the config key holding the name: "model.posenc"
     group: str           # entry-point group: "lengen.posencs"
     registry: dict
-    base: type
+    base: type | tuple
 
     def get(self, name, key: str | None = None) -> type:
         """The class ``name`` stands for, or a ConfigError saying why there is none."""
@@ -175,6 +176,8 @@ def _warn_once(message: str) -> None:
 
 
 def _qualname(cls) -> str:
+    if isinstance(cls, tuple):                      # an extension point with several bases
+        return " or ".join(_qualname(c) for c in cls)
     return f"{cls.__module__}:{cls.__qualname__}"
 
 

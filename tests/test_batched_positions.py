@@ -30,6 +30,8 @@ import torch  # noqa: E402
 
 from lengen.attention import ATTENTIONS  # noqa: E402
 from lengen.model import ModelConfig, Transformer  # noqa: E402
+from lengen.model.config import combines  # noqa: E402
+from lengen.posenc import POSENCS  # noqa: E402
 
 V = 7
 # scheme id -> (posenc, posenc_kwargs); xl's table and trig paths forced as well as its auto choice
@@ -44,7 +46,9 @@ PATHS = ("naive", "lean", "fast")
 BIAS_FREE = ("nope", "learned", "sincos", "rope")
 TRITON_KINDS = ("tra", "fot")
 
-CONFIGS = ([(s, a, True) for a in ATTENTIONS for s in SCHEMES]
+# a token mixer runs only with the schemes acting outside attention (lengen.model.config.combines)
+CONFIGS = ([(s, a, True) for a in ATTENTIONS for s in SCHEMES
+            if combines(ATTENTIONS[a], POSENCS[SCHEMES[s][0]])]
            + [(s, a, False) for a in ENCODER_KINDS for s in ENCODER_SCHEMES])
 # xl's forced table / trig paths change only how the hook computes its [B, H, tq, Tk] bias, which
 # every op path then consumes alike: they run on the naive path, xl's auto choice on all paths

@@ -14,15 +14,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lengen.attention import ATTENTIONS, wide_qk_refusal
+from lengen.attention import ATTENTIONS
 from lengen.model import ModelConfig, Transformer
+from lengen.model.config import combines
 from tiny_models import nontrivial
 from lengen.posenc import POSENCS
 
 V = 7
-# every kind with every scheme, but those refused together (PoPE's wide q/k with CoPE, Diff, PaTH)
-GRID = [(a, p) for a in ATTENTIONS for p in POSENCS
-        if wide_qk_refusal(POSENCS[p], ATTENTIONS[a], p, a) is None]
+# every pair the config does not refuse (lengen.model.config.pair_refusal)
+GRID = [(a, p) for a in ATTENTIONS for p in POSENCS if combines(ATTENTIONS[a], POSENCS[p])]
 IDS = [f"{a}-{p}" for a, p in GRID]
 TIGHT = dict(atol=1e-10, rtol=1e-8)
 

@@ -19,10 +19,11 @@ from transformers import AutoModelForCausalLM, LlamaForCausalLM  # noqa: E402
 
 import lengen  # noqa: E402
 import lengen.hf  # noqa: E402
-from lengen.attention import ATTENTIONS, wide_qk_refusal  # noqa: E402
+from lengen.attention import ATTENTIONS  # noqa: E402
 from lengen.cli import main  # noqa: E402
 from lengen.errors import ExportError  # noqa: E402
 from lengen.hf import LengenForCausalLM, llama_refusals, to_hf, to_llama  # noqa: E402
+from lengen.model.config import combines  # noqa: E402
 from lengen.posenc import POSENCS  # noqa: E402
 from lengen.samplers import SAMPLERS  # noqa: E402
 from reference_loops import sampler_test_kwargs  # noqa: E402
@@ -53,9 +54,9 @@ def tokens(T=11, B=2, seed=1):
     return torch.randint(0, V, (B, T), generator=torch.Generator().manual_seed(seed))
 
 
-@pytest.mark.parametrize("posenc,attention", [
-    (p, a) for p in POSENCS for a in ATTENTIONS       # but those refused together (PoPE + CoPE)
-    if wide_qk_refusal(POSENCS[p], ATTENTIONS[a], p, a) is None])
+# every pair the config does not refuse (lengen.model.config.pair_refusal)
+@pytest.mark.parametrize("attention,posenc", [(a, p) for p in POSENCS for a in ATTENTIONS
+                                              if combines(ATTENTIONS[a], POSENCS[p])])
 def test_every_scheme_and_kind_loads_with_equal_logits(posenc, attention, tmp_path):
     model = tiny(posenc=posenc, attention=attention, tie_embeddings=posenc == "rope")
     loaded, _ = roundtrip(to_hf(model), tmp_path)

@@ -1,5 +1,5 @@
 """Run records (issue 54 item 5): every run directory records the lengen commit it ran, whether
-the checkout was dirty and when the run started; a sweep's runs.csv carries the same columns."""
+the checkout was dirty and when the run started; a sweep's provenance.csv carries the same columns."""
 from __future__ import annotations
 
 import csv
@@ -110,7 +110,7 @@ def test_a_sweep_writes_runs_csv_with_each_runs_record(tmp_path):
     out = str(tmp_path / "sw")
     grid = Grid(TINY, axes={"train.seed": [0, 1]}, name="s{seed}")
     run_sweep(grid, out, log=None)
-    with open(os.path.join(out, "runs.csv")) as f:
+    with open(os.path.join(out, "provenance.csv")) as f:
         rows = list(csv.DictReader(f))
     assert [r["run"] for r in rows] == ["s0", "s1"] and [r["seed"] for r in rows] == ["0", "1"]
     for r in rows:
@@ -121,7 +121,7 @@ def test_a_sweep_writes_runs_csv_with_each_runs_record(tmp_path):
         assert r["lengen_commit"] == rec["lengen_commit"] == provenance.source_commit()
     assert _utc(rows[0]["started_utc"]) <= _utc(rows[1]["started_utc"])
     run_sweep(grid, out, log=None)                                  # cached: same records
-    with open(os.path.join(out, "runs.csv")) as f:
+    with open(os.path.join(out, "provenance.csv")) as f:
         again = list(csv.DictReader(f))
     assert [r["status"] for r in again] == ["cached", "cached"]
     assert [r["started_utc"] for r in again] == [r["started_utc"] for r in rows]

@@ -1,6 +1,6 @@
 """lengen.analysis.registration on a throwaway git history (issue 54 item 5): a reading is
 pre-registered only when its rule was committed before its data, and, where the data record run
-start times (runs.csv's started_utc), before every run started."""
+start times (provenance.csv's started_utc), before every run started."""
 from __future__ import annotations
 
 import os
@@ -58,7 +58,7 @@ def _runs(*starts):
 def test_rule_then_runs_then_data_is_pre_registered(repo):
     rule = _commit(repo, {RULE: "rule: B above A\n"}, "2026-01-02T00:00:00+00:00")
     _commit(repo, {"results/f/scores.csv": SCORES,
-                   "results/f/runs.csv": _runs("2026-01-02T01:00:00+00:00",
+                   "results/f/provenance.csv": _runs("2026-01-02T01:00:00+00:00",
                                                "2026-01-02T02:00:00Z")},
             "2026-01-03T00:00:00+00:00")
     r = _reading(rule)
@@ -70,12 +70,12 @@ def test_a_run_started_before_the_rule_makes_it_exploratory(repo):
     rule = _commit(repo, {RULE: "rule: B above A\n"}, "2026-01-02T00:00:00+00:00")
     # the results are committed after the rule, but one run started before it was written
     _commit(repo, {"results/f/scores.csv": SCORES,
-                   "results/f/runs.csv": _runs("2026-01-01T23:00:00+00:00",
+                   "results/f/provenance.csv": _runs("2026-01-01T23:00:00+00:00",
                                                "2026-01-02T02:00:00+00:00")},
             "2026-01-03T00:00:00+00:00")
     r = _reading(rule)
     problems = registration.check_reading(r, str(repo))
-    assert len(problems) == 1 and "1 of 2 run(s) in results/f/runs.csv started before" in \
+    assert len(problems) == 1 and "1 of 2 run(s) in results/f/provenance.csv started before" in \
         problems[0], problems
     assert registration.label(r, str(repo)) == "exploratory"
     claims = [{"id": "c", "readings": [r]}]

@@ -5,8 +5,8 @@ A reading in ``results/claims.yaml`` labelled ``pre-registered`` names its ``rul
 (2) for every data file the reading's arms read, the first commit that added it is a strict
 descendant of ``rule_commit`` (so the results were committed after the rule, never with it).
 (3) where the reading's data record when each run started (a ``started_utc`` column, as the
-``runs.csv`` of a sweep has: :mod:`lengen.provenance`), in a data file itself or in the
-``runs.csv`` beside it, every run started after ``rule_commit``'s commit time (a run started
+``provenance.csv`` of a sweep has: :mod:`lengen.provenance`), in a data file itself or in the
+``provenance.csv`` beside it, every run started after ``rule_commit``'s commit time (a run started
 before the rule was committed is not governed by it, even when its results were committed
 later). A reading that fails is *exploratory*, not *pre-registered* (:func:`label`); a
 reading labelled *pre-registered* in ``results/claims.yaml`` that fails is an error.
@@ -63,12 +63,12 @@ def _utc(text: str) -> datetime:
 
 def run_starts(files: list[str], repo: str = REPO) -> dict[str, list[datetime]]:
     """Each csv that records run start times -> those times: a data file with a ``started_utc``
-    column, and the ``runs.csv`` beside a data file when it has one. Files without the column
-    (every folder committed before runs.csv existed) give nothing."""
+    column, and the ``provenance.csv`` beside a data file when it has one. Files without the column
+    (every folder committed before provenance.csv existed) give nothing."""
     out: dict[str, list[datetime]] = {}
     candidates = []
     for f in files:
-        candidates += [f, os.path.join(os.path.dirname(f), "runs.csv")]
+        candidates += [f, os.path.join(os.path.dirname(f), "provenance.csv")]
     for f in dict.fromkeys(candidates):
         path = os.path.join(repo, f)
         if not f.endswith(".csv") or not os.path.exists(path):

@@ -2,18 +2,20 @@
 test suite's registry grids (``tests/test_contracts.py``) and by ``lengen check NAME``.
 
 :func:`plan` says which contract runs on which combination for an entry (a positional scheme is
-run with every built-in attention kind, an attention kind with every built-in scheme, a sampler
-with RoPE + softmax and NoPE + softmax, a task on its own); :func:`check` runs a plan and
+run with every built-in attention kind, an attention kind with every built-in scheme, except
+the pairs that do not combine: a token mixer takes only the schemes acting outside attention; a
+sampler with RoPE + softmax and NoPE + softmax, a task on its own); :func:`check` runs a plan and
 returns one row per (contract, combination) with ``status`` pass / fail / skip and the reason.
 The contracts themselves are in :mod:`lengen.contracts.model` and :mod:`lengen.contracts.task`.
 """
 from __future__ import annotations
 
-from lengen.attention import ATTENTION_POINT, ATTENTIONS, wide_qk_refusal
+from lengen.attention import ATTENTION_POINT, ATTENTIONS
 from lengen.checks import did_you_mean
 from lengen.contracts.model import MODEL_CONTRACTS, Failure, Skip
 from lengen.contracts.task import TASK_CONTRACTS
 from lengen.errors import ConfigError
+from lengen.model.config import combines
 from lengen.posenc import POSENC_POINT, POSENCS
 from lengen.samplers import SAMPLER_POINT
 from lengen.tasks import TASK_POINT, build_task
@@ -64,16 +66,18 @@ def plan(kind: str, name: str) -> list[tuple[str, dict]]:
     if kind == "task":
         return [(c, {"task": name}) for c in KINDS["task"][1]
                 if c != "answers" or _has_answers(points()["task"].get(name))]
+    # only the pairs the config does not refuse (lengen.model.config.pair_refusal: a token
+    # mixer with a scheme acting inside attention, PoPE's wide q/k with CoPE, Diff, PaTH)
     if kind == "posenc":
-        combos = [{"posenc": name, "attention": a} for a in ATTENTIONS]
+        cls = points()["posenc"].get(name)
+        combos = [{"posenc": name, "attention": a} for a, c in ATTENTIONS.items()
+                  if combines(c, cls)]
     elif kind == "attention":
-        combos = [{"posenc": p, "attention": name} for p in POSENCS]
+        cls = points()["attention"].get(name)
+        combos = [{"posenc": p, "attention": name} for p, c in POSENCS.items()
+                  if combines(cls, c)]
     else:
         combos = [{"posenc": p, "attention": "softmax", "positions": name} for p in ("rope", "nope")]
-    # a scheme that widens q/k (PoPE) and a kind that needs head-wide q/k are refused together
-    combos = [c for c in combos if wide_qk_refusal(POSENC_POINT.get(c["posenc"]),
-                                                   ATTENTION_POINT.get(c["attention"]),
-                                                   c["posenc"], c["attention"]) is None]
     out = []
     for contract in KINDS[kind][1]:
         if contract == "bad_kwargs":                  # one combination says it

@@ -6,7 +6,8 @@ again) to its :class:`LayerCache` and attends from the new query rows to every c
 model appends the new tokens' positions once to :attr:`KVCache.positions`, which bias schemes
 (ALiBi, T5, Transformer-XL) read for the key side. Attention kinds keep what their step needs
 beside k and v under their own names (FoT: its cumulative log-forget ``c``, so a new row gets
-``c_i - c_j`` against every cached key).
+``c_i - c_j`` against every cached key). Token mixers (:mod:`lengen.attention.mixer`) keep a
+fixed-size recurrent state instead, replaced at every call (:meth:`LayerCache.put`).
 
 Storage: every cached tensor has its time axis at dim 2 (``[B, H, T, ...]``; positions: their last
 dim) and lives in a buffer with spare room that doubles when full, so appending a token copies only
@@ -62,15 +63,25 @@ class LayerCache:
     def __init__(self, capacity: int = 0):
         self.capacity = capacity
         self._items: dict[str, _Growing] = {}
+        self._state: dict[str, torch.Tensor] = {}     # put(): replaced, not grown
 
     def length(self, name: str = "k") -> int:
         item = self._items.get(name)
         return 0 if item is None else item.n
 
     def get(self, name: str) -> torch.Tensor | None:
-        """The cached ``name`` tensor so far, or None before its first append."""
+        """The cached ``name`` tensor so far (appended, or last put), or None before the first."""
+        if name in self._state:
+            return self._state[name]
         item = self._items.get(name)
         return None if item is None else item.view()
+
+    def put(self, name: str, x: torch.Tensor) -> None:
+        """Keep ``x`` ([B, ...], batch first) under ``name`` in place of what was there: a token
+        mixer's recurrent state, whose size does not grow with the tokens."""
+        if name in self._items:
+            raise ValueError(f"cache '{name}' is appended to; put() keeps another name")
+        self._state[name] = x
 
     def append(self, name: str, x: torch.Tensor) -> torch.Tensor:
         """Append ``x`` ([B, H, t, ...]) along dim 2; returns everything cached under ``name``."""
@@ -87,6 +98,8 @@ class LayerCache:
     def select(self, index: torch.Tensor) -> None:
         for item in self._items.values():
             item.select(index)
+        for name, x in self._state.items():
+            self._state[name] = x.index_select(0, index.to(x.device))
 
 
 class KVCache:

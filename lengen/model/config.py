@@ -20,11 +20,12 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import asdict, dataclass
 
-from lengen.attention import ATTENTION_POINT
+from lengen.attention import ATTENTION_POINT, wide_qk_refusal
 from lengen.checks import (Bool, Choice, Float, Int, Mapping, Str, check_fields, did_you_mean,
                            option, rules_of)
 from lengen.errors import ConfigError
-from lengen.posenc import POSENC_POINT
+from lengen.posenc import POSENC_POINT, POSENCS
+from lengen.posenc.base import PositionalScheme
 from lengen.registry import check_kwargs
 from lengen.samplers import SAMPLER_POINT
 
@@ -211,6 +212,8 @@ class ModelConfig:
             "model.positions_kwargs": ("position sampler", self.positions,
                                        SAMPLER_POINT.get(self.positions), {}),
         }
+        check_pair(parts["model.attention_kwargs"][2], self.attention,
+                   parts["model.posenc_kwargs"][2], self.posenc)
         for section, (kind, name, cls, framework) in parts.items():
             sources = {k: FRAMEWORK_ARG_SOURCES.get(k, "the model") for k in framework}
             attr = section.split(".")[1]
@@ -219,6 +222,40 @@ class ModelConfig:
         if fields_valid:                 # names canonical and kwargs coerced: valid as they are
             self._remember(registry=True)
         return parts
+
+
+def acts_in_attention(posenc_cls) -> bool:
+    """Whether a positional scheme acts inside attention: rotates q and k or adds a logit bias
+    (rather than adding to the embeddings, or nothing)."""
+    return bool(getattr(posenc_cls, "has_bias", False)) or (
+        getattr(posenc_cls, "rotate", PositionalScheme.rotate) is not PositionalScheme.rotate)
+
+
+def pair_refusal(attention_cls, posenc_cls, attention: str, posenc: str) -> str | None:
+    """Why attention kind (or token mixer) ``attention`` cannot run with positional scheme
+    ``posenc``, or None: a mixer (``uses_posenc = False``, :mod:`lengen.attention.mixer`) with a
+    scheme that acts inside attention; a scheme that widens q/k (PoPE) with a kind that needs
+    them as wide as the head (:func:`lengen.attention.wide_qk_refusal`)."""
+    if not getattr(attention_cls, "uses_posenc", True) and acts_in_attention(posenc_cls):
+        fit = ", ".join(n for n, c in POSENCS.items() if not acts_in_attention(c))
+        return (f"model.attention='{attention}' is a token mixer (a recurrence with no queries "
+                f"and keys) and cannot use model.posenc='{posenc}', a scheme that rotates q/k or "
+                f"adds an attention bias. Valid model.posenc with a mixer: {fit} (schemes that "
+                f"add to the embeddings, or nothing)")
+    return wide_qk_refusal(posenc_cls, attention_cls, posenc, attention)
+
+
+def combines(attention_cls, posenc_cls) -> bool:
+    """Whether the attention kind (or token mixer) can run with the positional scheme (what the
+    registry-driven tests iterate: every pair :func:`pair_refusal` does not refuse)."""
+    return pair_refusal(attention_cls, posenc_cls, "", "") is None
+
+
+def check_pair(attention_cls, attention: str, posenc_cls, posenc: str) -> None:
+    """A ConfigError with :func:`pair_refusal`'s reason when the pair cannot run."""
+    why = pair_refusal(attention_cls, posenc_cls, attention, posenc)
+    if why:
+        raise ConfigError(why)
 
 
 #: where each argument of ``posenc_args`` / ``attention_args`` comes from (for error messages)

@@ -34,6 +34,13 @@ input layer over 3 ids and a biased output layer over 2 classes, 386 parameters;
 = 640). Relative (``xl``) adds 4,224 once (W_r 64x64, u, v), shared by the layers, where the
 reference has one set per layer (5 x 4,224 = 21,120).
 
+``deletang2023-lstm``: the LSTM baseline of Deletang et al. (2023) as close as lengen's block
+gets (docs/mixers.md): one LSTM layer of hidden size 256 (``model.attention=lstm``, forget-gate
+bias 1 as Haiku's), causal (it reads the Chomsky tasks' input, then answers at the placeholders),
+no positional scheme, trained as the encoder preset. What remains of the block around it: a
+learned embedding table instead of one-hot inputs, the pre-RMSNorm residual sublayer and the
+block's SwiGLU MLP, the final norm and the output head.
+
 ``zhou2024-2m`` / ``-5m`` / ``-25m`` / ``-268m``: the decoders of Zhou et al. (2024, "Transformers
 Can Achieve Length Generalization But Not Robustly", App. B.2, Table B.1): [2, 4, 6, 16] blocks,
 d_model [256, 256, 512, 1024], GeGLU FFN of width [1024, 1024, 2048, 4096], [4, 4, 8, 16] heads,
@@ -106,6 +113,9 @@ def _zhou2024(size: str) -> dict:
                           n_heads=n_heads),
             "train": ZHOU2024_TRAIN}
 
+DELETANG2023_LSTM = dict(d_model=256, n_layers=1, n_heads=1, attention="lstm", posenc="nope",
+                         causal=True)
+
 GPT2_BASE = dict(n_layers=12, n_heads=12, d_model=768, d_ff=3072, mlp="gelu", norm="layer",
                  norm_position="pre", final_norm=True, tie_embeddings=True, dropout=0.1,
                  init_std=0.02, causal=True)
@@ -117,6 +127,7 @@ HF_CLM_TRAIN = dict(optimizer="adamw", lr=5e-5, weight_decay=0.0, betas=[0.9, 0.
 # Literal registry: name -> {"model": {...}, "train": {...}}
 PRESETS: dict[str, dict] = {
     "ruoss2023-encoder": {"model": RUOSS2023_ENCODER, "train": RUOSS2023_TRAIN},
+    "deletang2023-lstm": {"model": DELETANG2023_LSTM, "train": RUOSS2023_TRAIN},
     "zhou2024-2m": _zhou2024("2m"),
     "zhou2024-5m": _zhou2024("5m"),
     "zhou2024-25m": _zhou2024("25m"),
@@ -133,5 +144,6 @@ def preset(name: str, **model_overrides) -> dict:
     return out
 
 
-__all__ = ["PRESETS", "RUOSS2023_ENCODER", "RUOSS2023_TRAIN", "RUOSS2023_LRS", "ZHOU2024_BLOCK",
-           "ZHOU2024_SIZES", "ZHOU2024_TRAIN", "GPT2_BASE", "HF_CLM_TRAIN", "preset"]
+__all__ = ["PRESETS", "DELETANG2023_LSTM", "RUOSS2023_ENCODER", "RUOSS2023_TRAIN",
+           "RUOSS2023_LRS", "ZHOU2024_BLOCK", "ZHOU2024_SIZES", "ZHOU2024_TRAIN", "GPT2_BASE",
+           "HF_CLM_TRAIN", "preset"]

@@ -19,7 +19,6 @@ import math
 import torch
 from torch import nn
 
-from lengen.attention import wide_qk_refusal
 from lengen.errors import ArgumentError, ConfigError
 from lengen.model.block import Block, built, make_norm
 from lengen.model.cache import KVCache
@@ -192,10 +191,6 @@ class Transformer(nn.Module):
             self.sampler = sampler if sampler is not None else config_sampler(cfg)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
-        wide = wide_qk_refusal(type(self.posenc), type(self.blocks[0].attn), cfg.posenc,
-                               cfg.attention)
-        if wide:
-            raise ValueError(wide)
         self.norm_f = make_norm(cfg) if cfg.final_norm else nn.Identity()
         self.head = Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.apply(self._init)

@@ -13,7 +13,7 @@ Layout of ``out_dir``::
                                ``failed`` and the error (pandas: ``pd.read_csv(out_dir/results.csv)``)
     out_dir/failures.json      [{name, error, traceback}] of this invocation's failed runs
     out_dir/sweep.json         per-run status (done | cached | failed), seconds, worker
-    out_dir/runs.csv           one row per run: name, the grid's axis labels, status, seconds and
+    out_dir/provenance.csv     one row per run: name, the grid's axis labels, status, seconds and
                                the run's record (``lengen.provenance``: ``started_utc``,
                                ``lengen_commit``, ``lengen_dirty``; empty for a run made before
                                lengen wrote ``provenance.json``)
@@ -231,7 +231,7 @@ class SweepResult:
         return pd.DataFrame(self.rows)
 
     def run_rows(self) -> list[dict]:
-        """One row per finished or failed run (``runs.csv``): name, tags, status, seconds and
+        """One row per finished or failed run (``provenance.csv``): name, tags, status, seconds and
         the run's record (start time, lengen commit, dirty state)."""
         out = []
         for s in self.specs:
@@ -246,7 +246,7 @@ class SweepResult:
 
     def write(self) -> None:
         write_results(self.out_dir, self.rows, self.failures)
-        write_csv_atomic(self.run_rows(), os.path.join(self.out_dir, "runs.csv"))
+        write_csv_atomic(self.run_rows(), os.path.join(self.out_dir, "provenance.csv"))
         pending = [s.name for s in self.specs if s.name not in self.results]
         save_json_atomic({"runs": self.status, "pending": pending},
                          os.path.join(self.out_dir, "sweep.json"))

@@ -53,6 +53,10 @@ class ChomskyTask(Task):
     """Base class: placeholders, masks, length sampling and ``len=K`` splits (see module doc)."""
 
     causal = False
+    #: a causal model may be trained on it too: the answer is read at placeholders after the
+    #: whole input, as the papers' RNN baselines (and the token mixers, model.attention=lstm,
+    #: mamba2, gated_deltanet, which are causal only) read it (model.causal=true)
+    causal_ok = True
     #: the per-length metric of the papers' length sweeps (per-token accuracy over the outputs)
     score_metric = "token_acc"
     #: Chomsky level of the task: "regular", "dcf" (deterministic context-free) or "cs"
