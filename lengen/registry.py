@@ -20,11 +20,12 @@ import inspect
 import re
 import sys
 from dataclasses import dataclass
-from importlib.metadata import entry_points
+from importlib.metadata import distributions, entry_points
 
 import torch
 
 from lengen.checks import (AnyOf, Bool, Float, Int, Mapping, Rule, Seq, Str, did_you_mean)
+from lengen.consent import check_import_allowed
 from lengen.errors import ConfigError, is_out_of_memory, out_of_memory_message
 
 
@@ -78,7 +79,9 @@ class ExtensionPoint:
         except TypeError:                   # an unhashable name (a list or mapping from YAML)
             pass
         if isinstance(name, str) and ":" in name:
-            return self._checked(_import_path(name, f"{self.kind} '{name}' ({key})"), name, key)
+            what = f"{self.kind} '{name}' ({key})"
+            check_import_allowed(name, what, installed_plugin_paths)   # no code from data
+            return self._checked(_import_path(name, what), name, key)
         if isinstance(name, str):
             found = self.plugins().get(name)
             if found is not None:
@@ -125,6 +128,14 @@ class ExtensionPoint:
             raise ConfigError(f"{key}='{name}' is {what}; a {self.kind} must subclass "
                               f"{_qualname(self.base)}. See CONTRIBUTING.md for its interface.")
         return obj
+
+
+def installed_plugin_paths() -> list[str]:
+    """The import paths every installed entry point of lengen's plugin groups (``lengen.*``)
+    names: a package the user installed, so a stored config may name them
+    (:func:`lengen.consent.check_import_allowed`)."""
+    return [ep.value for dist in distributions() for ep in dist.entry_points
+            if ep.group.startswith("lengen.")]
 
 
 def _qualname(cls) -> str:

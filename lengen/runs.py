@@ -262,7 +262,7 @@ def reevaluate(cfg: ExperimentConfig, run_dir: str, *, quiet: bool = True) -> li
                         seed=cfg.eval.seed, device=device,
                         meta=dict(run_meta(cfg, run_dir), step=cfg.train.steps),
                         progress=not quiet and cfg.train.progress)
-        save_json_atomic(cfg.to_dict(), os.path.join(run_dir, "config.json"))
+        save_json_atomic(cfg.to_dict(), os.path.join(run_dir, "config.json"), root=run_dir)
         write_rows(rows, run_dir)
     return rows
 

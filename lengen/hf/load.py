@@ -20,6 +20,7 @@ import os
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from lengen.consent import remote_code_refused, trust_remote_code
 from lengen.errors import ConfigError
 from lengen.hf.modeling import MODEL_TYPE, LengenForCausalLM
 from lengen.model import HFBackbone, ModelConfig
@@ -37,8 +38,12 @@ def checkpoint_config(path: str):
                           f"config.json); give a directory written by save_pretrained (or "
                           f"lengen export RUN OUT --to hf|llama)")
     try:
-        return AutoConfig.from_pretrained(path, local_files_only=True)
+        return AutoConfig.from_pretrained(path, local_files_only=True,
+                                          trust_remote_code=trust_remote_code())
     except (OSError, ValueError, KeyError) as e:
+        refused = remote_code_refused(path, e)
+        if refused is not None:
+            raise refused from None
         raise ConfigError(f"--hf {path}: transformers cannot read its config.json "
                           f"({type(e).__name__}: {e})") from None
 
@@ -71,7 +76,8 @@ def load_checkpoint(path: str, *, rope_scaling: dict | None = None, device="cpu"
             raise ConfigError("--rope-scaling applies to transformers' RoPE models; this "
                               "checkpoint is a lengen model (set its scaling in "
                               "model.posenc_kwargs when training)")
-        hf = LengenForCausalLM.from_pretrained(path, local_files_only=True)
+        hf = LengenForCausalLM.from_pretrained(path, local_files_only=True,
+                                               trust_remote_code=trust_remote_code())
         return hf.model.float().to(device).eval()
     if mt not in HF_MODEL_TYPES:
         raise ConfigError(f"--hf {path}: model_type {mt!r} is not supported; lengen evaluates "
@@ -80,8 +86,12 @@ def load_checkpoint(path: str, *, rope_scaling: dict | None = None, device="cpu"
         apply_rope_scaling(config, rope_scaling)
     try:
         hf = AutoModelForCausalLM.from_pretrained(path, config=config, local_files_only=True,
-                                                  dtype=torch.float32)
+                                                  dtype=torch.float32,
+                                                  trust_remote_code=trust_remote_code())
     except (OSError, ValueError, RuntimeError) as e:
+        refused = remote_code_refused(path, e)
+        if refused is not None:
+            raise refused from None
         raise ConfigError(f"--hf {path}: the weights do not load ({type(e).__name__}: "
                           f"{e})") from None
     vocab = hf.get_output_embeddings().out_features

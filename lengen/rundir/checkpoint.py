@@ -32,7 +32,8 @@ import sys
 import torch
 
 from lengen.errors import CheckpointError, RunDirError
-from lengen.fileio import disk_full_message, file_digest, is_disk_full
+from lengen.fileio import (check_no_links, disk_full_message, file_digest, fresh_temporary,
+                           is_disk_full, open_for_writing)
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 FORMAT = 2      # meta.json records file sizes and checksums (format 1 had none)
@@ -70,7 +71,7 @@ def save_weights(model: torch.nn.Module, path: str) -> None:
             continue
         seen.add(v.data_ptr())
         state[k] = v.detach().contiguous().cpu()
-    tmp = f"{path}.tmp{os.getpid()}"
+    tmp = fresh_temporary(path)           # never a link planted at the temporary name
     save_file(state, tmp)
     _fsync_file(tmp)
     os.replace(tmp, path)
@@ -165,7 +166,7 @@ def save_checkpoint(run_dir: str, step: int, model, state: dict, config: dict,
     """Write checkpoint ``step`` (weights + ``state``: optimizer, scheduler, RNG and task state;
     tensors, numbers, strings and containers only) crash-safely; see the module docstring.
     ``keep`` newest usable checkpoints are kept (0 = all)."""
-    ckdir = os.path.join(run_dir, "checkpoints")
+    ckdir = check_no_links(os.path.join(run_dir, "checkpoints"), run_dir)
     os.makedirs(ckdir, exist_ok=True)
     name = f"step_{step:07d}"
     final = os.path.join(ckdir, name)
@@ -176,6 +177,8 @@ def save_checkpoint(run_dir: str, step: int, model, state: dict, config: dict,
         _prune(ckdir, keep)
         return final
     tmp = os.path.join(ckdir, f"{name}.tmp-{os.getpid()}")
+    if os.path.islink(tmp):
+        os.unlink(tmp)
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         _write_checkpoint_folder(tmp, step, model, state, config)
@@ -207,12 +210,13 @@ def _write_checkpoint_folder(tmp: str, step: int, model, state: dict, config: di
     """Weights, state and meta.json (sizes and checksums) into the new folder ``tmp``, synced."""
     os.makedirs(tmp)
     save_weights(model, os.path.join(tmp, "model.safetensors"))
-    torch.save(dict(state, step=step), os.path.join(tmp, "state.pt"))
+    with open_for_writing(os.path.join(tmp, "state.pt"), "xb") as f:
+        torch.save(dict(state, step=step), f)
     _fsync_file(os.path.join(tmp, "state.pt"))
     files = {n: {"size": os.path.getsize(os.path.join(tmp, n)),
                  "sha256": file_digest(os.path.join(tmp, n))}
              for n in ("model.safetensors", "state.pt")}
-    with open(os.path.join(tmp, "meta.json"), "w") as f:
+    with open_for_writing(os.path.join(tmp, "meta.json"), "x") as f:
         json.dump({"format": FORMAT, "step": step, "files": files, "config": config}, f, indent=2,
                   default=str)
         f.flush()
@@ -221,8 +225,8 @@ def _write_checkpoint_folder(tmp: str, step: int, model, state: dict, config: di
 
 
 def _write_latest(ckdir: str, name: str) -> None:
-    tmp = os.path.join(ckdir, f"latest.tmp{os.getpid()}")
-    with open(tmp, "w") as f:
+    tmp = fresh_temporary(os.path.join(ckdir, "latest"))
+    with open_for_writing(tmp, "x") as f:
         f.write(name)
         f.flush()
         os.fsync(f.fileno())

@@ -10,6 +10,7 @@ import warnings
 import torch
 
 from lengen.checks import check_device_available
+from lengen.consent import PluginImportRefused, untrusted_source
 from lengen.config import ExperimentConfig, resolve, take_built, validate
 from lengen.errors import ArgumentError, ConfigError, LengenWarning, RunDirError
 from lengen.model import build_model
@@ -68,11 +69,16 @@ def load_run_at(run_dir: str, device="cpu"):
     except (ValueError, OSError) as e:
         raise RunDirError(f"{cfg_path} is unreadable ({type(e).__name__}: {e}); {fix}") from None
     check_device_available(device, "device")
-    try:
-        cfg = resolve(stored, check_device=False)
-    except ConfigError as e:
-        raise ConfigError(f"{cfg_path}: {e}") from None
-    task, model = prepare(cfg)
+    # the stored config is data, not the user's typing: the plugin import paths it names are
+    # imported only with the user's consent (lengen.consent)
+    with untrusted_source(cfg_path):
+        try:
+            cfg = resolve(stored, check_device=False)
+        except PluginImportRefused:
+            raise
+        except ConfigError as e:
+            raise ConfigError(f"{cfg_path}: {e}") from None
+        task, model = prepare(cfg)
     weights = os.path.join(run_dir, "model.safetensors")
     step = cfg.train.steps
     if not os.path.exists(weights):

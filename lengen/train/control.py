@@ -9,6 +9,7 @@ import threading
 import time
 
 from lengen.errors import ConfigError
+from lengen.fileio import check_no_links, open_for_writing
 
 
 class MetricsLog:
@@ -17,7 +18,7 @@ class MetricsLog:
     the same numeric values at the same steps."""
 
     def __init__(self, run_dir, tensorboard: bool, wandb: dict | None = None):
-        self.path = os.path.join(run_dir, "metrics.jsonl")
+        self.run_dir, self.path = run_dir, os.path.join(run_dir, "metrics.jsonl")
         self.tb = self.wb = None
         if tensorboard:
             try:
@@ -25,14 +26,14 @@ class MetricsLog:
             except ImportError as e:
                 raise ConfigError("train.tensorboard=true needs TensorBoard: pip install "
                                   "'lengen[tensorboard]' (or set train.tensorboard=false)") from e
-            self.tb = SummaryWriter(os.path.join(run_dir, "tb"))
+            self.tb = SummaryWriter(check_no_links(os.path.join(run_dir, "tb"), run_dir))
         if wandb is not None:
             from lengen.train.wandb_log import WandbSink  # start-up: only train.wandb=true needs it
 
             self.wb = WandbSink(run_dir, **wandb)
 
     def write(self, step: int, **values):
-        with open(self.path, "a") as f:
+        with open_for_writing(self.path, "a", root=self.run_dir) as f:
             f.write(json.dumps(dict(step=step, time=time.time(), **values)) + "\n")
         if self.tb:
             for k, v in values.items():

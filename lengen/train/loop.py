@@ -179,7 +179,7 @@ def _open_log(cfg, run_dir: str, config_dict: dict, step: int):
     TensorBoard / W&B as configured); main rank only."""
     tc = cfg.train
     truncate_metrics(run_dir, step, log=_log)
-    save_json_atomic(config_dict, os.path.join(run_dir, "config.json"))
+    save_json_atomic(config_dict, os.path.join(run_dir, "config.json"), root=run_dir)
     wandb = None
     if tc.wandb:
         wandb = dict(project=tc.wandb_project,
