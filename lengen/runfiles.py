@@ -22,6 +22,7 @@ CONFIG = "config.json"                 # lengen.train.loop, lengen.runs.reevalua
 METRICS = "metrics.jsonl"              # lengen.train.control.MetricsLog
 CHECKPOINTS = "checkpoints"            # lengen.rundir.checkpoint
 WEIGHTS = "model.safetensors"          # lengen.train.loop (final weights)
+WEIGHTS_RECORD = "model.json"          # lengen.rundir.checkpoint.save_final_weights: its sha256
 EVAL_FILES = ("eval.json", "eval.csv")  # lengen.rundir.layout.write_rows (training's evaluation)
 TENSORBOARD = "tb"                     # train.tensorboard=true
 WANDB_ID = "wandb.json"                # train.wandb=true: the W&B run id a resumed run continues
@@ -29,7 +30,7 @@ WANDB_FOLDER = "wandb"                 # train.wandb=true without WANDB_DIR: wan
 #: a directory holding any of these holds a run
 RUN_MARKERS = (CONFIG, METRICS, CHECKPOINTS, WEIGHTS) + EVAL_FILES + (TENSORBOARD,)
 #: what a run writes (no other command may write these names there)
-RUN_FILES = RUN_MARKERS + (WANDB_ID, WANDB_FOLDER)
+RUN_FILES = RUN_MARKERS + (WEIGHTS_RECORD, WANDB_ID, WANDB_FOLDER)
 #: the folders lengen fills, where no symbolic link is followed (lengen.fileio.refuse_links_inside)
 OWNED_FOLDERS = (CHECKPOINTS, TENSORBOARD, PREVIOUS)
 
@@ -64,5 +65,5 @@ def has_run(run_dir: str) -> bool:
                                           for f in RUN_MARKERS)
 
 
-__all__ = ["LOCK_NAME", "PREVIOUS", "CONFIG", "METRICS", "CHECKPOINTS", "WEIGHTS", "EVAL_FILES",
+__all__ = ["LOCK_NAME", "PREVIOUS", "CONFIG", "METRICS", "CHECKPOINTS", "WEIGHTS", "WEIGHTS_RECORD", "EVAL_FILES",
            "TENSORBOARD", "WANDB_ID", "WANDB_FOLDER", "RUN_MARKERS", "OWNED_FOLDERS", "RUN_FILES", "OWNED_NAMES", "has_run", "refuse_owned_output"]

@@ -22,9 +22,9 @@ from lengen.fileio import make_output_dir, save_json_atomic
 from lengen.errors import ConfigError
 from lengen.registry import check_kwargs, construct, fill_from_task
 from lengen.tasks import TASK_POINT
-from lengen.eval.evaluate import evaluate
-from lengen.model.memory import check_fits, check_work
-from lengen.rundir.checkpoint import load_weights
+from lengen.eval.evaluate import check_evaluation_work, evaluate
+from lengen.model.memory import check_fits
+from lengen.rundir.checkpoint import load_weights, verify_final_weights
 from lengen.threads import use_threads
 from lengen.rundir.load import as_experiment_config, load_run_at, prepare
 from lengen.rundir.layout import (RunDirLock, check_run_dir, check_same_run, refuse_owned_output,
@@ -110,14 +110,10 @@ def _evaluate_and_write(model, mc, task, splits, *, sequences: int, batch_size: 
                sizes=f"batch size {bs} (--batch-size), inputs of {length} tokens (the longest "
                      f"of the splits)",
                fix="Lower --batch-size, or evaluate the longest splits separately")
-    lengths = [task.max_input_length([s]) for s in splits]
-    # a task that scores at most max_eval_tokens per length (text) evaluates that many windows
-    # whatever the sequence count asks (which is then 'all')
-    cap = getattr(task, "max_eval_tokens", None)
-    counts = [min(sequences, -(-max(cap, L) // L)) if cap else sequences for L in lengths]
-    check_work(mc, sequences=counts, length=lengths, device=device,
-               what=f"evaluating {len(splits)} split(s) x {sequences} sequences (--sequences)",
-               fix="Lower --sequences or drop the longest --splits")
+    check_evaluation_work(mc, task, splits, sequences, device=device,
+                          what=f"evaluating {len(splits)} split(s) x {sequences} sequences "
+                               f"(--sequences)",
+                          fix="Lower --sequences or drop the longest --splits")
     rows = evaluate(model, task, splits, n_sequences=sequences, batch_size=batch_size, seed=seed,
                     device=device, meta=meta, progress=progress)
     folder, name = os.path.split(stem)
@@ -254,6 +250,7 @@ def reevaluate(cfg: ExperimentConfig, run_dir: str, *, quiet: bool = True) -> li
     use_threads(cfg.train.threads, cfg.model.d_model, cfg.train.device)
     with RunDirLock(run_dir, "evaluation"):
         check_same_run(run_dir, cfg.to_dict())
+        verify_final_weights(run_dir)
         load_weights(model, os.path.join(run_dir, "model.safetensors"))
         device = torch.device(cfg.train.device)
         model.to(device)

@@ -17,6 +17,7 @@ import yaml
 
 from lengen.bench.battery import CELLS, SCALES, VERSION, cell_config
 from lengen.bench.scorecard import scorecard_rows, write_scorecard
+from lengen.bench.variants import check_bench_file, check_some_cell_runs, check_variants
 from lengen.config import resolve
 from lengen.config_files import apply_overrides, load_config_file
 from lengen.errors import ConfigError
@@ -81,6 +82,7 @@ def parse_variant(text) -> tuple[str, list[str]]:
 
 def load_variants(path: str) -> list[tuple[str, list[str]]]:
     """Variants from a YAML (or JSON) file holding a list of strings or mappings."""
+    check_bench_file(path, "--variants")            # a fifo would block forever
     data = load_config_file(path) if not path.endswith((".yaml", ".yml")) else _yaml(path)
     if not isinstance(data, list):
         raise ConfigError(f"{path}: a variants file holds a list (of override strings or "
@@ -128,7 +130,10 @@ def run_bench(variants, scale: str = "cpu", out: str | None = None, *, workers: 
     """Train and evaluate every variant x cell into ``out`` (default ``runs/bench-<scale>``),
     then write the scorecard there. Returns the scorecard rows."""
     out = out or os.path.join("runs", f"bench-{scale}")
+    check_variants(variants)                     # typos fail before any cell runs
+    check_bench_file(None if baselines in (None, "default") else baselines, "--baselines")
     specs, na = build_specs(variants, scale, cells=cells)
+    check_some_cell_runs(variants, specs, na)
     log(f"lengen bench v{VERSION} at scale {scale}: {len(variants)} variant(s) x "
         f"{len(cells or CELLS)} cell(s) = {len(specs)} run(s) ({len(na)} n/a) into {out}")
     res = run_sweep(specs, out, workers=workers, threads=threads, log=log)
@@ -143,7 +148,9 @@ def estimate_bench(variants, scale: str = "cpu", *, workers: int = 1, cells=None
     of the whole bench on ``workers`` processes (evaluation not included; it is small next to
     training at these scales). Says how loaded the machine was."""
     use_worker_threads(workers, threads)
-    specs, _ = build_specs(variants, scale, cells=cells)
+    check_variants(variants)
+    specs, na = build_specs(variants, scale, cells=cells)
+    check_some_cell_runs(variants, specs, na)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     costs = []
     for spec in specs:

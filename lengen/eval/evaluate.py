@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 from lengen.errors import ArgumentError, ConfigError
 from lengen.eval.metrics import batch_stats, finalize, restrict_to_outputs
 from lengen.eval.perplexity import evaluate_perplexity
+from lengen.model.memory import check_work
 # the evaluation stream is shared with the perplexity protocol, which evaluate() dispatches to
 from lengen.eval.stream import block_positions, eval_stream, forward  # noqa: F401
 from lengen.tasks.base import check_eval_sizes
@@ -49,6 +50,21 @@ def evaluate_split(model, task, split: str, n_sequences: int, batch_size: int, s
     out = finalize(total)
     out["length"] = length
     return out
+
+
+def check_evaluation_work(mc, task, splits, sequences: int, *, device="cpu", what: str = "",
+                          fix: str = "") -> float:
+    """Refuse, before the first batch, an evaluation of ``sequences`` per split that cannot
+    finish in reasonable time (:func:`lengen.model.memory.check_work`): the one bound ``lengen
+    eval`` and training's final and periodic evaluations share. A task that scores at most
+    ``max_eval_tokens`` per length (text) evaluates that many windows whatever ``sequences``
+    asks. -> the estimated floating-point operations."""
+    lengths = [task.max_input_length([s]) for s in splits]
+    cap = getattr(task, "max_eval_tokens", None)
+    counts = [min(sequences, -(-max(cap, L) // L)) if cap else sequences for L in lengths]
+    return check_work(mc, sequences=counts, length=lengths, device=device,
+                      what=what or f"evaluating {len(splits)} split(s) x {sequences} sequences",
+                      fix=fix)
 
 
 def check_evaluate_args(model, task, splits, meta) -> list:

@@ -33,7 +33,8 @@ import torch
 
 from lengen.errors import CheckpointError, RunDirError
 from lengen.fileio import (check_no_links, disk_full_message, file_digest, fresh_temporary,
-                           is_disk_full, open_for_writing)
+                           is_disk_full, open_for_writing, save_json_atomic)
+from lengen.runfiles import WEIGHTS, WEIGHTS_RECORD
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 FORMAT = 2      # meta.json records file sizes and checksums (format 1 had none)
@@ -75,6 +76,43 @@ def save_weights(model: torch.nn.Module, path: str) -> None:
     save_file(state, tmp)
     _fsync_file(tmp)
     os.replace(tmp, path)
+
+
+def save_final_weights(model: torch.nn.Module, run_dir: str, step: int) -> str:
+    """A finished run's ``model.safetensors`` (:func:`save_weights`), then ``model.json`` with
+    its size and SHA-256, which :func:`verify_final_weights` checks whenever the weights are read
+    (evaluation, generation, export): flipped bytes are refused, never evaluated. -> the path."""
+    path = os.path.join(run_dir, WEIGHTS)
+    save_weights(model, path)
+    save_json_atomic({"file": WEIGHTS, "step": step, "size": os.path.getsize(path),
+                      "sha256": file_digest(path)}, os.path.join(run_dir, WEIGHTS_RECORD),
+                     root=run_dir)
+    return path
+
+
+def verify_final_weights(run_dir: str) -> None:
+    """Raise CheckpointError when ``model.safetensors`` differs from the size and SHA-256 its
+    ``model.json`` records (a damaged or replaced file). A run written before lengen kept the
+    record has none to check."""
+    record_path = os.path.join(run_dir, WEIGHTS_RECORD)
+    path = os.path.join(run_dir, WEIGHTS)
+    if not os.path.isfile(record_path) or not os.path.isfile(path):
+        return
+    try:
+        with open(record_path, encoding="utf-8") as f:
+            record = json.load(f)
+        size, digest = int(record["size"]), str(record["sha256"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise CheckpointError(f"{record_path} (the checksum of {WEIGHTS}) is unreadable "
+                              f"({type(e).__name__}); the weights cannot be verified") from None
+    why = (f"has {os.path.getsize(path)} bytes, {size} were written" if os.path.getsize(path)
+           != size else "fails its SHA-256 checksum" if file_digest(path) != digest else None)
+    if why:
+        raise CheckpointError(f"{path} {why} (recorded in {WEIGHTS_RECORD}): the final weights "
+                              f"are damaged or were replaced, and lengen does not evaluate them. "
+                              f"Restore the file, or delete it and rerun lengen train --run-dir "
+                              f"{run_dir} with the same settings (the last checkpoint holds the "
+                              f"final weights and rewrites it)")
 
 
 def read_weights(path: str, model: torch.nn.Module) -> dict:

@@ -37,14 +37,14 @@ from tqdm.auto import tqdm
 from lengen.config import ExperimentConfig, vocab_error
 from lengen.fileio import save_json_atomic
 from lengen.errors import ArgumentError, ConfigError, LengenError, RunDirError
-from lengen.eval.evaluate import evaluate
+from lengen.eval.evaluate import check_evaluation_work, evaluate
 from lengen.model import HFBackbone, ModelConfig, Transformer
 from lengen.model import build_model as build
 from lengen.model.memory import check_fits
 from lengen.threads import use_threads
 from lengen.train import distributed
 from lengen.rundir.checkpoint import (load_checkpoint, resume_checkpoint,
-                                     save_checkpoint, save_weights)
+                                     save_checkpoint, save_final_weights, save_weights)
 from lengen.train.control import MetricsLog, NullLog, StopRequest
 from lengen.train.precision import check_runtime, compile_model
 from lengen.train.state import TrainingState, positions_generator  # noqa: F401
@@ -91,6 +91,19 @@ def check_memory(cfg: ExperimentConfig, task) -> None:
                device=tc.device, sizes=f"eval.batch_size={cfg.eval.batch_size}, evaluation inputs "
                                        f"of {length} tokens (the longest of eval.splits)",
                fix="Lower eval.batch_size or drop the longest evaluation splits")
+    # the same work bound as lengen eval, for the final and the periodic evaluations: a run must
+    # not train for hours and then spin in an evaluation that cannot finish
+    check_evaluation_work(cfg.model, task, splits, cfg.eval.sequences, device=tc.device,
+                          what=f"the final evaluation ({len(splits)} split(s) x "
+                               f"eval.sequences={cfg.eval.sequences})",
+                          fix="Lower eval.sequences or drop the longest eval.splits")
+    if tc.eval_every:
+        periodic = list(tc.eval_splits or splits)
+        check_evaluation_work(cfg.model, task, periodic, tc.eval_sequences, device=tc.device,
+                              what=f"each periodic evaluation ({len(periodic)} split(s) x "
+                                   f"train.eval_sequences={tc.eval_sequences})",
+                              fix="Lower train.eval_sequences or drop the longest "
+                                  "train.eval_splits")
 
 
 def train(cfg: ExperimentConfig | dict, run_dir: str, *, resume: bool = True,
@@ -362,7 +375,7 @@ def _train_locked(cfg, run_dir, task, model, d, *, resume, fresh, stop_at, quiet
 
 def _final_eval(cfg, run_dir: str, model, task, splits, step: int, device, quiet: bool) -> list:
     """The finished run's weights (model.safetensors) and evaluation rows (eval.json / .csv)."""
-    save_weights(model, os.path.join(run_dir, "model.safetensors"))
+    save_final_weights(model, run_dir, step)
     rows = evaluate(model, task, splits, n_sequences=cfg.eval.sequences,
                     batch_size=cfg.eval.batch_size, seed=cfg.eval.seed, device=device,
                     meta=dict(run_meta(cfg, run_dir), step=step),
