@@ -149,7 +149,7 @@ TRAIN_RULES = {
                       optional=True, what="a list of distinct W&B tags such as [rope, copy]"),
     "progress": Bool(),
     "device": Device(),
-    "threads": Int(min=0),
+    "threads": Int(min=0, max=1024),     # = lengen.threads.MAX_THREADS
     "precision": Choice("fp32", "bf16", "fp16"),
     "compile": Bool(),
 }

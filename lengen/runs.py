@@ -195,6 +195,7 @@ def evaluate_hf(path: str, task: str, out: str, *, task_kwargs: dict | None = No
                           f"flipflop, text)")
     model = load_checkpoint(path, rope_scaling=rope_scaling, device=device)
     mc = model.cfg
+    check_checkpoint_task(path, name, task_obj, mc.vocab_size)
     if task_obj.vocab_size > mc.vocab_size:
         raise ConfigError(f"task '{name}' uses ids 0..{task_obj.vocab_size - 1}, but the "
                           f"checkpoint in {path} has a vocabulary of {mc.vocab_size}: its ids "
@@ -222,6 +223,28 @@ def evaluate_hf(path: str, task: str, out: str, *, task_kwargs: dict | None = No
                                batch_size=batch_size or ec.batch_size, seed=seed, device=device,
                                meta=meta, progress=progress,
                                stem=os.path.join(out, HF_EVAL_STEM), plot=plot)
+
+
+def check_checkpoint_task(path: str, name: str, task, vocab_size: int) -> None:
+    """Refuse scoring a checkpoint on a task it was not trained on: a lengen export records its
+    task (``lengen_task`` in config.json) and must be evaluated on that task; and a decoder task
+    with its own small vocabulary (every task but ``text``) needs a checkpoint of exactly that
+    vocabulary (a copy checkpoint, 104 ids, scored on flip-flop, 5 ids, gives numbers that mean
+    nothing)."""
+    from lengen.hf.load import checkpoint_config  # optional dependency (transformers)
+
+    recorded = getattr(checkpoint_config(path), "lengen_task", None) or {}
+    trained = recorded.get("name") if isinstance(recorded, dict) else None
+    if trained and TASK_POINT.canonical(trained) != name:
+        raise ConfigError(f"--hf {path} was trained on task {trained!r} (lengen_task in its "
+                          f"config.json), not on --task {name}: its outputs mean {trained}'s "
+                          f"tokens. Evaluate it with --task {trained}")
+    if name != "text" and task.vocab_size < vocab_size:
+        raise ConfigError(f"task '{name}' has {task.vocab_size} token ids, but the checkpoint in "
+                          f"{path} has a vocabulary of {vocab_size}: it was trained on another "
+                          f"task, and its scores here would mean nothing. Evaluate it on the "
+                          f"task it was trained on (lengen's decoder tasks each have their own "
+                          f"vocabulary)")
 
 
 def build_sampler_checked(name: str, kwargs: dict, *, task, splits):

@@ -84,6 +84,16 @@ def check_evaluate_args(model, task, splits, meta) -> list:
                             f"got {splits!r}")
     if not splits:
         raise ConfigError(f"no splits given; pass some of {', '.join(task.splits())}")
+    mc = getattr(model, "cfg", None)
+    causal, wants = getattr(mc, "causal", None), getattr(task, "causal", None)
+    if isinstance(causal, bool) and isinstance(wants, bool) and causal != wants:
+        # an encoder sees the answer it is scored on (or a decoder the wrong protocol): the
+        # numbers would be meaningless, not low
+        raise ConfigError(f"the model is {'a causal decoder' if causal else 'a bidirectional encoder'}"
+                          f" (model.causal={str(causal).lower()}) and task "
+                          f"'{getattr(task, 'name', type(task).__name__)}' needs "
+                          f"{'a causal decoder' if wants else 'a bidirectional encoder'}; evaluate "
+                          f"it on a task of its kind (the task it was trained on)")
     if meta is not None and not isinstance(meta, dict):
         raise ArgumentError(f"meta must be a dict of extra row columns or None, got "
                             f"{type(meta).__name__}")

@@ -15,6 +15,7 @@ transformers' own.
 """
 from __future__ import annotations
 
+import math
 import os
 
 import torch
@@ -54,6 +55,17 @@ def apply_rope_scaling(config, scaling: dict) -> None:
         raise ConfigError(f"--rope-scaling must be a mapping with rope_type one of "
                           f"{', '.join(ROPE_TYPES)} and that type's keys, e.g. "
                           f"'{{rope_type: linear, factor: 2}}', got {scaling!r}")
+    for key, value in scaling.items():
+        if key == "rope_type" or value is None:
+            continue
+        values = value if isinstance(value, (list, tuple)) else [value]
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                   for v in values):
+            raise ConfigError(f"--rope-scaling {key}: expected a finite number, got {value!r}")
+    factor = scaling.get("factor")
+    if factor is not None and not factor > 0:
+        raise ConfigError(f"--rope-scaling factor must be > 0 (the context is stretched by it: "
+                          f"e.g. 2 for twice the trained length), got {factor}")
     old = getattr(config, "rope_parameters", None)
     if not isinstance(old, dict):
         raise ConfigError(f"--rope-scaling: the {config.model_type} checkpoint has no RoPE "
