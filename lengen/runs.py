@@ -22,7 +22,8 @@ from lengen.fileio import make_output_dir, save_json_atomic
 from lengen.errors import ConfigError
 from lengen.registry import check_kwargs, construct, fill_from_task
 from lengen.tasks import TASK_POINT
-from lengen.eval.evaluate import check_evaluation_work, evaluate
+from lengen.eval.evaluate import check_evaluation_work, evaluate, sequences_evaluated
+from lengen.eval.perplexity import eval_logits_at_once
 from lengen.model.memory import check_fits
 from lengen.rundir.checkpoint import load_weights, verify_final_weights
 from lengen.threads import use_threads
@@ -105,8 +106,10 @@ def _evaluate_and_write(model, mc, task, splits, *, sequences: int, batch_size: 
         model.check_length(task.max_input_length(splits))
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    bs, length = min(batch_size, sequences), task.max_input_length(splits)
+    length = task.max_input_length(splits)
+    bs = min(batch_size, sequences_evaluated(task, sequences, length))   # at the longest split
     check_fits(mc, batch=bs, length=length, training=False, device=device, weights_held=True,
+               logits_at_once=eval_logits_at_once(task, mc.vocab_size),
                sizes=f"batch size {bs} (--batch-size), inputs of {length} tokens (the longest "
                      f"of the splits)",
                fix="Lower --batch-size, or evaluate the longest splits separately")

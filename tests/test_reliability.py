@@ -15,9 +15,13 @@ import inspect
 import json
 import os
 import shutil
+import signal
+import subprocess
 import sys
+import time
 
 import pytest
+import torch
 
 import lengen
 from lengen import consent
@@ -258,6 +262,243 @@ def case_every_file_a_run_writes_is_owned(runs, tmp_path, monkeypatch):
             assert _snapshot(run / name) == before
 
 
+# ---- hangs ------------------------------------------------------------------------------------
+
+def _lengen(*args, timeout=120, env=None):
+    """``python -m lengen ARGS`` in a subprocess (a hang fails by timeout, not by blocking the
+    test session)."""
+    return subprocess.run([sys.executable, "-m", "lengen", *args], capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def case_a_fifo_as_a_file_argument_is_refused(tmp_path):
+    fifo = tmp_path / "variants.yaml"
+    os.mkfifo(fifo)
+    try:
+        proc = _lengen("bench", "--variants", str(fifo), "--scale", "smoke", "--out",
+                       str(tmp_path / "b"), timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("lengen bench --variants FIFO blocked")
+    assert proc.returncode == 2 and "named pipe" in proc.stderr and "--variants" in proc.stderr
+
+
+def case_evaluation_work_is_bounded_before_training(tmp_path):
+    """eval.sequences=1e12 trained, then spun in the final evaluation (a subprocess: a lengen
+    without the bound would hang the test session)."""
+    small = ["model.d_model=16", "model.n_layers=1", "model.n_heads=2", "task.name=copy",
+             "task.kwargs.max_train_length=5", "train.steps=2", "train.threads=1",
+             "train.progress=false"]
+    for extra in (["eval.sequences=1e12"],
+                  ["train.eval_every=1", "train.eval_sequences=1000000000000"]):
+        run = tmp_path / "run"
+        try:
+            proc = _lengen("train", "--run-dir", str(run), *small, *extra, timeout=120)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"lengen train {' '.join(extra)} did not end")
+        assert proc.returncode == 2 and "floating-point operations" in proc.stderr, proc.stderr
+        assert not run.exists()                # refused before anything was written
+
+
+def case_sigterm_saves_a_checkpoint_as_ctrl_c_does(tmp_path):
+    run = tmp_path / "run"
+    script = (f"import lengen, sys\ntry:\n    lengen.train({tiny(steps=10 ** 6)!r}, {str(run)!r},"
+              f" quiet=True)\nexcept KeyboardInterrupt:\n    sys.exit(130)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not (
+                (run / "metrics.jsonl").exists()
+                and len((run / "metrics.jsonl").read_text().splitlines()) >= 3):
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert "SIGTERM received" in err
+    from lengen.rundir.checkpoint import latest_checkpoint
+
+    assert latest_checkpoint(str(run)) is not None, "SIGTERM lost the run's progress"
+
+
+# ---- silent results ---------------------------------------------------------------------------
+
+def case_damaged_final_weights_are_refused(copy_run, capsys):
+    run = copy_run("finished")
+    weights = run / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-3] ^= 0x40                                   # one flipped bit in a weight
+    weights.write_bytes(bytes(data))
+    with pytest.raises(LengenError, match="fails its SHA-256 checksum"):
+        lengen.load_run(str(run))
+    argvs = [["eval", str(run), "--out", "again"], ["generate", str(run), "--n", "1"]]
+    try:
+        import transformers  # noqa: F401
+        argvs.append(["export", str(run), str(run.parent / "export")])
+    except ImportError:
+        pass
+    for argv in argvs:
+        assert main(argv) == 2, argv
+        assert "checksum" in capsys.readouterr().err
+
+
+def case_bench_variant_typos_are_errors(tmp_path, capsys):
+    out = str(tmp_path / "bench")
+    for variant, needle in (("model.posenc=ropee", "unknown positional scheme"),
+                            ("model.posenc_kwarg.base=10", "unknown config key"),
+                            ("model.posenc=rope model.posenc_kwargs.factr=2", "unknown key 'factr'"),
+                            ("", "empty variant")):
+        assert main(["bench", "--variant", variant, "--scale", "smoke", "--cells", "flipflop",
+                     "--out", out]) == 2, variant
+        assert needle in capsys.readouterr().err
+    assert main(["bench", "--variant", "model.posenc=rope", "--scale", "smoke", "--cells",
+                 "flipflop", "--baselines", str(tmp_path / "missing.csv"), "--out", out]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert not os.path.exists(out)                     # refused before any cell ran
+
+
+def case_an_edited_config_is_checked_against_the_checkpoint(copy_run):
+    run = copy_run("finished")
+    cfg = json.loads((run / "config.json").read_text())
+    assert cfg["model"]["posenc"] == "nope"
+    cfg["model"]["posenc"] = "alibi"
+    (run / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(LengenError, match=r"model.posenc: 'nope' in the checkpoint, 'alibi'"):
+        lengen.load_run(str(run))
+
+
+class _InfAtEval:
+    """Mixed into a sampler: its evaluation positions end in +inf."""
+
+    def sample(self, length, **kw):
+        pos = super().sample(length, **kw)
+        return pos if kw.get("training") else torch.where(
+            torch.arange(pos.shape[-1]) == pos.shape[-1] - 1, torch.inf, pos)
+
+
+def case_non_finite_positions_are_refused_at_evaluation(runs):
+    from lengen.samplers import SAMPLERS
+
+    _, task, model = lengen.load_run(str(runs / "finished"))
+    for name in ("identity", "randomized"):     # deterministic, and drawn at evaluation
+        base = SAMPLERS[name]
+        model.sampler = type("Inf", (_InfAtEval, base), {})(
+            **({"max_length": 64} if name == "randomized" else {}))
+        with pytest.raises(ConfigError, match="non-finite evaluation positions"):
+            lengen.evaluate(model, task, ["len=3"], n_sequences=4, batch_size=4)
+
+
+def case_hf_checkpoint_on_another_task_is_refused(copy_run, tmp_path):
+    pytest.importorskip("transformers")
+    from lengen.runs import evaluate_hf
+
+    run = copy_run("finished")
+    assert main(["export", str(run), str(tmp_path / "hf")]) == 0
+    for other in ("flipflop", "reverse"):        # another vocabulary; the same one (104 ids)
+        with pytest.raises(ConfigError, match="trained on task 'copy'|another task"):
+            evaluate_hf(str(tmp_path / "hf"), other, str(tmp_path / f"out-{other}"),
+                        splits=None, sequences=4, batch_size=4)
+
+
+def case_invalid_rope_scaling_is_refused():
+    pytest.importorskip("transformers")
+    from transformers import LlamaConfig
+
+    from lengen.hf.load import apply_rope_scaling
+
+    for scaling in ({"rope_type": "linear", "factor": -2}, {"rope_type": "linear", "factor": 0},
+                    {"rope_type": "yarn", "factor": 2, "beta_fast": float("nan")}):
+        with pytest.raises(ConfigError, match="--rope-scaling"):
+            apply_rope_scaling(LlamaConfig(), scaling)
+
+
+def case_an_encoder_is_not_scored_on_a_decoder_task(runs):
+    cfg = lengen.resolve({"model": {"d_model": 16, "n_layers": 1, "n_heads": 2,
+                                    "causal": False},
+                          "task": {"name": "even_pairs"}})
+    from lengen.rundir.load import prepare
+
+    _, encoder = prepare(cfg)
+    with pytest.raises(ConfigError, match="bidirectional encoder"):
+        lengen.evaluate(encoder, lengen.build_task("copy"), ["len=3"], n_sequences=2,
+                        batch_size=2)
+
+
+def case_thread_counts_are_bounded():
+    from lengen.threads import MAX_THREADS, use_threads
+
+    with pytest.raises(ConfigError, match="train.threads"):
+        lengen.resolve(tiny(threads=100000))
+    with pytest.raises(ConfigError, match=str(MAX_THREADS)):
+        use_threads(100000, 16)
+
+
+# ---- tracebacks -------------------------------------------------------------------------------
+
+BROKEN = """
+import torch
+from lengen.posenc.base import PositionalScheme
+from lengen.tasks.sequence.copy import Copy
+
+
+class WrongShapeBias(PositionalScheme):
+    \"\"\"A scheme whose bias has the wrong shape (a test plugin).\"\"\"
+    has_bias = True
+
+    def bias(self, pos_q, pos_k, q=None, k=None):
+        return torch.zeros(3, 5, 7)
+
+
+class OutOfRange(Copy):
+    \"\"\"Copy whose training batches hold an id past the vocabulary (a test plugin).\"\"\"
+
+    def train_batch(self, *a, **kw):
+        batch = super().train_batch(*a, **kw)
+        batch.inputs[0, 0] = self.vocab_size + 7
+        return batch
+"""
+
+
+def case_a_broken_plugin_fails_training_with_one_paragraph(tmp_path, monkeypatch, capsys):
+    (tmp_path / "broken_plugin.py").write_text(BROKEN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for section, name in (("model.posenc", "broken_plugin:WrongShapeBias"),
+                          ("task.name", "broken_plugin:OutOfRange")):
+        run = tmp_path / name.split(":")[1]
+        argv = ["train", "--run-dir", str(run), f"{section}={name}", "model.d_model=16",
+                "model.n_layers=1", "model.n_heads=2", "train.steps=2", "train.threads=1",
+                "train.progress=false"]
+        if section == "task.name":
+            argv.append("task.kwargs.max_train_length=5")
+        assert main(argv) == 2, name
+        err = capsys.readouterr().err
+        assert f"lengen check {name}" in err and "unexpected" not in err, err
+        assert "plugin" in err
+
+
+def case_ctrl_c_while_starting_up_prints_one_line():
+    """A Ctrl-C inside ``import torch`` (the first second of every lengen command)."""
+    script = ("import builtins, os, signal, sys\nsys.argv = ['lengen']\n"
+              "real = builtins.__import__\n"
+              "def hook(name, *a, **k):\n"
+              "    if name == 'torch':\n"
+              "        builtins.__import__ = real\n"
+              "        os.kill(os.getpid(), signal.SIGINT)\n"
+              "    return real(name, *a, **k)\n"
+              "builtins.__import__ = hook\nimport lengen\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 130, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == "lengen: interrupted while starting up; nothing was run"
+
+
+def case_lengen_check_does_not_call_a_task_a_scheme(capsys):
+    assert main(["check", "no_such_pkg_for_lengen.tasks:MyTask"]) == 2
+    err = capsys.readouterr().err
+    assert "no_such_pkg_for_lengen" in err and "positional scheme" not in err, err
+
+
 # ---- the table ---------------------------------------------------------------------------------
 
 #: (class, case, parameter sets): each case runs once per parameter set
@@ -272,6 +513,20 @@ TABLE = [
     ("writes outside", case_sweep_run_names_stay_inside_out_dir,
      [{"name": n} for n in ("..", ".", "", "a/b")]),
     ("owned files", case_every_file_a_run_writes_is_owned, None),
+    ("hangs", case_a_fifo_as_a_file_argument_is_refused, None),
+    ("hangs", case_evaluation_work_is_bounded_before_training, None),
+    ("silent results", case_sigterm_saves_a_checkpoint_as_ctrl_c_does, None),
+    ("silent results", case_damaged_final_weights_are_refused, None),
+    ("silent results", case_bench_variant_typos_are_errors, None),
+    ("silent results", case_an_edited_config_is_checked_against_the_checkpoint, None),
+    ("silent results", case_non_finite_positions_are_refused_at_evaluation, None),
+    ("silent results", case_hf_checkpoint_on_another_task_is_refused, None),
+    ("silent results", case_invalid_rope_scaling_is_refused, None),
+    ("silent results", case_an_encoder_is_not_scored_on_a_decoder_task, None),
+    ("tracebacks", case_thread_counts_are_bounded, None),
+    ("tracebacks", case_a_broken_plugin_fails_training_with_one_paragraph, None),
+    ("tracebacks", case_ctrl_c_while_starting_up_prints_one_line, None),
+    ("tracebacks", case_lengen_check_does_not_call_a_task_a_scheme, None),
 ]
 ROWS = [(cls, case, kw) for cls, case, params in TABLE for kw in (params or [{}])]
 

@@ -52,6 +52,13 @@ def evaluate_split(model, task, split: str, n_sequences: int, batch_size: int, s
     return out
 
 
+def sequences_evaluated(task, sequences: int, length: int) -> int:
+    """How many sequences of ``length`` tokens evaluating ``sequences`` really runs: a task
+    that scores at most ``max_eval_tokens`` per length (text) evaluates that many windows."""
+    cap = getattr(task, "max_eval_tokens", None)
+    return min(sequences, -(-max(cap, length) // length)) if cap else sequences
+
+
 def check_evaluation_work(mc, task, splits, sequences: int, *, device="cpu", what: str = "",
                           fix: str = "") -> float:
     """Refuse, before the first batch, an evaluation of ``sequences`` per split that cannot
@@ -60,8 +67,7 @@ def check_evaluation_work(mc, task, splits, sequences: int, *, device="cpu", wha
     ``max_eval_tokens`` per length (text) evaluates that many windows whatever ``sequences``
     asks. -> the estimated floating-point operations."""
     lengths = [task.max_input_length([s]) for s in splits]
-    cap = getattr(task, "max_eval_tokens", None)
-    counts = [min(sequences, -(-max(cap, L) // L)) if cap else sequences for L in lengths]
+    counts = [sequences_evaluated(task, sequences, L) for L in lengths]
     return check_work(mc, sequences=counts, length=lengths, device=device,
                       what=what or f"evaluating {len(splits)} split(s) x {sequences} sequences",
                       fix=fix)

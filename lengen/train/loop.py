@@ -37,7 +37,8 @@ from tqdm.auto import tqdm
 from lengen.config import ExperimentConfig, vocab_error
 from lengen.fileio import save_json_atomic
 from lengen.errors import ArgumentError, ConfigError, LengenError, RunDirError
-from lengen.eval.evaluate import check_evaluation_work, evaluate
+from lengen.eval.evaluate import check_evaluation_work, evaluate, sequences_evaluated
+from lengen.eval.perplexity import eval_logits_at_once
 from lengen.model import HFBackbone, ModelConfig, Transformer
 from lengen.model import build_model as build
 from lengen.model.memory import check_fits
@@ -86,8 +87,10 @@ def check_memory(cfg: ExperimentConfig, task) -> None:
                fix="Lower train.batch_size, the task's training length, or the model's size")
     splits = list(cfg.eval.splits or task.splits())
     length = task.max_input_length(splits)
-    check_fits(cfg.model, batch=min(cfg.eval.batch_size, cfg.eval.sequences), length=length,
+    batch = min(cfg.eval.batch_size, sequences_evaluated(task, cfg.eval.sequences, length))
+    check_fits(cfg.model, batch=batch, length=length,
                training=False, weights_held=on_cpu,
+               logits_at_once=eval_logits_at_once(task, cfg.model.vocab_size),
                device=tc.device, sizes=f"eval.batch_size={cfg.eval.batch_size}, evaluation inputs "
                                        f"of {length} tokens (the longest of eval.splits)",
                fix="Lower eval.batch_size or drop the longest evaluation splits")
@@ -349,6 +352,11 @@ def _train_locked(cfg, run_dir, task, model, d, *, resume, fresh, stop_at, quiet
     except KeyboardInterrupt:
         _save_interrupted(ck, st, d, phase, snapshot, step, quiet)
         raise
+    except PLUGIN_FAILURES as e:
+        failure = plugin_failure(cfg, e, f"training step {step + 1}")
+        if failure is e:
+            raise
+        raise failure from e
     finally:
         model.check_inputs = True
         stop.restore()
@@ -365,12 +373,50 @@ def _train_locked(cfg, run_dir, task, model, d, *, resume, fresh, stop_at, quiet
         if step < tc.steps or not d.is_main:
             failed = False
             return model, task, None
-        rows = _final_eval(cfg, run_dir, model, task, splits, step, device, quiet)
+        try:
+            rows = _final_eval(cfg, run_dir, model, task, splits, step, device, quiet)
+        except PLUGIN_FAILURES as e:
+            failure = plugin_failure(cfg, e, "the final evaluation")
+            if failure is e:
+                raise
+            raise failure from e
         log.rows(step, rows)
         failed = False
     finally:
         log.close(failed=failed)
     return model, task, rows
+
+
+#: what a broken plugin raises from inside the model or the task (a wrong-shape bias, an id out of
+#: range, a missing key): reported by plugin_failure when the run uses a plugin
+PLUGIN_FAILURES = (KeyError, IndexError, RuntimeError, TypeError, ValueError, AttributeError,
+                   AssertionError, ArithmeticError)
+
+
+def plugin_failure(cfg, e: BaseException, where: str) -> BaseException:
+    """``e`` as a :class:`PluginFailed` naming the plugin(s) the run uses (import paths among
+    model.posenc / attention / positions / task.name) and ``lengen check``, as ``lengen check``
+    reports a contract its entry breaks; ``e`` itself when the run uses no plugin, or when it is
+    already one of lengen's own errors or an out-of-memory error (a bug in lengen is reported as
+    unexpected, with --debug for the traceback)."""
+    from lengen.errors import is_out_of_memory
+
+    plugins = [(key, name) for key, name in (
+        ("model.posenc", cfg.model.posenc), ("model.attention", cfg.model.attention),
+        ("model.positions", cfg.model.positions), ("task.name", cfg.task.name))
+        if isinstance(name, str) and ":" in name]
+    if not plugins or isinstance(e, LengenError) or is_out_of_memory(e):
+        return e
+    text = (str(e).splitlines() or [""])[0] or type(e).__name__
+    named = ", ".join(f"{name} ({key})" for key, name in plugins)
+    checks = " and ".join(f"lengen check {name}" for _, name in plugins)
+    return PluginFailed(f"{where} failed inside the run's plugin code ({named}): "
+                        f"{type(e).__name__}: {text}. Run `{checks}` to see which of lengen's "
+                        f"contracts it breaks (rerun with --debug for the traceback)")
+
+
+class PluginFailed(LengenError, RuntimeError):
+    """A plugin (scheme, attention kind, sampler, task) raised while training or evaluating."""
 
 
 def _final_eval(cfg, run_dir: str, model, task, splits, step: int, device, quiet: bool) -> list:
@@ -384,5 +430,5 @@ def _final_eval(cfg, run_dir: str, model, task, splits, step: int, device, quiet
     return rows
 
 
-__all__ = ["train", "load_run", "load_run_at", "build_model", "prepare", "as_experiment_config",
+__all__ = ["PluginFailed", "plugin_failure", "train", "load_run", "load_run_at", "build_model", "prepare", "as_experiment_config",
            "checkpoint_step", "TrainingDiverged"]
