@@ -57,8 +57,8 @@ def refuse_links_inside(run_dir: str) -> None:
     for name in RUN_FILES:
         check_no_links(os.path.join(run_dir, name), run_dir)
     for folder in OWNED_FOLDERS:
-        top = os.path.join(run_dir, folder)
-        if not os.path.isdir(top) or os.path.islink(top):
+        top = check_no_links(os.path.join(run_dir, folder), run_dir)
+        if not os.path.isdir(top):
             continue
         for here, dirs, files in os.walk(top):        # os.walk does not follow links
             for n in dirs + files:

@@ -198,7 +198,6 @@ def evaluate_hf(path: str, task: str, out: str, *, task_kwargs: dict | None = No
                           f"flipflop, text)")
     model = load_checkpoint(path, rope_scaling=rope_scaling, device=device)
     mc = model.cfg
-    check_checkpoint_task(path, name, task_obj, mc.vocab_size)
     if task_obj.vocab_size > mc.vocab_size:
         raise ConfigError(f"task '{name}' uses ids 0..{task_obj.vocab_size - 1}, but the "
                           f"checkpoint in {path} has a vocabulary of {mc.vocab_size}: its ids "
@@ -206,6 +205,7 @@ def evaluate_hf(path: str, task: str, out: str, *, task_kwargs: dict | None = No
                           f"their own; evaluate a checkpoint trained on this task (a "
                           f"model.backbone=hf run, lengen export RUN OUT --to hf), or for "
                           f"--task text name the tokenizer the checkpoint was trained with")
+    check_checkpoint_task(path, name, task_obj, mc.vocab_size)
     if positions is not None:
         sampler, pkw = build_sampler_checked(positions, positions_kwargs or {}, task=task_obj,
                                              splits=splits)

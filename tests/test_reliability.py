@@ -93,6 +93,10 @@ def _sidecar_run(copy_run, tmp_path, monkeypatch, module="sidecar_pe"):
     cfg = json.loads((run / "config.json").read_text())
     cfg["model"]["posenc"] = f"{module}:Sneaky"
     (run / "config.json").write_text(json.dumps(cfg))
+    for meta in run.glob("checkpoints/step_*/meta.json"):     # a consistent run directory
+        m = json.loads(meta.read_text())
+        m["config"]["model"]["posenc"] = f"{module}:Sneaky"
+        meta.write_text(json.dumps(m))
     marker = tmp_path / "MARKER"
     monkeypatch.setenv("LENGEN_TEST_MARKER", str(marker))
     monkeypatch.syspath_prepend(str(run))
@@ -181,9 +185,8 @@ def case_hf_export_config_names_no_plugin(tmp_path, monkeypatch):
 # ---- writes outside ---------------------------------------------------------------------------
 
 #: where a planted link may sit in a half-finished run that is then resumed to the end
-LINKED_NAMES = ("metrics.jsonl", "config.json", "model.safetensors", "eval.json", "eval.csv",
-                "wandb.json", LOCK_NAME, "checkpoints", "tb", "checkpoints/latest",
-                "checkpoints/step_0000003")
+LINKED_NAMES = RUN_FILES + (LOCK_NAME, PREVIOUS, "checkpoints/latest", "checkpoints/step_0000003",
+                            "tb/events.out")
 
 
 def _snapshot(path):
@@ -198,7 +201,7 @@ def case_no_link_in_a_run_directory_is_followed(name, copy_run, tmp_path):
     run = copy_run("half")
     outside = tmp_path / "outside"
     outside.mkdir()
-    is_dir = name in ("checkpoints", "tb") or name.startswith("checkpoints/step")
+    is_dir = name in ("checkpoints", "tb", "wandb", PREVIOUS) or name.startswith("checkpoints/s")
     target = outside / ("victim-dir" if is_dir else "victim.txt")
     if is_dir:
         target.mkdir()

@@ -23,6 +23,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from lengen.consent import remote_code_refused, trust_remote_code
 from lengen.errors import ConfigError
+from lengen.fileio import check_regular_file
 from lengen.hf.modeling import MODEL_TYPE, LengenForCausalLM
 from lengen.model import HFBackbone, ModelConfig
 from lengen.model.config import HF_MODEL_TYPES
@@ -34,6 +35,8 @@ ROPE_TYPES = ("linear", "dynamic", "yarn", "llama3", "longrope")
 
 def checkpoint_config(path: str):
     """The transformers config of checkpoint directory ``path`` (offline), or ConfigError."""
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
+        check_regular_file(os.path.join(path, name), "the --hf file")   # a fifo would block
     if not os.path.isdir(path) or not os.path.isfile(os.path.join(path, "config.json")):
         raise ConfigError(f"--hf {path} is not a Hugging Face checkpoint directory (no "
                           f"config.json); give a directory written by save_pretrained (or "
