@@ -276,8 +276,8 @@ def reevaluate(cfg: ExperimentConfig, run_dir: str, *, quiet: bool = True) -> li
     use_threads(cfg.train.threads, cfg.model.d_model, cfg.train.device)
     with RunDirLock(run_dir, "evaluation"):
         check_same_run(run_dir, cfg.to_dict())
-        verify_final_weights(run_dir)
         load_weights(model, os.path.join(run_dir, "model.safetensors"))
+        verify_final_weights(run_dir)
         device = torch.device(cfg.train.device)
         model.to(device)
         rows = evaluate(model, task, cfg.eval.splits or task.splits(),

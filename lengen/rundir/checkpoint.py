@@ -248,8 +248,8 @@ def _write_checkpoint_folder(tmp: str, step: int, model, state: dict, config: di
     """Weights, state and meta.json (sizes and checksums) into the new folder ``tmp``, synced."""
     os.makedirs(tmp)
     save_weights(model, os.path.join(tmp, "model.safetensors"))
-    with open_for_writing(os.path.join(tmp, "state.pt"), "xb") as f:
-        torch.save(dict(state, step=step), f)
+    # tmp is the folder made just above (a planted link there fails os.makedirs)
+    torch.save(dict(state, step=step), check_no_links(os.path.join(tmp, "state.pt")))
     _fsync_file(os.path.join(tmp, "state.pt"))
     files = {n: {"size": os.path.getsize(os.path.join(tmp, n)),
                  "sha256": file_digest(os.path.join(tmp, n))}

@@ -130,9 +130,9 @@ def load_run_at(run_dir: str, device="cpu"):
                           f"Rerun lengen train --run-dir {run_dir} with the same settings to "
                           f"finish it", LengenWarning, stacklevel=3)
     try:
+        load_weights(model, weights)          # unreadable or another model's: said first
         if weights == os.path.join(run_dir, "model.safetensors"):
-            verify_final_weights(run_dir)
-        load_weights(model, weights)
+            verify_final_weights(run_dir)     # readable, but not the bytes training wrote
     except RunDirError as e:
         raise RunDirError(f"{e}; {fix}") from None
     return cfg, task, model.to(device).eval(), step
