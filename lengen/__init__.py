@@ -15,14 +15,17 @@ from lengen.threads import set_wait_policy
 
 set_wait_policy()
 
-from lengen.attention import ATTENTIONS  # noqa: E402 - after the wait policy on purpose
-from lengen.config import ExperimentConfig, resolve
-from lengen.eval import evaluate
-from lengen.model import ModelConfig, Transformer
-from lengen.posenc import POSENCS
-from lengen.samplers import SAMPLERS
-from lengen.tasks import TASKS, build_task
-from lengen.train import load_run, train
+from lengen.startup import ctrl_c_at_startup  # noqa: E402 - imports nothing heavy
+
+with ctrl_c_at_startup():        # a Ctrl-C inside `import torch`: one line in the lengen command
+    from lengen.attention import ATTENTIONS  # noqa: E402 - after the wait policy on purpose
+    from lengen.config import ExperimentConfig, resolve
+    from lengen.eval import evaluate
+    from lengen.model import ModelConfig, Transformer
+    from lengen.posenc import POSENCS
+    from lengen.samplers import SAMPLERS
+    from lengen.tasks import TASKS, build_task
+    from lengen.train import load_run, train
 
 __version__ = "0.1.0"
 

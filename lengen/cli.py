@@ -44,6 +44,8 @@ from lengen.cliutil import (int_at_least, is_user_error, json_object, lengen_war
 from lengen.analysis import ANALYSES
 from lengen.attention import ATTENTION_POINT
 from lengen.config import load_config_file, resolve
+from lengen.consent import (ALLOW_IMPORTS_FLAG, TRUST_REMOTE_CODE_FLAG, allow_plugin_imports,
+                            allow_remote_code)
 from lengen.errors import (ConfigError, ExportError, LengenError, is_out_of_memory,
                            out_of_memory_message)
 from lengen.fileio import disk_full_message, is_disk_full
@@ -399,6 +401,12 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
     or analysis that line runs (every command pays for importing every recipe otherwise)."""
     ap = argparse.ArgumentParser(prog="lengen", description="Length generalization in transformers: "
                                  "train short, test long/sparse/dense, compare positional schemes.")
+    ap.add_argument(ALLOW_IMPORTS_FLAG, action="store_true",
+                    help="import the plugin paths a run directory's config.json names (anywhere "
+                         "on the line; default: only installed plugins, see docs/promises.md)")
+    ap.add_argument(TRUST_REMOTE_CODE_FLAG, action="store_true",
+                    help="let transformers run Python code shipped in a --hf directory "
+                         "(default: refused)")
     ap.add_argument("--debug", action="store_true",
                     help="show the full traceback of an error (allowed anywhere on the line)")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -690,7 +698,12 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
-    argv = [a for a in argv if a != "--debug"]
+    # consent to run code named by data (lengen.consent), global flags as --debug
+    if ALLOW_IMPORTS_FLAG in argv:
+        allow_plugin_imports()
+    if TRUST_REMOTE_CODE_FLAG in argv:
+        allow_remote_code()
+    argv = [a for a in argv if a not in ("--debug", ALLOW_IMPORTS_FLAG, TRUST_REMOTE_CODE_FLAG)]
     parser = build_parser(argv)
     try:
         args, extra = parser.parse_known_args(argv)

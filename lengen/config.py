@@ -109,7 +109,7 @@ class TrainConfig:
     progress: bool = option(True, Bool(), "a progress bar on stderr")
     device: str = option("cpu", Device(), "under torchrun: cpu (gloo) or cuda (NCCL, "
                          "cuda:LOCAL_RANK)")
-    threads: int = option(0, Int(min=0), "torch threads; 0 = lengen.threads chooses (1 if "
+    threads: int = option(0, Int(min=0, max=1024), "torch threads (at most lengen.threads.MAX_THREADS); 0 = lengen.threads chooses (1 if "
                           "small)")
     precision: str = option("fp32", Choice("fp32", "bf16", "fp16"),
                             "fp32 | bf16 | fp16 (autocast; fp16 with loss scaling)")

@@ -16,13 +16,94 @@ import shutil
 import stat
 
 from lengen.errors import ConfigError
-from lengen.runfiles import refuse_owned_output
+from lengen.runfiles import OWNED_FOLDERS, RUN_FILES, refuse_owned_output
 
 
-def _replace_atomically(path: str, write) -> None:
-    """``write(tmp)`` to a temporary file beside ``path``, then rename it over ``path``; a
-    failing write removes the temporary file and keeps the old ``path``."""
+class SymlinkRefused(ConfigError):
+    """A path lengen was about to write is (or lies below) a symbolic link inside a folder lengen
+    owns: following it could write anywhere on the machine."""
+
+
+def check_no_links(path: str, root: str | None = None) -> str:
+    """Refuse to write ``path`` when it is a symbolic link, or when a folder between ``root``
+    (a run directory or output folder, which may itself be a link the user made) and ``path`` is
+    one: lengen never follows a link planted inside its own folders for writing (a downloaded or
+    shared run directory whose ``metrics.jsonl`` points at ``~/.bashrc``). -> ``path``.
+
+    Every file lengen writes in a run directory passes here, directly or through
+    :func:`open_for_writing` / the atomic writers (whose ``root`` argument is this one)."""
+    path = os.fspath(path)
+    parts = [path]
+    if root is not None:
+        root_abs, probe = os.path.abspath(root), os.path.abspath(os.path.dirname(path))
+        while probe != root_abs and probe.startswith(root_abs + os.sep):
+            parts.append(probe)
+            probe = os.path.dirname(probe)
+    for p in parts:
+        if os.path.islink(p):
+            raise SymlinkRefused(
+                f"{p} is a symbolic link (to {os.readlink(p)}); lengen does not follow links "
+                f"inside {'the folder ' + root if root else 'its folders'} when it writes, so "
+                f"nothing outside it is changed. Remove the link (or replace it with a real "
+                f"{'folder' if p != path else 'file'}) and rerun")
+    return path
+
+
+def refuse_links_inside(run_dir: str) -> None:
+    """Refuse a run directory holding a symbolic link at a name lengen writes (``RUN_FILES``:
+    ``metrics.jsonl``, ``config.json`` ...) or anywhere inside the folders it fills
+    (``checkpoints/``, ``tb/``, ``previous/``; ``wandb/`` itself, whose inside is wandb's): run
+    when a command takes the run directory's lock, before anything is written."""
+    for name in RUN_FILES:
+        check_no_links(os.path.join(run_dir, name), run_dir)
+    for folder in OWNED_FOLDERS:
+        top = check_no_links(os.path.join(run_dir, folder), run_dir)
+        if not os.path.isdir(top):
+            continue
+        for here, dirs, files in os.walk(top):        # os.walk does not follow links
+            for n in dirs + files:
+                check_no_links(os.path.join(here, n), run_dir)
+
+
+def open_for_writing(path: str, mode: str = "w", root: str | None = None, **kwargs):
+    """``open(path, mode)`` for writing (``w``, ``a``, ``wb``, ``ab``, ``x``) that never follows a
+    symbolic link: :func:`check_no_links` first, then ``O_NOFOLLOW`` (a link planted in between
+    fails with ELOOP instead of being followed)."""
+    check_no_links(path, root)
+    base = mode.replace("b", "").replace("+", "")
+    flags = {"w": os.O_WRONLY | os.O_CREAT | os.O_TRUNC, "a": os.O_WRONLY | os.O_CREAT |
+             os.O_APPEND, "x": os.O_WRONLY | os.O_CREAT | os.O_EXCL}[base]
+    if "+" in mode:
+        flags = (flags & ~os.O_WRONLY) | os.O_RDWR
+    flags |= getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            check_no_links(path)                # says it in words
+        raise
+    return os.fdopen(fd, mode, **kwargs)
+
+
+def fresh_temporary(path: str, root: str | None = None) -> str:
+    """``<path>.tmp<pid>``, the name an atomic write of ``path`` goes through, with whatever
+    was left at that name (a stray file, a planted link) removed, never followed. -> the name."""
+    check_no_links(path, root)
     tmp = f"{path}.tmp{os.getpid()}"
+    if os.path.lexists(tmp):
+        if os.path.isdir(tmp) and not os.path.islink(tmp):
+            shutil.rmtree(tmp)
+        else:
+            os.unlink(tmp)
+    return tmp
+
+
+def _replace_atomically(path: str, write, root: str | None = None) -> None:
+    """``write(tmp)`` to a temporary file beside ``path``, then rename it over ``path``; a
+    failing write removes the temporary file and keeps the old ``path``. A link at ``path`` is
+    replaced, never followed (``os.replace`` renames over the link itself); ``root``: see
+    :func:`check_no_links`."""
+    tmp = fresh_temporary(path, root)
     try:
         write(tmp)
         os.replace(tmp, path)
@@ -32,15 +113,15 @@ def _replace_atomically(path: str, write) -> None:
         raise
 
 
-def write_text_atomic(text: str, path: str) -> None:
+def write_text_atomic(text: str, path: str, root: str | None = None) -> None:
     """``text`` to ``path`` through a temporary file (flushed and fsynced) and a rename."""
     def write(tmp):
-        with open(tmp, "w") as f:
+        with open_for_writing(tmp, "x") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
 
-    _replace_atomically(path, write)
+    _replace_atomically(path, write, root)
 
 
 def savefig_atomic(fig, path: str, **kwargs) -> str:
@@ -51,9 +132,9 @@ def savefig_atomic(fig, path: str, **kwargs) -> str:
     return path
 
 
-def save_json_atomic(obj, path: str) -> None:
+def save_json_atomic(obj, path: str, root: str | None = None) -> None:
     """``obj`` as indented JSON (non-JSON values as ``str``), atomically."""
-    write_text_atomic(json.dumps(obj, indent=2, default=str), path)
+    write_text_atomic(json.dumps(obj, indent=2, default=str), path, root)
 
 
 def rows_to_csv(rows: list[dict]) -> str:
@@ -70,9 +151,9 @@ def rows_to_csv(rows: list[dict]) -> str:
     return buf.getvalue()
 
 
-def write_csv_atomic(rows: list[dict], path: str) -> None:
+def write_csv_atomic(rows: list[dict], path: str, root: str | None = None) -> None:
     """:func:`rows_to_csv` of ``rows`` to ``path``, atomically."""
-    write_text_atomic(rows_to_csv(rows), path)
+    write_text_atomic(rows_to_csv(rows), path, root)
 
 
 #: the largest config file lengen reads (a config is a few kB; anything near this is not one)
@@ -199,7 +280,8 @@ def file_digest(path: str, algorithm: str = "sha256", **params) -> str:
     return h.hexdigest()
 
 
-__all__ = ["is_disk_full", "disk_full_message", "check_regular_file", "read_text_capped",
+__all__ = ["SymlinkRefused", "check_no_links", "refuse_links_inside", "open_for_writing", "fresh_temporary",
+           "is_disk_full", "disk_full_message", "check_regular_file", "read_text_capped",
            "CONFIG_MAX_BYTES", "make_output_dir", "check_output_file", "write_text_atomic",
            "save_json_atomic", "savefig_atomic", "rows_to_csv", "write_csv_atomic", "file_digest",
            "default_cache_dir"]

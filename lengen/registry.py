@@ -21,11 +21,12 @@ import re
 import sys
 import warnings
 from dataclasses import dataclass
-from importlib.metadata import entry_points
+from importlib.metadata import distributions, entry_points
 
 import torch
 
 from lengen.checks import (AnyOf, Bool, Float, Int, Mapping, Rule, Seq, Str, did_you_mean)
+from lengen.consent import check_import_allowed
 from lengen.errors import ConfigError, LengenWarning, is_out_of_memory, out_of_memory_message
 
 
@@ -85,7 +86,9 @@ class ExtensionPoint:
         except TypeError:                   # an unhashable name (a list or mapping from YAML)
             pass
         if isinstance(name, str) and ":" in name:
-            return self._checked(_import_path(name, f"{self.kind} '{name}' ({key})"), name, key)
+            what = f"{self.kind} '{name}' ({key})"
+            check_import_allowed(name, what, installed_plugin_paths)   # no code from data
+            return self._checked(_import_path(name, what), name, key)
         if isinstance(name, str):
             found, clashes = self._scan()
             found = found.get(name)
@@ -173,6 +176,14 @@ def _warn_once(message: str) -> None:
     if message not in _WARNED:
         _WARNED.add(message)
         warnings.warn(message, LengenWarning, stacklevel=4)
+
+
+def installed_plugin_paths() -> list[str]:
+    """The import paths every installed entry point of lengen's plugin groups (``lengen.*``)
+    names: a package the user installed, so a stored config may name them
+    (:func:`lengen.consent.check_import_allowed`)."""
+    return [ep.value for dist in distributions() for ep in dist.entry_points
+            if ep.group.startswith("lengen.")]
 
 
 def _qualname(cls) -> str:

@@ -3,6 +3,7 @@
 A run directory (``lengen train --run-dir RUN``) holds ``config.json``, ``metrics.jsonl``,
 ``checkpoints/``, ``model.safetensors``, the training-time ``eval.json`` / ``eval.csv``, ``tb/``,
 ``provenance.json`` (the lengen commit, dirty state and start time: :mod:`lengen.provenance`),
+``wandb.json`` / ``wandb/`` (with W&B),
 the lock and earlier runs moved to ``previous/``. No output of another command may take one of
 these names there: every later command on the run would fail or read other numbers. This module
 sits at the bottom of the house, so both the file helpers (:mod:`lengen.fileio`) and the
@@ -16,9 +17,24 @@ from lengen.errors import ConfigError
 
 LOCK_NAME = ".lock"
 PREVIOUS = "previous"
-#: what a run writes; a directory holding any of these holds a run
-RUN_FILES = ("config.json", "metrics.jsonl", "checkpoints", "model.safetensors", "eval.json",
-             "eval.csv", "tb", "provenance.json")
+# Every name lengen writes at the top of a run directory, each used by its writer (tests/
+# test_reliability.py trains a run with every option on and checks that nothing else appears)
+CONFIG = "config.json"                 # lengen.train.loop, lengen.runs.reevaluate
+METRICS = "metrics.jsonl"              # lengen.train.control.MetricsLog
+CHECKPOINTS = "checkpoints"            # lengen.rundir.checkpoint
+WEIGHTS = "model.safetensors"          # lengen.train.loop (final weights)
+WEIGHTS_RECORD = "model.json"          # lengen.rundir.checkpoint.save_final_weights: its sha256
+PROVENANCE = "provenance.json"         # lengen.provenance: commit, dirty state, start times
+EVAL_FILES = ("eval.json", "eval.csv")  # lengen.rundir.layout.write_rows (training's evaluation)
+TENSORBOARD = "tb"                     # train.tensorboard=true
+WANDB_ID = "wandb.json"                # train.wandb=true: the W&B run id a resumed run continues
+WANDB_FOLDER = "wandb"                 # train.wandb=true without WANDB_DIR: wandb's own files
+#: a directory holding any of these holds a run
+RUN_MARKERS = (CONFIG, METRICS, CHECKPOINTS, WEIGHTS) + EVAL_FILES + (TENSORBOARD,)
+#: what a run writes (no other command may write these names there)
+RUN_FILES = RUN_MARKERS + (WEIGHTS_RECORD, PROVENANCE, WANDB_ID, WANDB_FOLDER)
+#: the folders lengen fills, where no symbolic link is followed (lengen.fileio.refuse_links_inside)
+OWNED_FOLDERS = (CHECKPOINTS, TENSORBOARD, PREVIOUS)
 
 
 #: names no output of a command may take in a run directory: the files above, their stems (an
@@ -48,7 +64,8 @@ def refuse_owned_output(path: str, flag: str = "--out", shown: str | None = None
 
 def has_run(run_dir: str) -> bool:
     return os.path.isdir(run_dir) and any(os.path.exists(os.path.join(run_dir, f))
-                                          for f in RUN_FILES)
+                                          for f in RUN_MARKERS)
 
 
-__all__ = ["LOCK_NAME", "PREVIOUS", "RUN_FILES", "OWNED_NAMES", "has_run", "refuse_owned_output"]
+__all__ = ["LOCK_NAME", "PREVIOUS", "CONFIG", "METRICS", "CHECKPOINTS", "WEIGHTS", "WEIGHTS_RECORD", "EVAL_FILES",
+           "TENSORBOARD", "WANDB_ID", "WANDB_FOLDER", "RUN_MARKERS", "OWNED_FOLDERS", "RUN_FILES", "OWNED_NAMES", "has_run", "refuse_owned_output"]

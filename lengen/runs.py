@@ -22,9 +22,10 @@ from lengen.fileio import make_output_dir, save_json_atomic
 from lengen.errors import ConfigError
 from lengen.registry import check_kwargs, construct, fill_from_task
 from lengen.tasks import TASK_POINT
-from lengen.eval.evaluate import evaluate
-from lengen.model.memory import check_fits, check_work
-from lengen.rundir.checkpoint import load_weights
+from lengen.eval.evaluate import check_evaluation_work, evaluate, sequences_evaluated
+from lengen.eval.perplexity import eval_logits_at_once
+from lengen.model.memory import check_fits
+from lengen.rundir.checkpoint import load_weights, verify_final_weights
 from lengen.threads import use_threads
 from lengen.rundir.load import as_resolved, load_run_at, prepare
 from lengen.rundir.layout import (RunDirLock, check_run_dir, check_same_run, refuse_owned_output,
@@ -105,19 +106,17 @@ def _evaluate_and_write(model, mc, task, splits, *, sequences: int, batch_size: 
         model.check_length(task.max_input_length(splits))
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    bs, length = min(batch_size, sequences), task.max_input_length(splits)
+    length = task.max_input_length(splits)
+    bs = min(batch_size, sequences_evaluated(task, sequences, length))   # at the longest split
     check_fits(mc, batch=bs, length=length, training=False, device=device, weights_held=True,
+               logits_at_once=eval_logits_at_once(task, mc.vocab_size),
                sizes=f"batch size {bs} (--batch-size), inputs of {length} tokens (the longest "
                      f"of the splits)",
                fix="Lower --batch-size, or evaluate the longest splits separately")
-    lengths = [task.max_input_length([s]) for s in splits]
-    # a task that scores at most max_eval_tokens per length (text) evaluates that many windows
-    # whatever the sequence count asks (which is then 'all')
-    cap = getattr(task, "max_eval_tokens", None)
-    counts = [min(sequences, -(-max(cap, L) // L)) if cap else sequences for L in lengths]
-    check_work(mc, sequences=counts, length=lengths, device=device,
-               what=f"evaluating {len(splits)} split(s) x {sequences} sequences (--sequences)",
-               fix="Lower --sequences or drop the longest --splits")
+    check_evaluation_work(mc, task, splits, sequences, device=device,
+                          what=f"evaluating {len(splits)} split(s) x {sequences} sequences "
+                               f"(--sequences)",
+                          fix="Lower --sequences or drop the longest --splits")
     rows = evaluate(model, task, splits, n_sequences=sequences, batch_size=batch_size, seed=seed,
                     device=device, meta=meta, progress=progress)
     folder, name = os.path.split(stem)
@@ -206,6 +205,7 @@ def evaluate_hf(path: str, task: str, out: str, *, task_kwargs: dict | None = No
                           f"their own; evaluate a checkpoint trained on this task (a "
                           f"model.backbone=hf run, lengen export RUN OUT --to hf), or for "
                           f"--task text name the tokenizer the checkpoint was trained with")
+    check_checkpoint_task(path, name, task_obj, mc.vocab_size)
     if positions is not None:
         sampler, pkw = build_sampler_checked(positions, positions_kwargs or {}, task=task_obj,
                                              splits=splits)
@@ -226,6 +226,28 @@ def evaluate_hf(path: str, task: str, out: str, *, task_kwargs: dict | None = No
                                batch_size=batch_size or ec.batch_size, seed=seed, device=device,
                                meta=meta, progress=progress,
                                stem=os.path.join(out, HF_EVAL_STEM), plot=plot)
+
+
+def check_checkpoint_task(path: str, name: str, task, vocab_size: int) -> None:
+    """Refuse scoring a checkpoint on a task it was not trained on: a lengen export records its
+    task (``lengen_task`` in config.json) and must be evaluated on that task; and a decoder task
+    with its own small vocabulary (every task but ``text``) needs a checkpoint of exactly that
+    vocabulary (a copy checkpoint, 104 ids, scored on flip-flop, 5 ids, gives numbers that mean
+    nothing)."""
+    from lengen.hf.load import checkpoint_config  # optional dependency (transformers)
+
+    recorded = getattr(checkpoint_config(path), "lengen_task", None) or {}
+    trained = recorded.get("name") if isinstance(recorded, dict) else None
+    if trained and TASK_POINT.canonical(trained) != name:
+        raise ConfigError(f"--hf {path} was trained on task {trained!r} (lengen_task in its "
+                          f"config.json), not on --task {name}: its outputs mean {trained}'s "
+                          f"tokens. Evaluate it with --task {trained}")
+    if name != "text" and task.vocab_size < vocab_size:
+        raise ConfigError(f"task '{name}' has {task.vocab_size} token ids, but the checkpoint in "
+                          f"{path} has a vocabulary of {vocab_size}: it was trained on another "
+                          f"task, and its scores here would mean nothing. Evaluate it on the "
+                          f"task it was trained on (lengen's decoder tasks each have their own "
+                          f"vocabulary)")
 
 
 def build_sampler_checked(name: str, kwargs: dict, *, task, splits):
@@ -256,6 +278,7 @@ def reevaluate(cfg: ExperimentConfig, run_dir: str, *, quiet: bool = True) -> li
     with RunDirLock(run_dir, "evaluation"):
         check_same_run(run_dir, cfg.to_dict())
         load_weights(model, os.path.join(run_dir, "model.safetensors"))
+        verify_final_weights(run_dir)
         device = torch.device(cfg.train.device)
         model.to(device)
         rows = evaluate(model, task, cfg.eval.splits or task.splits(),
@@ -263,7 +286,7 @@ def reevaluate(cfg: ExperimentConfig, run_dir: str, *, quiet: bool = True) -> li
                         seed=cfg.eval.seed, device=device,
                         meta=dict(run_meta(cfg, run_dir), step=cfg.train.steps),
                         progress=not quiet and cfg.train.progress)
-        save_json_atomic(cfg.to_dict(), os.path.join(run_dir, "config.json"))
+        save_json_atomic(cfg.to_dict(), os.path.join(run_dir, "config.json"), root=run_dir)
         write_rows(rows, run_dir)
     return rows
 

@@ -45,6 +45,8 @@ from __future__ import annotations
 import os
 import sys
 
+from lengen.errors import ConfigError
+
 #: models at most this wide train and evaluate with one intra-op thread by default
 SMALL_D_MODEL = 256
 WAIT_POLICY = "PASSIVE"
@@ -151,10 +153,26 @@ def _is_glibc() -> bool:
         return False
 
 
+#: the most torch threads lengen sets: more is a typo (``threads=100000`` made torch spawn threads
+#: until a process limit killed it with a segfault); the same on every machine, so a stored
+#: config is valid wherever it is read
+MAX_THREADS = 1024
+
+
+def check_thread_count(n, key: str = "train.threads") -> int:
+    """``n`` when it is an integer in 0..MAX_THREADS, else ConfigError naming ``key``."""
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_THREADS:
+        raise ConfigError(f"{key} must be an integer from 0 (lengen chooses) to {MAX_THREADS}, "
+                         f"got {n!r}; this machine has {os.cpu_count()} CPU cores")
+    return n
+
+
 def use_threads(configured: int, d_model: int, device="cpu") -> int:
     """Set torch's intra-op thread count to :func:`choose_threads`'s and return it; for CPU work
     also the allocator's thresholds (:func:`tune_allocator`)."""
     import torch  # order: after set_wait_policy (module docstring)
+
+    check_thread_count(configured, "threads")
 
     if str(device).split(":")[0] == "cpu":
         tune_allocator()
@@ -165,5 +183,5 @@ def use_threads(configured: int, d_model: int, device="cpu") -> int:
 
 
 __all__ = ["SMALL_D_MODEL", "WAIT_POLICY", "MMAP_THRESHOLD", "TRIM_THRESHOLD",
-           "allocator_chosen_by_user", "choose_threads", "set_process_threads", "set_wait_policy",
+           "MAX_THREADS", "allocator_chosen_by_user", "check_thread_count", "choose_threads", "set_process_threads", "set_wait_policy",
            "tune_allocator", "use_threads"]

@@ -218,7 +218,8 @@ for key, value, *want in [
         ("train.ckpt_every", "-2", "train.ckpt_every must be an integer >= 0"),
         ("train.keep_checkpoints", "-1", "train.keep_checkpoints must be an integer >= 0"),
         ("train.log_every", "-1", "train.log_every must be an integer >= 0"),
-        ("train.threads", "-1", "train.threads must be an integer >= 0"),
+        ("train.threads", "-1", "train.threads must be an integer in [0, 1024]"),
+        ("train.threads", "100000", "train.threads must be an integer in [0, 1024]"),
         ("train.tensorboard", "maybe", "train.tensorboard must be true or false"),
         ("train.progress", "1", "train.progress must be true or false"),
         ("train.device", "gpu", "train.device must be a torch device"),
@@ -916,7 +917,7 @@ def _eval_disk_full(env, run):
 
     real = fio.write_text_atomic
 
-    def write(text, path):
+    def write(text, path, *args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device", path)
     fio.write_text_atomic = write
     env.setdefault("cleanup", []).append(lambda: setattr(fio, "write_text_atomic", real))

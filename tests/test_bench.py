@@ -29,7 +29,8 @@ def test_parse_variant_labels_and_refusals():
     assert parse_variant("model.posenc=pkg.pe:Slopes")[0] == "Slopes"
     assert parse_variant({"name": "x", "overrides": ["model.attention=tra"]}) == (
         "x", ["model.attention=tra"])
-    assert parse_variant("")[0] == "NoPE"
+    with pytest.raises(ConfigError, match="empty variant"):     # never silently NoPE
+        parse_variant("")
     with pytest.raises(ConfigError, match="only model.. keys can change"):
         parse_variant("train.steps=10")
     with pytest.raises(ConfigError, match="use letters, digits"):

@@ -17,8 +17,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 LAYERS = [
     ("ground", ["lengen.errors", "lengen.fileio", "lengen.checks", "lengen.registry",
                 "lengen.config_files", "lengen.cliutil", "lengen.runtime", "lengen.runfiles",
-                "lengen.provenance",
-                "lengen.threads"]),
+                "lengen.provenance", "lengen.threads", "lengen.consent", "lengen.startup"]),
     ("building blocks", ["lengen.samplers", "lengen.ops", "lengen.tasks", "lengen.data"]),
     ("mechanisms", ["lengen.posenc", "lengen.attention"]),
     ("model", ["lengen.model"]),

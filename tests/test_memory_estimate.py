@@ -3,6 +3,10 @@ and the classification of allocation and disk-full failures."""
 from __future__ import annotations
 
 import errno
+import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -80,3 +84,75 @@ def test_out_of_memory_message_keeps_the_size():
     text = mem.out_of_memory_message(e)
     assert text.startswith("out of memory (tried to allocate 12000000000000 bytes")
     assert "model.d_model" in text and "eval.batch_size" in text
+
+
+# ---- language-model evaluation applies the head in blocks (issue 55) -----------------------------
+
+PEAK_SCRIPT = r"""
+import json, sys
+import lengen
+from lengen.eval.evaluate import evaluate
+from lengen.eval.perplexity import eval_logits_at_once
+from lengen.model.memory import estimate_bytes
+from lengen.rundir.load import prepare
+
+def status(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key):
+            return int(line.split()[1]) * 1024
+
+L, B = 256, 16
+resolved = lengen.resolve({}, ["task.name=text", "model.d_model=16", "model.n_layers=1",
+                               "model.n_heads=2", f"eval.splits=[len={L}]"], check_device=False)
+task, model = prepare(resolved)
+cfg = resolved.config
+model.eval()
+evaluate(model, task, [f"len={L}"], n_sequences=1, batch_size=1, seed=0)      # warm-up
+base = status("VmRSS")
+evaluate(model, task, [f"len={L}"], n_sequences=B, batch_size=B, seed=0)
+e = estimate_bytes(cfg.model, batch=B, length=L, training=False,
+                   logits_at_once=eval_logits_at_once(task, cfg.model.vocab_size))
+print(json.dumps({"rise": status("VmHWM") - base, "logits": e["logits"],
+                  "full": B * L * cfg.model.vocab_size * 4}))
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
+def test_lm_evaluation_logits_estimate_matches_a_measured_peak():
+    """Perplexity evaluation holds one block of logits (and its log-probabilities) at a time: the
+    estimate counts that block, which is what the measured peak rise is made of, and not the
+    batch x length x 50257 logits (25 x the measured rise here) it once counted."""
+    proc = subprocess.run([sys.executable, "-c", PEAK_SCRIPT], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    m = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert m["logits"] <= 1.5 * m["rise"]          # no more than what evaluation allocates
+    assert m["full"] > 10 * m["rise"]              # the old estimate's count was far above it
+
+
+def test_the_readme_lm_example_fits_in_24_gib(monkeypatch):
+    """``lengen train task.name=text train.steps=20 model.d_model=64 model.n_layers=2`` was
+    refused on a 24 GiB machine (51.5 GiB of logits counted)."""
+    from lengen.model import memory
+    from lengen.rundir.load import prepare
+    from lengen.train.loop import check_memory
+
+    resolved = lengen.resolve({}, ["task.name=text", "train.steps=20", "model.d_model=64",
+                                   "model.n_layers=2"], check_device=False)
+    task, _ = prepare(resolved)
+    cfg = resolved.config
+    monkeypatch.setattr(memory, "available_bytes", lambda device="cpu": 24 << 30)
+    check_memory(cfg, task)
+    monkeypatch.setattr(memory, "available_bytes", lambda device="cpu": 64 << 20)
+    with pytest.raises(ConfigError, match="out of memory"):      # the check still bites
+        check_memory(cfg, task)
+
+
+def test_check_forward_refuses_millions_of_tokens(monkeypatch):
+    from lengen.model import memory
+
+    m = lengen.resolve({}).config.model
+    monkeypatch.setattr(memory, "available_bytes", lambda device="cpu": 16 << 30)
+    memory.check_forward(m, batch=8, length=512, training=False)
+    with pytest.raises(ConfigError, match="batch 1 x 4000000 tokens"):
+        memory.check_forward(m, batch=1, length=4_000_000, training=False)

@@ -282,7 +282,7 @@ def train_batch(self, *a, **kw):
     batch = real(self, *a, **kw)
     n["k"] += 1
     if n["k"] == 3:                    # Ctrl-C right after the batch of step 3 was drawn
-        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.{sig})
     return batch
 FlipFlop.train_batch = train_batch
 try:
@@ -293,9 +293,11 @@ sys.exit(0)
 """
 
 
-def test_ctrl_c_resume_equals_an_uninterrupted_run(reference, tmp_path):
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_resume_equals_an_uninterrupted_run(reference, tmp_path, sig):
+    """Ctrl-C, and SIGTERM (a scheduler's time limit, docker stop) the same way."""
     run = str(tmp_path / "run")
-    script = SIGINT_SCRIPT.format(tests=os.path.dirname(__file__), run=run)
+    script = SIGINT_SCRIPT.format(tests=os.path.dirname(__file__), run=run, sig=sig)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 130, proc.stderr[-3000:]
@@ -307,9 +309,9 @@ def test_ctrl_c_resume_equals_an_uninterrupted_run(reference, tmp_path):
 
 
 def test_the_sigint_handler_is_restored(tmp_path):
-    before = signal.getsignal(signal.SIGINT)
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     train(cfg(steps=1), str(tmp_path), quiet=True)
-    assert signal.getsignal(signal.SIGINT) is before
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
 
 
 def test_sweep_reevaluates_a_run_with_a_truncated_eval_json(tmp_path, monkeypatch):

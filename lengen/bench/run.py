@@ -25,6 +25,7 @@ from lengen.bench.battery import (CELLS, LR_FACTORS, PROTOCOLS, SCALES, SEEDS, V
                                   cell_config, check_protocol, curve, default_lr, lr_grid, score,
                                   val_score, validation_config)
 from lengen.bench.scorecard import read_runs, write_card
+from lengen.bench.variants import check_bench_file, check_some_cell_runs, check_variants
 from lengen.config import resolve
 from lengen.config_files import apply_overrides, load_config_file
 from lengen.errors import ConfigError
@@ -79,6 +80,11 @@ def parse_variant(text) -> tuple[str, list[str]]:
             raise ConfigError(f"variant override {it!r}: write model.KEY=VALUE (e.g. "
                               f"model.posenc=rope); the cells fix the task, training and "
                               f"evaluation settings, so only model.* keys can change")
+    if not items and label is None:
+        raise ConfigError("an empty variant (--variant '' or an empty string in --variants): "
+                          "a variant is model.* overrides such as --variant "
+                          "'model.posenc=rope'; the default model is --variant "
+                          "'model.posenc=nope'")
     if label is None:
         label = "+".join(it.split("=", 1)[1].split(":")[-1] for it in items
                          if it.split("=", 1)[0] in ("model.posenc", "model.attention",
@@ -90,6 +96,7 @@ def parse_variant(text) -> tuple[str, list[str]]:
 
 def load_variants(path: str) -> list[tuple[str, list[str]]]:
     """Variants from a YAML (or JSON) file holding a list of strings or mappings."""
+    check_bench_file(path, "--variants")            # a fifo would block forever
     data = load_config_file(path) if not path.endswith((".yaml", ".yml")) else _yaml(path)
     if not isinstance(data, list):
         raise ConfigError(f"{path}: a variants file holds a list (of override strings or "
@@ -297,6 +304,8 @@ def run_bench(variants, scale: str = "cpu", out: str | None = None, *, workers: 
     (``device='cuda'`` with ``runs_per_gpu`` runs sharing a GPU through Ray's fractional GPUs).
     Returns the rows of ``runs.csv``."""
     check_protocol(protocol)
+    check_variants(variants)                     # typos fail before any cell runs
+    check_bench_file(None if baselines in (None, "default") else baselines, "--baselines")
     out = out or os.path.join("runs", f"bench-{scale}")
     seeds = check_seeds(default_seeds(scale, protocol) if seeds is None else seeds)
     tune = PROTOCOLS[protocol][1]
@@ -309,6 +318,7 @@ def run_bench(variants, scale: str = "cpu", out: str | None = None, *, workers: 
     first, na = build_specs(variants, scale, cells=cells, seeds=seeds[:1] if tune else seeds,
                             lrs=grid, protocol=protocol, role="tune" if tune else "final",
                             device=device)
+    check_some_cell_runs(variants, first, na)
     n_later = len(first) // len(grid[cells[0]]) * (len(seeds) - 1) if tune else 0
     log(f"lengen bench v{VERSION} at scale {scale}, protocol {protocol}: {len(variants)} "
         f"variant(s) x {len(cells)} cell(s) x seeds {seeds}"
@@ -376,7 +386,9 @@ def estimate_bench(variants, scale: str = "cpu", *, workers: int = 1, cells=None
     seeds = check_seeds(default_seeds(scale, protocol) if seeds is None else seeds)
     tune = PROTOCOLS[protocol][1]
     per_cell_runs = (len(LR_FACTORS) + len(seeds) - 1) if tune else len(seeds)
+    check_variants(variants)
     specs, na = build_specs(variants, scale, cells=cells, seeds=seeds[:1], protocol=protocol)
+    check_some_cell_runs(variants, specs, na)
     costs = []
     for spec in specs:
         resolved = resolve(spec.config)

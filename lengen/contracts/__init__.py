@@ -52,9 +52,12 @@ def find_kind(name: str) -> str:
         except ConfigError as e:
             errors.append(str(e))
     if ":" in name:
-        raise ConfigError(errors[0] if "could not be imported" in errors[0] or "has no" in
-                          errors[0] else f"'{name}' is not a positional scheme, attention kind, "
-                                         f"position sampler or task class")
+        if "could not be imported" in errors[0] or "has no" in errors[0]:
+            # the import failed before the class could say which kind it is: no kind's name
+            # in the message (it once called a task a "positional scheme")
+            raise ConfigError(f"'{name}': {errors[0].split('): ', 1)[-1]}")
+        raise ConfigError(f"'{name}' is not a positional scheme, attention kind, position sampler "
+                          f"or task class")
     names = [n for p in points().values() for n in [*p.registry, *p.plugins()]]
     raise ConfigError(f"'{name}' is not a positional scheme, attention kind, position sampler or "
                       f"task (see `lengen list`), nor an import path package.module:Name to "

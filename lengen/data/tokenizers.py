@@ -34,6 +34,7 @@ import os
 
 import numpy as np
 
+from lengen.consent import remote_code_refused, trust_remote_code
 from lengen.fileio import file_digest, write_text_atomic
 from lengen.registry import constructor_params, lookup
 
@@ -334,7 +335,12 @@ class Pretrained(Tokenizer):
             raise ImportError('tokenizer \'hf\' needs Hugging Face transformers: pip install '
                               '"lengen[hf]"') from None
         self.path = os.path.abspath(path)
-        self.tok = AutoTokenizer.from_pretrained(self.path, local_files_only=True)
+        # remote code (a tokenizer_config.json auto_map) only with the user's consent
+        try:
+            self.tok = AutoTokenizer.from_pretrained(self.path, local_files_only=True,
+                                                     trust_remote_code=trust_remote_code())
+        except ValueError as e:
+            raise (remote_code_refused(self.path, e) or e) from None
         self.vocab_size = len(self.tok)
         self.eot_id = self.tok.eos_token_id
 

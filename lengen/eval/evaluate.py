@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 from lengen.errors import ArgumentError, ConfigError
 from lengen.eval.metrics import batch_stats, finalize, restrict_to_outputs
 from lengen.eval.perplexity import evaluate_perplexity
+from lengen.model.memory import check_work
 # the evaluation stream is shared with the perplexity protocol, which evaluate() dispatches to
 from lengen.eval.stream import block_positions, eval_stream, forward  # noqa: F401
 from lengen.tasks.base import check_eval_sizes
@@ -51,6 +52,27 @@ def evaluate_split(model, task, split: str, n_sequences: int, batch_size: int, s
     return out
 
 
+def sequences_evaluated(task, sequences: int, length: int) -> int:
+    """How many sequences of ``length`` tokens evaluating ``sequences`` really runs: a task
+    that scores at most ``max_eval_tokens`` per length (text) evaluates that many windows."""
+    cap = getattr(task, "max_eval_tokens", None)
+    return min(sequences, -(-max(cap, length) // length)) if cap else sequences
+
+
+def check_evaluation_work(mc, task, splits, sequences: int, *, device="cpu", what: str = "",
+                          fix: str = "") -> float:
+    """Refuse, before the first batch, an evaluation of ``sequences`` per split that cannot
+    finish in reasonable time (:func:`lengen.model.memory.check_work`): the one bound ``lengen
+    eval`` and training's final and periodic evaluations share. A task that scores at most
+    ``max_eval_tokens`` per length (text) evaluates that many windows whatever ``sequences``
+    asks. -> the estimated floating-point operations."""
+    lengths = [task.max_input_length([s]) for s in splits]
+    counts = [sequences_evaluated(task, sequences, L) for L in lengths]
+    return check_work(mc, sequences=counts, length=lengths, device=device,
+                      what=what or f"evaluating {len(splits)} split(s) x {sequences} sequences",
+                      fix=fix)
+
+
 def check_evaluate_args(model, task, splits, meta) -> list:
     """The arguments of :func:`evaluate` checked (an ArgumentError saying what to pass); returns
     the splits as a list (a bare string is one split)."""
@@ -68,6 +90,16 @@ def check_evaluate_args(model, task, splits, meta) -> list:
                             f"got {splits!r}")
     if not splits:
         raise ConfigError(f"no splits given; pass some of {', '.join(task.splits())}")
+    mc = getattr(model, "cfg", None)
+    causal, wants = getattr(mc, "causal", None), getattr(task, "causal", None)
+    if isinstance(causal, bool) and isinstance(wants, bool) and causal != wants:
+        # an encoder sees the answer it is scored on (or a decoder the wrong protocol): the
+        # numbers would be meaningless, not low
+        raise ConfigError(f"the model is {'a causal decoder' if causal else 'a bidirectional encoder'}"
+                          f" (model.causal={str(causal).lower()}) and task "
+                          f"'{getattr(task, 'name', type(task).__name__)}' needs "
+                          f"{'a causal decoder' if wants else 'a bidirectional encoder'}; evaluate "
+                          f"it on a task of its kind (the task it was trained on)")
     if meta is not None and not isinstance(meta, dict):
         raise ArgumentError(f"meta must be a dict of extra row columns or None, got "
                             f"{type(meta).__name__}")

@@ -64,6 +64,18 @@ def hidden_states(model):
         swap(head)
 
 
+def eval_logits_at_once(task, vocab_size: int,
+                        logits_per_block: int = LOGITS_PER_BLOCK) -> int | None:
+    """The most logits evaluating ``task`` holds at once (for the memory pre-check,
+    :func:`lengen.model.memory.check_fits`): a perplexity task's block of ``rows x vocab``
+    logits and the log-probabilities ``cross_entropy`` makes of it (:func:`score_batch`); None
+    for the other tasks, whose evaluation takes the full logits."""
+    if getattr(task, "evaluation", "accuracy") != "perplexity":
+        return None
+    rows = max(1, logits_per_block // int(vocab_size))
+    return 2 * rows * int(vocab_size)
+
+
 @torch.inference_mode()
 def score_batch(model, batch, *, positions: torch.Tensor | None = None,
                 logits_per_block: int = LOGITS_PER_BLOCK) -> dict:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 
+from lengen.errors import ConfigError
 from lengen.tasks.base import EVAL_BLOCK, block_seed
 
 
@@ -31,23 +32,28 @@ def eval_stream(model, task, split: str, n_sequences: int, batch_size: int, seed
                          f"batch-aware sampler must be deterministic at evaluation "
                          f"(random_at_eval = False), or its numbers would depend on the batch size")
     random = sampler is not None and getattr(sampler, "random_at_eval", True)
-    start, cached = 0, (None, None)
+    start, cached, probed = 0, (None, None), set()
     for batch in task.eval_batches(split, n_sequences, batch_size, seed):
         batch = batch.to(device)
         n, T = batch.inputs.shape
         if aware:
-            yield start, batch, model.sample_positions(T, batch_size=n, device=device, batch=batch)
+            yield start, batch, finite_positions(
+                model.sample_positions(T, batch_size=n, device=device, batch=batch), sampler, T)
             start += n
             continue
         i = 0
         while i < n:
             if not random:
+                if sampler is not None and T not in probed:    # the model's own default
+                    finite_positions(model.sample_positions(T, device=device), sampler, T)
+                    probed.add(T)
                 yield start, batch, None
                 break
             block, offset = divmod(start + i, EVAL_BLOCK)
             stop = min(n, i + EVAL_BLOCK - offset)
             if cached[0] != (block, T):
-                cached = ((block, T), block_positions(model, split, seed, block, T, device))
+                cached = ((block, T), finite_positions(
+                    block_positions(model, split, seed, block, T, device), sampler, T))
             pos = cached[1]
             if pos.dim() == 2:                       # per-sequence positions: this piece's rows
                 pos = pos[offset:offset + stop - i]
@@ -56,9 +62,21 @@ def eval_stream(model, task, split: str, n_sequences: int, batch_size: int, seed
         start += n
 
 
+def finite_positions(pos, sampler, length: int):
+    """``pos`` when every position is a finite number; else ConfigError naming the sampler (a
+    position of inf or NaN makes every score NaN: rows of NaN and exit 0, a silent result)."""
+    if torch.is_tensor(pos) and pos.is_floating_point() and not bool(torch.isfinite(pos).all()):
+        bad = pos[~torch.isfinite(pos)].flatten()[0].item()
+        name = getattr(sampler, "name", None) or type(sampler).__name__
+        raise ConfigError(f"position sampler {name!r} gave non-finite evaluation positions "
+                          f"({bad} among {length} positions); positions must be finite numbers. "
+                          f"Check the sampler's kwargs (model.positions_kwargs) or its code")
+    return pos
+
+
 def forward(model, inputs, positions):
     """``model(inputs)``, passing ``positions`` only when there are some (plain modules work)."""
     return model(inputs) if positions is None else model(inputs, positions=positions)
 
 
-__all__ = ["block_positions", "eval_stream", "forward"]
+__all__ = ["finite_positions", "block_positions", "eval_stream", "forward"]

@@ -189,6 +189,10 @@ def export_run(run_dir: str, out: str, to: str = "hf") -> str:
     else:
         hf = (to_hf(model, task={"name": cfg.task.name, "kwargs": cfg.task.kwargs}) if to == "hf"
               else to_llama(model))
+    if not getattr(hf.config, "lengen_task", None):
+        # the task the weights were trained on, recorded in every export's config.json so that
+        # lengen eval --hf refuses to score them on another task (lengen.runs.evaluate_hf)
+        hf.config.lengen_task = {"name": cfg.task.name, "kwargs": cfg.task.kwargs}
     hf.save_pretrained(out, safe_serialization=True)
     return out
 

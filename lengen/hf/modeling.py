@@ -33,9 +33,13 @@ from transformers import (AutoConfig, AutoModelForCausalLM, PretrainedConfig,
                           PreTrainedModel)
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
+from lengen.consent import untrusted_source
 from lengen.model import ModelConfig, Transformer
 
 MODEL_TYPE = "lengen"
+#: where an exported model's plugin import paths come from (they need the user's consent to be
+#: imported: lengen.consent)
+_SOURCE = "the Hugging Face config.json's lengen_model"
 
 
 class LengenConfig(PretrainedConfig):
@@ -71,7 +75,7 @@ class LengenForCausalLM(PreTrainedModel):
         super().__init__(config)
         # built on a real device even inside transformers' meta-device loading context: some
         # schemes compute constants from tensors in their constructors
-        with torch.device("cpu"):
+        with torch.device("cpu"), untrusted_source(_SOURCE):
             self.model = Transformer(ModelConfig(**config.lengen_model))
         self.model.eval()
         self.post_init()
@@ -95,7 +99,7 @@ class LengenForCausalLM(PreTrainedModel):
     def restore_buffers(self) -> None:
         """Copy every non-persistent buffer (computed from the config, never saved) from a
         freshly built lengen model of this config."""
-        with torch.device("cpu"):
+        with torch.device("cpu"), untrusted_source(_SOURCE):
             fresh = Transformer(ModelConfig(**self.config.lengen_model))
         fresh_buffers = dict(fresh.named_buffers())
         for name, buf in list(self.model.named_buffers()):

@@ -36,12 +36,16 @@ def parameter_count(m) -> int:
 
 
 def estimate_bytes(m, *, batch: int, length: int, training: bool,
-                   lean: bool | None = None, act_bytes: int = FP32) -> dict:
+                   lean: bool | None = None, act_bytes: int = FP32,
+                   logits_at_once: int | None = None) -> dict:
     """Lower-bound bytes of a forward (and, when ``training``, backward + AdamW) pass of
     ``batch`` sequences of ``length`` tokens. ``lean``: attention scores materialized one query
     block at a time (the evaluation path of ``attn_impl=auto``, and ``attn_impl=lean``); default
     from ``m.attn_impl`` and ``training``. ``act_bytes``: bytes per activation (2 under bf16 or
-    fp16 autocast; weights and optimizer state stay fp32)."""
+    fp16 autocast; weights and optimizer state stay fp32). ``logits_at_once``: the most logits
+    the caller holds at once when it applies the output head in blocks (language-model
+    evaluation: :func:`lengen.eval.perplexity.eval_logits_at_once`); default all
+    ``batch x length x vocab_size`` of them."""
     if lean is None:
         lean = m.attn_impl == "lean" or (m.attn_impl == "auto" and not training)
     d, ff, L, H = int(m.d_model), int(m.d_ff or 2 * m.d_model), int(m.n_layers), int(m.n_heads)
@@ -55,7 +59,10 @@ def estimate_bytes(m, *, batch: int, length: int, training: bool,
     keys = T if not lean else min(T, int(m.attn_block_size))
     # scores and probabilities [B, H, T, keys]; training keeps one per layer for the backward
     out["attention"] = 2 * B * H * T * keys * act_bytes * (L if training else 1)
-    out["logits"] = B * T * int(m.vocab_size) * act_bytes * (2 if training else 1)
+    logits = B * T * int(m.vocab_size)
+    if logits_at_once is not None:
+        logits = min(logits, int(logits_at_once))
+    out["logits"] = logits * act_bytes * (2 if training else 1)
     out["total"] = sum(out.values())
     return out
 
@@ -104,13 +111,13 @@ def _culprit(m, est: dict) -> str:
 
 def check_fits(m, *, batch: int, length: int, training: bool, device="cpu", sizes: str = "",
                fix: str = "", lean: bool | None = None, act_bytes: int = FP32,
-               weights_held: bool = False) -> dict:
+               weights_held: bool = False, logits_at_once: int | None = None) -> dict:
     """Raise ConfigError ("out of memory (estimated before starting)") when the lower-bound
     estimate exceeds what ``device`` has free, naming the part that dominates and its settings;
     returns the estimate. ``weights_held``: the model already sits on ``device`` (its weights
     are no longer free memory, so they are not counted again)."""
     est = estimate_bytes(m, batch=batch, length=length, training=training, lean=lean,
-                         act_bytes=act_bytes)
+                         act_bytes=act_bytes, logits_at_once=logits_at_once)
     free = available_bytes(device)
     need = est["total"] - (est["weights"] if weights_held else 0)
     if free is not None and need > free:
@@ -156,6 +163,22 @@ def check_work(m, *, sequences: int | list[int], length: int | list[int], device
     return flops
 
 
+def check_forward(m, *, batch: int, length: int, training: bool, device="cpu") -> None:
+    """The up-front bound for one forward call on ``batch`` x ``length`` tokens (the Python API's
+    ``Transformer.forward`` on millions of tokens): refused, with a ConfigError naming the size,
+    when its memory estimate (:func:`check_fits`; the weights already sit on ``device``) cannot
+    fit, or when on a CPU its work exceeds :data:`CPU_MAX_FLOPS` (:func:`check_work`). Costs
+    microseconds plus one read of /proc/meminfo; meant for ``forward`` when it checks its inputs
+    (``check_inputs``)."""
+    sizes = f"inputs of batch {batch} x {length} tokens"
+    check_fits(m, batch=batch, length=length, training=training, device=device,
+               weights_held=True, sizes=sizes,
+               fix="Pass fewer or shorter sequences per call (split the batch)")
+    check_work(m, sequences=batch, length=length, device=device,
+               what=f"one forward call on {sizes}",
+               fix="Pass fewer or shorter sequences per call")
+
+
 __all__ = ["parameter_count", "estimate_bytes", "available_bytes", "check_fits", "forward_flops",
-           "check_work", "CPU_MAX_FLOPS",
+           "check_forward", "check_work", "CPU_MAX_FLOPS",
            "is_out_of_memory", "out_of_memory_message", "OOM_HINT"]

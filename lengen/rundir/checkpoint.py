@@ -32,7 +32,9 @@ import sys
 import torch
 
 from lengen.errors import CheckpointError, RunDirError
-from lengen.fileio import disk_full_message, file_digest, is_disk_full
+from lengen.fileio import (check_no_links, disk_full_message, file_digest, fresh_temporary,
+                           is_disk_full, open_for_writing, save_json_atomic)
+from lengen.runfiles import WEIGHTS, WEIGHTS_RECORD
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 FORMAT = 2      # meta.json records file sizes and checksums (format 1 had none)
@@ -70,10 +72,47 @@ def save_weights(model: torch.nn.Module, path: str) -> None:
             continue
         seen.add(v.data_ptr())
         state[k] = v.detach().contiguous().cpu()
-    tmp = f"{path}.tmp{os.getpid()}"
+    tmp = fresh_temporary(path)           # never a link planted at the temporary name
     save_file(state, tmp)
     _fsync_file(tmp)
     os.replace(tmp, path)
+
+
+def save_final_weights(model: torch.nn.Module, run_dir: str, step: int) -> str:
+    """A finished run's ``model.safetensors`` (:func:`save_weights`), then ``model.json`` with
+    its size and SHA-256, which :func:`verify_final_weights` checks whenever the weights are read
+    (evaluation, generation, export): flipped bytes are refused, never evaluated. -> the path."""
+    path = os.path.join(run_dir, WEIGHTS)
+    save_weights(model, path)
+    save_json_atomic({"file": WEIGHTS, "step": step, "size": os.path.getsize(path),
+                      "sha256": file_digest(path)}, os.path.join(run_dir, WEIGHTS_RECORD),
+                     root=run_dir)
+    return path
+
+
+def verify_final_weights(run_dir: str) -> None:
+    """Raise CheckpointError when ``model.safetensors`` differs from the size and SHA-256 its
+    ``model.json`` records (a damaged or replaced file). A run written before lengen kept the
+    record has none to check."""
+    record_path = os.path.join(run_dir, WEIGHTS_RECORD)
+    path = os.path.join(run_dir, WEIGHTS)
+    if not os.path.isfile(record_path) or not os.path.isfile(path):
+        return
+    try:
+        with open(record_path, encoding="utf-8") as f:
+            record = json.load(f)
+        size, digest = int(record["size"]), str(record["sha256"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise CheckpointError(f"{record_path} (the checksum of {WEIGHTS}) is unreadable "
+                              f"({type(e).__name__}); the weights cannot be verified") from None
+    why = (f"has {os.path.getsize(path)} bytes, {size} were written" if os.path.getsize(path)
+           != size else "fails its SHA-256 checksum" if file_digest(path) != digest else None)
+    if why:
+        raise CheckpointError(f"{path} {why} (recorded in {WEIGHTS_RECORD}): the final weights "
+                              f"are damaged or were replaced, and lengen does not evaluate them. "
+                              f"Restore the file, or delete it and rerun lengen train --run-dir "
+                              f"{run_dir} with the same settings (the last checkpoint holds the "
+                              f"final weights and rewrites it)")
 
 
 def read_weights(path: str, model: torch.nn.Module) -> dict:
@@ -165,7 +204,7 @@ def save_checkpoint(run_dir: str, step: int, model, state: dict, config: dict,
     """Write checkpoint ``step`` (weights + ``state``: optimizer, scheduler, RNG and task state;
     tensors, numbers, strings and containers only) crash-safely; see the module docstring.
     ``keep`` newest usable checkpoints are kept (0 = all)."""
-    ckdir = os.path.join(run_dir, "checkpoints")
+    ckdir = check_no_links(os.path.join(run_dir, "checkpoints"), run_dir)
     os.makedirs(ckdir, exist_ok=True)
     name = f"step_{step:07d}"
     final = os.path.join(ckdir, name)
@@ -176,6 +215,8 @@ def save_checkpoint(run_dir: str, step: int, model, state: dict, config: dict,
         _prune(ckdir, keep)
         return final
     tmp = os.path.join(ckdir, f"{name}.tmp-{os.getpid()}")
+    if os.path.islink(tmp):
+        os.unlink(tmp)
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         _write_checkpoint_folder(tmp, step, model, state, config)
@@ -207,12 +248,13 @@ def _write_checkpoint_folder(tmp: str, step: int, model, state: dict, config: di
     """Weights, state and meta.json (sizes and checksums) into the new folder ``tmp``, synced."""
     os.makedirs(tmp)
     save_weights(model, os.path.join(tmp, "model.safetensors"))
-    torch.save(dict(state, step=step), os.path.join(tmp, "state.pt"))
+    # tmp is the folder made just above (a planted link there fails os.makedirs)
+    torch.save(dict(state, step=step), check_no_links(os.path.join(tmp, "state.pt")))
     _fsync_file(os.path.join(tmp, "state.pt"))
     files = {n: {"size": os.path.getsize(os.path.join(tmp, n)),
                  "sha256": file_digest(os.path.join(tmp, n))}
              for n in ("model.safetensors", "state.pt")}
-    with open(os.path.join(tmp, "meta.json"), "w") as f:
+    with open_for_writing(os.path.join(tmp, "meta.json"), "x") as f:
         json.dump({"format": FORMAT, "step": step, "files": files, "config": config}, f, indent=2,
                   default=str)
         f.flush()
@@ -221,8 +263,8 @@ def _write_checkpoint_folder(tmp: str, step: int, model, state: dict, config: di
 
 
 def _write_latest(ckdir: str, name: str) -> None:
-    tmp = os.path.join(ckdir, f"latest.tmp{os.getpid()}")
-    with open(tmp, "w") as f:
+    tmp = fresh_temporary(os.path.join(ckdir, "latest"))
+    with open_for_writing(tmp, "x") as f:
         f.write(name)
         f.flush()
         os.fsync(f.fileno())

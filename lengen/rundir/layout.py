@@ -23,7 +23,8 @@ import time
 
 from lengen.config import RESUME_IGNORED, ExperimentConfig, _deep_merge, config_diff
 from lengen.errors import ArgumentError, ConfigError, RunDirError
-from lengen.fileio import save_json_atomic, write_csv_atomic
+from lengen.fileio import (check_no_links, fresh_temporary, open_for_writing,
+                           refuse_links_inside, save_json_atomic, write_csv_atomic)
 from lengen.rundir.checkpoint import list_checkpoints
 
 # the names a run directory holds, and the refusal to write over them, sit below the file
@@ -69,7 +70,10 @@ class RunDirLock:
                               f"another --run-dir")
         try:
             os.makedirs(self.run_dir, exist_ok=True)
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            check_no_links(self.path)        # never a link planted at .lock
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0),
+                              0o644)
+            refuse_links_inside(self.run_dir)
         except OSError as e:
             raise RunDirError(f"cannot use run directory {self.run_dir}: {e.strerror or e}") from None
         if fcntl is None:
@@ -107,6 +111,7 @@ def move_aside(run_dir: str) -> str | None:
     if not entries:
         return None
     dest = os.path.join(run_dir, PREVIOUS, f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+    check_no_links(dest, run_dir)
     os.makedirs(dest)
     for e in entries:
         os.replace(os.path.join(run_dir, e), os.path.join(dest, e))
@@ -174,8 +179,8 @@ def truncate_metrics(run_dir: str, step: int, log=None) -> int:
         else:
             dropped += 1
     if dropped:
-        tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "wb") as f:
+        tmp = fresh_temporary(path, run_dir)
+        with open_for_writing(tmp, "xb") as f:
             f.write(b"".join(ln + b"\n" for ln in keep))
             f.flush()
             os.fsync(f.fileno())
@@ -198,8 +203,8 @@ def run_meta(cfg, run_dir: str) -> dict:
 
 def write_rows(rows, run_dir, stem: str = "eval"):
     """``RUN_DIR/<stem>.json`` and ``.csv``, each written through a temporary file and renamed."""
-    save_json_atomic(rows, os.path.join(run_dir, f"{stem}.json"))
-    write_csv_atomic(rows, os.path.join(run_dir, f"{stem}.csv"))
+    save_json_atomic(rows, os.path.join(run_dir, f"{stem}.json"), root=run_dir)
+    write_csv_atomic(rows, os.path.join(run_dir, f"{stem}.csv"), root=run_dir)
 
 
 __all__ = ["check_run_dir", "RunDirLock", "has_run", "move_aside", "read_stored_config",

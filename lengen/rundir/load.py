@@ -11,10 +11,13 @@ import warnings
 import torch
 
 from lengen.checks import check_device_available
-from lengen.config import ExperimentConfig, Resolved, resolve, validate
+from lengen.consent import PluginImportRefused, untrusted_source
+from lengen.config import (ExperimentConfig, Resolved, _deep_merge, config_diff, resolve,
+                           validate)
 from lengen.errors import ArgumentError, ConfigError, LengenWarning, RunDirError
 from lengen.model import build_model
-from lengen.rundir.checkpoint import checkpoint_step, latest_checkpoint, load_weights
+from lengen.rundir.checkpoint import (checkpoint_step, latest_checkpoint, list_checkpoints,
+                                     load_weights, verify_final_weights)
 from lengen.rundir.layout import check_run_dir
 
 
@@ -54,6 +57,36 @@ def prepare(cfg):
     return r.task, model
 
 
+def check_config_matches_checkpoints(run_dir: str, stored: dict) -> None:
+    """Refuse a ``config.json`` whose model or task differs from the config the run's newest
+    checkpoint recorded when it was written (``meta.json``): a hand-edited ``posenc: nope ->
+    alibi`` would evaluate NoPE weights as ALiBi without a word. The evaluation settings may
+    differ (a sweep re-evaluates a run with new ones)."""
+    for ck in list_checkpoints(run_dir):
+        try:
+            with open(os.path.join(ck, "meta.json"), encoding="utf-8") as f:
+                recorded = json.load(f).get("config")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if not isinstance(recorded, dict):
+            continue
+        # a key added to lengen since the checkpoint was written takes its default on both sides
+        base = ExperimentConfig().to_dict()
+        old, new = _deep_merge(base, recorded), _deep_merge(base, stored)
+        diff = [d for d in config_diff({k: old.get(k) for k in ("model", "task")},
+                                       {k: new.get(k) for k in ("model", "task")})]
+        if diff:
+            shown = "; ".join(f"{k}: {a!r} in the checkpoint, {b!r} in config.json"
+                              for k, a, b in diff[:4])
+            raise RunDirError(f"{os.path.join(run_dir, 'config.json')} does not describe the "
+                              f"weights: it differs from the config recorded with checkpoint "
+                              f"{os.path.relpath(ck, run_dir)} ({shown}), so the weights would "
+                              f"be evaluated as another model. Restore config.json (the "
+                              f"checkpoint's meta.json holds the original), or train a new run "
+                              f"with the new settings")
+        return                                   # the newest readable record decides
+
+
 def load_run(run_dir: str, device="cpu"):
     """Load a finished (or checkpointed) run -> (cfg, task, model) ready for evaluation. A run
     whose training has not finished (no ``model.safetensors``) gets its newest usable checkpoint
@@ -80,12 +113,18 @@ def load_run_at(run_dir: str, device="cpu"):
     except (ValueError, OSError) as e:
         raise RunDirError(f"{cfg_path} is unreadable ({type(e).__name__}: {e}); {fix}") from None
     check_device_available(device, "device")
-    try:
-        resolved = resolve(stored, check_device=False)
-    except ConfigError as e:
-        raise ConfigError(f"{cfg_path}: {e}") from None
-    cfg = resolved.config
-    task, model = prepare(resolved)
+    check_config_matches_checkpoints(run_dir, stored)
+    # the stored config is data, not the user's typing: the plugin import paths it names are
+    # imported only with the user's consent (lengen.consent)
+    with untrusted_source(cfg_path):
+        try:
+            resolved = resolve(stored, check_device=False)
+        except PluginImportRefused:
+            raise
+        except ConfigError as e:
+            raise ConfigError(f"{cfg_path}: {e}") from None
+        cfg = resolved.config
+        task, model = prepare(resolved)
     weights = os.path.join(run_dir, "model.safetensors")
     step = cfg.train.steps
     if not os.path.exists(weights):
@@ -104,7 +143,9 @@ def load_run_at(run_dir: str, device="cpu"):
                           f"Rerun lengen train --run-dir {run_dir} with the same settings to "
                           f"finish it", LengenWarning, stacklevel=3)
     try:
-        load_weights(model, weights)
+        load_weights(model, weights)          # unreadable or another model's: said first
+        if weights == os.path.join(run_dir, "model.safetensors"):
+            verify_final_weights(run_dir)     # readable, but not the bytes training wrote
     except RunDirError as e:
         raise RunDirError(f"{e}; {fix}") from None
     return cfg, task, model.to(device).eval(), step

@@ -22,6 +22,9 @@ from typing import Callable
 
 import numpy as np
 
+from lengen.consent import check_import_allowed
+
+
 def betainc(a: float, b: float, x) -> np.ndarray:
     """Regularized incomplete beta ``I_x(a, b)`` = the CDF of Beta(a, b) at x (float64).
 
@@ -106,6 +109,7 @@ def _import(path: str) -> Callable:
     if not module or not attr:
         raise ValueError(f"skew '{path}' is not a known name ({', '.join(NAMED)}) nor an import "
                          f"path 'package.module:function'")
+    check_import_allowed(path, f"skew '{path}'", tuple)      # no code from data
     try:
         obj = getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as e:

@@ -39,6 +39,21 @@ from lengen.errors import ArgumentError, ConfigError
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9._=+,@-]+$")
 
 
+def check_run_name(name, what: str = "run name", fix: str = "choose a plain name such as "
+                   "rope-s0") -> str:
+    """``name`` as a run-directory name: one path component of safe characters, not ``.`` or
+    ``..`` (which would put the run into ``out_dir`` itself or its parent), not empty. -> it."""
+    if not isinstance(name, str) or not name or name in (".", "..") \
+            or not _SAFE_NAME.match(name):
+        why = ("is not a string" if not isinstance(name, str) else "is empty" if not name else
+               "names the sweep folder itself or its parent, not a folder inside it"
+               if name in (".", "..") else "is not a single safe folder name (letters, digits "
+               "and . _ = + , @ -; no / or spaces)")
+        raise ConfigError(f"{what} {name!r} {why}: each run is written to out_dir/<run name>/, "
+                          f"so the name must be one folder inside out_dir; {fix}")
+    return name
+
+
 @dataclass
 class RunSpec:
     """One run of a sweep: ``name`` is unique within the sweep and names its run directory."""
@@ -136,10 +151,8 @@ class Grid:
                                   f"as {{tag}}") from None
         else:
             name = "-".join(f"{k}={_label(v)}" for k, v in tags.items()) or "run"
-        if not _SAFE_NAME.match(name):
-            raise ConfigError(f"run name '{name}' has characters unsafe for a directory name; "
-                             f"pass Grid(name=...) with a simpler template")
-        return name
+        return check_run_name(name, "run name", f"pass Grid(name=...) with a simpler template "
+                                                f"(tags {tags})")
 
     def __iter__(self) -> Iterator[RunSpec]:
         tag_names = [t for t, _ in self.axes]
@@ -193,8 +206,7 @@ def as_specs(runs) -> list[RunSpec]:
     if dup:
         raise ConfigError(f"duplicate run names in sweep: {', '.join(dup)}")
     for s in specs:
-        if not _SAFE_NAME.match(s.name):
-            raise ConfigError(f"run name '{s.name}' is not safe as a directory name")
+        check_run_name(s.name)
     return specs
 
 
@@ -204,4 +216,4 @@ def failure_result(spec: RunSpec, error: str, tb: str | None = None) -> dict:
             "status": "failed", "error": error, "traceback": tb}
 
 
-__all__ = ["failure_result", "Grid", "RunSpec", "apply_patch", "as_specs", "set_dotted"]
+__all__ = ["check_run_name", "failure_result", "Grid", "RunSpec", "apply_patch", "as_specs", "set_dotted"]

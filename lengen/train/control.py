@@ -9,6 +9,7 @@ import threading
 import time
 
 from lengen.errors import ConfigError
+from lengen.fileio import check_no_links, open_for_writing
 
 
 class MetricsLog:
@@ -17,7 +18,7 @@ class MetricsLog:
     the same numeric values at the same steps."""
 
     def __init__(self, run_dir, tensorboard: bool, wandb: dict | None = None):
-        self.path = os.path.join(run_dir, "metrics.jsonl")
+        self.run_dir, self.path = run_dir, os.path.join(run_dir, "metrics.jsonl")
         self.tb = self.wb = None
         if tensorboard:
             try:
@@ -25,14 +26,14 @@ class MetricsLog:
             except ImportError as e:
                 raise ConfigError("train.tensorboard=true needs TensorBoard: pip install "
                                   "'lengen[tensorboard]' (or set train.tensorboard=false)") from e
-            self.tb = SummaryWriter(os.path.join(run_dir, "tb"))
+            self.tb = SummaryWriter(check_no_links(os.path.join(run_dir, "tb"), run_dir))
         if wandb is not None:
             from lengen.train.wandb_log import WandbSink  # start-up: only train.wandb=true needs it
 
             self.wb = WandbSink(run_dir, **wandb)
 
     def write(self, step: int, **values):
-        with open(self.path, "a") as f:
+        with open_for_writing(self.path, "a", root=self.run_dir) as f:
             f.write(json.dumps(dict(step=step, time=time.time(), **values)) + "\n")
         if self.tb:
             for k, v in values.items():
@@ -56,18 +57,23 @@ class MetricsLog:
 
 
 class StopRequest:
-    """SIGINT handler for the duration of training: the first Ctrl-C asks the loop to stop at the
-    next step boundary, a second one raises KeyboardInterrupt at once. Installed only from the
-    main thread (signals cannot be handled elsewhere); the previous handler is restored."""
+    """SIGINT and SIGTERM handler for the duration of training: the first Ctrl-C (or SIGTERM:
+    a scheduler's time limit, ``docker stop``, ``kill``) asks the loop to stop at the next step
+    boundary, where it saves a checkpoint; a second one raises KeyboardInterrupt at once.
+    Installed only from the main thread (signals cannot be handled elsewhere); the previous
+    handlers are restored."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self, announce: bool = True):
-        self.requested, self._prev, self._installed = False, None, False
+        self.requested, self._prev, self._installed = False, {}, False
         self.announce = announce        # data-parallel ranks other than 0 stay silent
 
     def install(self) -> "StopRequest":
         if threading.current_thread() is threading.main_thread():
             try:
-                self._prev = signal.signal(signal.SIGINT, self._handle)
+                for sig in self.SIGNALS:
+                    self._prev[sig] = signal.signal(sig, self._handle)
                 self._installed = True
             except ValueError:
                 pass
@@ -76,15 +82,17 @@ class StopRequest:
     def _handle(self, signum, frame):
         if self.requested:
             raise KeyboardInterrupt
-        self.requested = True       # told even in quiet runs: the Ctrl-C was heard
+        self.requested = True       # told even in quiet runs: the signal was heard
         if self.announce:
-            print("\nlengen: interrupt received; finishing this step and saving a checkpoint "
-                  "(Ctrl-C again to stop at once)", file=sys.stderr)
+            what = "SIGTERM" if signum == signal.SIGTERM else "interrupt"
+            print(f"\nlengen: {what} received; finishing this step and saving a checkpoint "
+                  f"(Ctrl-C again to stop at once)", file=sys.stderr)
 
     def restore(self) -> None:
         if self._installed:
-            signal.signal(signal.SIGINT, self._prev if self._prev is not None else signal.SIG_DFL)
-            self._installed = False
+            for sig, prev in self._prev.items():
+                signal.signal(sig, prev if prev is not None else signal.SIG_DFL)
+            self._prev, self._installed = {}, False
 
 
 class NullLog:

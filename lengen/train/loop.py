@@ -38,14 +38,15 @@ from lengen.config import ExperimentConfig, vocab_error
 from lengen.fileio import save_json_atomic
 from lengen.provenance import RECORD_NAME, start_record
 from lengen.errors import ArgumentError, ConfigError, LengenError, RunDirError
-from lengen.eval.evaluate import evaluate
+from lengen.eval.evaluate import check_evaluation_work, evaluate, sequences_evaluated
+from lengen.eval.perplexity import eval_logits_at_once
 from lengen.model import HFBackbone, ModelConfig, Transformer
 from lengen.model import build_model as build
 from lengen.model.memory import check_fits
 from lengen.threads import use_threads
 from lengen.train import distributed
 from lengen.rundir.checkpoint import (load_checkpoint, resume_checkpoint,
-                                     save_checkpoint, save_weights)
+                                     save_checkpoint, save_final_weights, save_weights)
 from lengen.train.control import MetricsLog, NullLog, StopRequest
 from lengen.train.precision import check_runtime, compile_model
 from lengen.train.state import TrainingState, positions_generator  # noqa: F401
@@ -88,11 +89,26 @@ def check_memory(cfg: ExperimentConfig, task) -> None:
                fix="Lower train.batch_size, the task's training length, or the model's size")
     splits = list(cfg.eval.splits or task.splits())
     length = task.max_input_length(splits)
-    check_fits(cfg.model, batch=min(cfg.eval.batch_size, cfg.eval.sequences), length=length,
+    batch = min(cfg.eval.batch_size, sequences_evaluated(task, cfg.eval.sequences, length))
+    check_fits(cfg.model, batch=batch, length=length,
                training=False, weights_held=on_cpu,
+               logits_at_once=eval_logits_at_once(task, cfg.model.vocab_size),
                device=tc.device, sizes=f"eval.batch_size={cfg.eval.batch_size}, evaluation inputs "
                                        f"of {length} tokens (the longest of eval.splits)",
                fix="Lower eval.batch_size or drop the longest evaluation splits")
+    # the same work bound as lengen eval, for the final and the periodic evaluations: a run must
+    # not train for hours and then spin in an evaluation that cannot finish
+    check_evaluation_work(cfg.model, task, splits, cfg.eval.sequences, device=tc.device,
+                          what=f"the final evaluation ({len(splits)} split(s) x "
+                               f"eval.sequences={cfg.eval.sequences})",
+                          fix="Lower eval.sequences or drop the longest eval.splits")
+    if tc.eval_every:
+        periodic = list(tc.eval_splits or splits)
+        check_evaluation_work(cfg.model, task, periodic, tc.eval_sequences, device=tc.device,
+                              what=f"each periodic evaluation ({len(periodic)} split(s) x "
+                                   f"train.eval_sequences={tc.eval_sequences})",
+                              fix="Lower train.eval_sequences or drop the longest "
+                                  "train.eval_splits")
 
 
 def train(cfg: ExperimentConfig | dict, run_dir: str, *, resume: bool = True,
@@ -182,9 +198,10 @@ def _open_log(cfg, run_dir: str, config_dict: dict, step: int):
     TensorBoard / W&B as configured); main rank only."""
     tc = cfg.train
     truncate_metrics(run_dir, step, log=_log)
-    save_json_atomic(config_dict, os.path.join(run_dir, "config.json"))
+    save_json_atomic(config_dict, os.path.join(run_dir, "config.json"), root=run_dir)
     # the lengen commit, dirty state and start time (first start kept on resume): issue 54
-    save_json_atomic(start_record(run_dir, step), os.path.join(run_dir, RECORD_NAME))
+    save_json_atomic(start_record(run_dir, step), os.path.join(run_dir, RECORD_NAME),
+                     root=run_dir)
     wandb = None
     if tc.wandb:
         wandb = dict(project=tc.wandb_project,
@@ -341,6 +358,11 @@ def _train_locked(cfg, run_dir, task, model, d, *, resume, fresh, stop_at, quiet
     except KeyboardInterrupt:
         _save_interrupted(ck, st, d, phase, snapshot, step, quiet)
         raise
+    except PLUGIN_FAILURES as e:
+        failure = plugin_failure(cfg, e, f"training step {step + 1}")
+        if failure is e:
+            raise
+        raise failure from e
     finally:
         model.check_inputs = True
         stop.restore()
@@ -357,7 +379,13 @@ def _train_locked(cfg, run_dir, task, model, d, *, resume, fresh, stop_at, quiet
         if step < tc.steps or not d.is_main:
             failed = False
             return model, task, None
-        rows = _final_eval(cfg, run_dir, model, task, splits, step, device, quiet)
+        try:
+            rows = _final_eval(cfg, run_dir, model, task, splits, step, device, quiet)
+        except PLUGIN_FAILURES as e:
+            failure = plugin_failure(cfg, e, "the final evaluation")
+            if failure is e:
+                raise
+            raise failure from e
         log.rows(step, rows)
         failed = False
     finally:
@@ -365,9 +393,41 @@ def _train_locked(cfg, run_dir, task, model, d, *, resume, fresh, stop_at, quiet
     return model, task, rows
 
 
+#: what a broken plugin raises from inside the model or the task (a wrong-shape bias, an id out of
+#: range, a missing key): reported by plugin_failure when the run uses a plugin
+PLUGIN_FAILURES = (KeyError, IndexError, RuntimeError, TypeError, ValueError, AttributeError,
+                   AssertionError, ArithmeticError)
+
+
+def plugin_failure(cfg, e: BaseException, where: str) -> BaseException:
+    """``e`` as a :class:`PluginFailed` naming the plugin(s) the run uses (import paths among
+    model.posenc / attention / positions / task.name) and ``lengen check``, as ``lengen check``
+    reports a contract its entry breaks; ``e`` itself when the run uses no plugin, or when it is
+    already one of lengen's own errors or an out-of-memory error (a bug in lengen is reported as
+    unexpected, with --debug for the traceback)."""
+    from lengen.errors import is_out_of_memory
+
+    plugins = [(key, name) for key, name in (
+        ("model.posenc", cfg.model.posenc), ("model.attention", cfg.model.attention),
+        ("model.positions", cfg.model.positions), ("task.name", cfg.task.name))
+        if isinstance(name, str) and ":" in name]
+    if not plugins or isinstance(e, LengenError) or is_out_of_memory(e):
+        return e
+    text = (str(e).splitlines() or [""])[0] or type(e).__name__
+    named = ", ".join(f"{name} ({key})" for key, name in plugins)
+    checks = " and ".join(f"lengen check {name}" for _, name in plugins)
+    return PluginFailed(f"{where} failed inside the run's plugin code ({named}): "
+                        f"{type(e).__name__}: {text}. Run `{checks}` to see which of lengen's "
+                        f"contracts it breaks (rerun with --debug for the traceback)")
+
+
+class PluginFailed(LengenError, RuntimeError):
+    """A plugin (scheme, attention kind, sampler, task) raised while training or evaluating."""
+
+
 def _final_eval(cfg, run_dir: str, model, task, splits, step: int, device, quiet: bool) -> list:
     """The finished run's weights (model.safetensors) and evaluation rows (eval.json / .csv)."""
-    save_weights(model, os.path.join(run_dir, "model.safetensors"))
+    save_final_weights(model, run_dir, step)
     rows = evaluate(model, task, splits, n_sequences=cfg.eval.sequences,
                     batch_size=cfg.eval.batch_size, seed=cfg.eval.seed, device=device,
                     meta=dict(run_meta(cfg, run_dir), step=step),
@@ -376,5 +436,5 @@ def _final_eval(cfg, run_dir: str, model, task, splits, step: int, device, quiet
     return rows
 
 
-__all__ = ["train", "load_run", "load_run_at", "build_model", "prepare", "as_experiment_config",
+__all__ = ["PluginFailed", "plugin_failure", "train", "load_run", "load_run_at", "build_model", "prepare", "as_experiment_config",
            "checkpoint_step", "TrainingDiverged"]

@@ -21,9 +21,10 @@ import string
 
 from lengen.config import WANDB_MISSING as MISSING
 from lengen.errors import ConfigError, LengenError
-from lengen.fileio import save_json_atomic
+from lengen.fileio import check_no_links, save_json_atomic
+from lengen.runfiles import WANDB_FOLDER, WANDB_ID
 
-ID_FILE = "wandb.json"
+ID_FILE = WANDB_ID
 
 
 def _scalar(v) -> bool:
@@ -49,9 +50,11 @@ class WandbSink:
             # W&B's own form of id: 8 lowercase letters / digits
             run_id = "".join(secrets.choice(string.ascii_lowercase + string.digits)
                              for _ in range(8))
-            save_json_atomic({"id": run_id, "project": project}, id_path)
+            save_json_atomic({"id": run_id, "project": project}, id_path, root=run_dir)
         # read here at every run (wandb itself reads its environment once per process)
         where = os.environ.get("WANDB_DIR") or run_dir
+        if where == run_dir:           # wandb's own folder in the run directory: never a link
+            check_no_links(os.path.join(run_dir, WANDB_FOLDER), run_dir)
         try:
             self.run = wandb.init(project=project, name=name, tags=list(tags or []),
                                   config=config, id=run_id, resume="allow", dir=where)
