@@ -2,8 +2,8 @@
 on and off inside one process. Two sets of arms (``--arms``):
 
 * ``linear`` (default): oneDNN's linear (``lengen/ops/linear``, ``LENGEN_ONEDNN_LINEAR``) and the
-  last block's output projection on the kept rows only (``Block.attn_keeps``; off: the rows are
-  taken after projecting every token, as before), arms ``neither``, ``onednn``, ``keep``,
+  last block's output projection on the kept rows only (the attention kind's ``supports_keep``
+  flag; off: the block takes the rows after projecting every token, as before), arms ``neither``, ``onednn``, ``keep``,
   ``both``.
 * ``tokens``: the first block's norm and q, k, v projection once per vocabulary entry
   (``lengen/ops/token_rows.py``, ``LENGEN_TOKEN_ROWS``), arms ``neither`` and ``tokens``.
@@ -33,7 +33,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import lengen_revision, machine_info, machine_line  # noqa: E402
 from roofline import MODELS, build  # noqa: E402
 
-from lengen.model import block  # noqa: E402
 from lengen.threads import tune_allocator  # noqa: E402
 from lengen.train.optim import build_optimizer  # noqa: E402
 from lengen.train.step import forward_loss  # noqa: E402
@@ -63,7 +62,8 @@ def main(argv=None):
     net.train()
     opt = build_optimizer(net, cfg.train)
     gen = torch.Generator().manual_seed(0)
-    keeps = block.Block.attn_keeps
+    kind = type(net.blocks[-1].attn)
+    keeps = kind.__dict__.get("supports_keep")          # the kind's own flag, or inherited
 
     arms = ARM_SETS[args.arms]
 
@@ -71,7 +71,7 @@ def main(argv=None):
         onednn, kept, tokens = arms[name]
         os.environ["LENGEN_ONEDNN_LINEAR"] = str(onednn)
         os.environ["LENGEN_TOKEN_ROWS"] = str(tokens)
-        block.Block.attn_keeps = keeps if kept else property(lambda self: False)
+        kind.supports_keep = bool(kept)
 
     def steps(n=10):
         t0 = time.perf_counter()
@@ -96,7 +96,10 @@ def main(argv=None):
                 arm(name)
                 times[name].append(steps())
     finally:
-        block.Block.attn_keeps = keeps
+        if keeps is None:
+            del kind.supports_keep
+        else:
+            kind.supports_keep = keeps
         for var in SWITCHES:
             os.environ.pop(var, None)
     rows = [dict(arm=name, ms=1e3 * statistics.median(times[name]),

@@ -59,7 +59,7 @@ class ExtensionPoint:
        (``[project.entry-points."lengen.posencs"] slopes = "mypkg.pe:Slopes"``), looked up
        only when 1 and 2 do not apply, so plain runs never scan the installed packages.
 
-    The class must subclass ``base``. A resolved config stores a plugin by its import path
+    The class must subclass ``base`` (or set the class attribute ``also`` names True). A resolved config stores a plugin by its import path
     (:meth:`canonical`), so a resumed run, ``lengen eval``, spawned sweep workers and Ray tasks
     import the same class without the entry point, as long as its module is importable there.
     """
@@ -68,6 +68,9 @@ class ExtensionPoint:
     group: str           # entry-point group: "lengen.posencs"
     registry: dict
     base: type
+    #: a class attribute that, set True, admits a class outside ``base`` with the same interface
+    #: (attention kinds: ``is_token_mixer``, a token mixer that is no attention, e.g. an RNN)
+    also: str | None = None
 
     def get(self, name, key: str | None = None) -> type:
         """The class ``name`` stands for, or a ConfigError saying why there is none."""
@@ -119,11 +122,14 @@ class ExtensionPoint:
         return {name: next(iter(paths)) for name, paths in claims.items()}
 
     def _checked(self, obj, name: str, key: str) -> type:
-        if not (isinstance(obj, type) and issubclass(obj, self.base)):
+        if not (isinstance(obj, type) and (issubclass(obj, self.base) or (
+                self.also is not None and getattr(obj, self.also, False) is True))):
             what = f"the class {_qualname(obj)}" if isinstance(obj, type) else \
                 f"a {type(obj).__name__}, not a class"
+            also = f" (or set {self.also} = True)" if self.also else ""
             raise ConfigError(f"{key}='{name}' is {what}; a {self.kind} must subclass "
-                              f"{_qualname(self.base)}. See CONTRIBUTING.md for its interface.")
+                              f"{_qualname(self.base)}{also}. See CONTRIBUTING.md for its "
+                              f"interface.")
         return obj
 
 

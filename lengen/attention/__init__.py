@@ -17,9 +17,10 @@ ATTENTIONS: dict[str, type[Attention]] = {
 }
 
 
-#: built-ins, import paths (``mypkg.attn:Mine``) and installed plugins (entry points)
+#: built-ins, import paths (``mypkg.attn:Mine``) and installed plugins (entry points); a token
+#: mixer that is no Attention subclass (an RNN) declares ``is_token_mixer = True`` instead
 ATTENTION_POINT = ExtensionPoint("attention kind", "model.attention", "lengen.attentions",
-                                 ATTENTIONS, Attention)
+                                 ATTENTIONS, Attention, also="is_token_mixer")
 
 
 def build_attention(name: str, **kwargs) -> Attention:
