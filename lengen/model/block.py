@@ -113,11 +113,11 @@ class Block(nn.Module):
         kept rows only, [K, D]. Every op after attention acts on each token alone, so the kept
         rows are exactly those of the full block. ``cache``/``key_pos``: a cached decoding step
         (:mod:`lengen.model.cache`)."""
-        plan = NO_ROWS if plan is None else plan.layer(self.layer_idx)
-        before, branch, after = self.norms(0)
-        x = after(plan.kept(x) + self.drop(branch(self.mix(before, x, pos, posenc, plan, cache,
-                                                             key_pos))))
-        before, branch, after = self.norms(1)
+        plan = NO_ROWS if plan is None else plan.layer(self.layer_idx)     # this block's part
+        before, branch, after = self.norms(0)                              # attention
+        a = self.mix(before, x, pos, posenc, plan, cache, key_pos)    # [B, T, D], [N, D], [K, D]
+        x = after(plan.kept(x) + self.drop(branch(a)))
+        before, branch, after = self.norms(1)                              # the MLP
         return after(x + self.drop(branch(self.mlp(before(x)))))
 
     def mix(self, norm, x, pos, posenc, plan: RowPlan, cache, key_pos) -> torch.Tensor:

@@ -11,6 +11,11 @@ all layers (a scheme built with ``per_layer=True`` gets one instance per layer i
 
 Decoder (``causal=True``): next-token logits at every position. Encoder (``causal=False``):
 bidirectional attention; tasks append output placeholder tokens and read logits there.
+
+``forward`` reads embed -> blocks -> final norm -> head. The input checks live in
+:mod:`lengen.model.inputs`; the rows a training forward leaves out or shares (``keep=``) are
+planned once per call by :meth:`Transformer.row_plan` (:mod:`lengen.ops.rows`) and handed to
+every block as ``plan=``.
 """
 from __future__ import annotations
 
@@ -28,7 +33,7 @@ from lengen.model.inputs import check_keep, check_positions, check_tokens, input
 from lengen.ops import token_rows
 from lengen.ops.linear import Linear
 from lengen.ops.packing import Packing
-from lengen.ops.rows import RowPlan, plan_rows
+from lengen.ops.rows import NO_ROWS, RowPlan, plan_rows
 from lengen.ops.token_rows import TokenRows
 from lengen.posenc import POSENC_POINT, build_posenc
 from lengen.posenc.base import PositionalScheme
@@ -183,14 +188,13 @@ class Transformer(nn.Module):
         distribution (dropout draws over fewer rows). Training uses it when a batch scores few
         of its tokens (:func:`lengen.train.step.forward_loss`)."""
         pos = self.checked_positions(tokens, positions, cache, keep)   # [T] or [B, T]
-        plan = self.row_plan(tokens, keep) if cache is None else None
+        plan = self.row_plan(tokens, keep) if cache is None else NO_ROWS
         x = self.embed(tokens)                                          # [B, T, D]
         if self.cfg.embed_scale:
             x = x * math.sqrt(self.cfg.d_model)
         x = self.posenc.embed(x, pos)
         x = self.drop(x) if self.embed_dropout else x
-        if plan is not None and plan.pack is not None:
-            x = plan.pack.pack(x)                                       # [N, D]: needed tokens
+        x = plan.packed(x)                                    # [N, D] when it packs the batch
         layers = [None] * len(self.blocks) if cache is None else cache.layers
         key_pos = None if cache is None else cache.extend_positions(pos)   # [Tc + T] / [B, ..]
         for block, posenc, layer in zip(self.blocks, self.block_posencs(), layers):

@@ -49,7 +49,8 @@ class RowPlan:
     """What a forward leaves out or shares; all None: nothing (the batch-sized forward).
 
     ``pack``: the blocks' rows are the needed tokens, [N, D] (every block). ``tokens``: the
-    first block's input as a table. ``keep`` (int [K]): the rows the last block returns.
+    first block's input as a table (the block maps its norm over it and hands it to attention
+    in place of x). ``keep`` (int [K]): the rows the last block returns.
     ``rows`` (bool [B, T]): the query rows whose outputs the last block reads. ``n_layers``:
     the blocks the plan spans (a block's part, :meth:`layer`, spans one)."""
 
@@ -63,7 +64,7 @@ class RowPlan:
         """Block ``i``'s part: packing in every block, token rows in the first, kept and query
         rows in the last."""
         first, last = i == 0, i == self.n_layers - 1
-        if first and last:
+        if (first or self.tokens is None) and (last or self.keep is self.rows is None):
             return self
         return RowPlan(pack=self.pack, tokens=self.tokens if first else None,
                        keep=self.keep if last else None, rows=self.rows if last else None)
@@ -80,6 +81,11 @@ class RowPlan:
                        tokens=self.tokens if packs and kind.supports_token_rows else None,
                        keep=self.keep if packs and kind.supports_keep else None,
                        rows=self.rows if kind.supports_query_rows else None)
+
+    def packed(self, h: torch.Tensor) -> torch.Tensor:
+        """``h`` [B, T, C] as the blocks' rows: the needed tokens [N, C] (h itself without
+        ``pack``)."""
+        return h if self.pack is None else self.pack.pack(h)
 
     def kept(self, h: torch.Tensor) -> torch.Tensor:
         """``h``'s kept rows, [K, C] (h itself without ``keep``)."""
