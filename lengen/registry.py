@@ -59,9 +59,10 @@ class ExtensionPoint:
        (``[project.entry-points."lengen.posencs"] slopes = "mypkg.pe:Slopes"``), looked up
        only when 1 and 2 do not apply, so plain runs never scan the installed packages.
 
-    The class must subclass ``base`` (or set the class attribute ``also`` names True). A resolved config stores a plugin by its import path
-    (:meth:`canonical`), so a resumed run, ``lengen eval``, spawned sweep workers and Ray tasks
-    import the same class without the entry point, as long as its module is importable there.
+    The class must subclass ``base`` (or set the class attribute that ``also`` names to True).
+    A resolved config stores a plugin by its import path (:meth:`canonical`), so a resumed run,
+    ``lengen eval``, spawned sweep workers and Ray tasks import the same class without the entry
+    point, as long as its module is importable there.
     """
     kind: str            # "positional scheme", in messages
     key: str             # the config key holding the name: "model.posenc"
