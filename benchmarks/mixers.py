@@ -29,7 +29,7 @@ except ImportError:                      # pragma: no cover
     from benchmarks._common import lengen_revision, machine_info, machine_line
     from benchmarks.step_time import build, step
 
-MIXERS = [n for n, c in ATTENTIONS.items() if getattr(c, "is_token_mixer", False)]
+MIXERS = [n for n, c in ATTENTIONS.items() if c.is_token_mixer]
 
 
 def main(argv=None):

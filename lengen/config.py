@@ -344,7 +344,7 @@ def check_components(cfg: ExperimentConfig, *, vocab_explicit: bool = True):
     # itself is checked here, so resolve() and a sweep's up-front check refuse an encoder with a
     # causal-only kind (TRA, FoT, CoPE) without building one
     attention_cls = parts["model.attention_kwargs"][2]
-    if getattr(attention_cls, "requires_causal", False) and not m.causal:
+    if attention_cls.requires_causal and not m.causal:
         raise ConfigError(f"cannot build {what('model.attention_kwargs')}: it is defined only for "
                           f"causal decoders, and model.causal is false (the task "
                           f"'{cfg.task.name}' or the config asks for an encoder); choose another "

@@ -91,14 +91,14 @@ def triton_op(monkeypatch):
         pytest.importorskip("triton")
         import importlib
 
-        module = importlib.import_module(f"lengen.attention.{attention}")
         kernel = getattr(importlib.import_module(f"lengen.ops.{attention}.triton"),
                          f"{attention}_attention_triton")
 
         def counted(*args, **kw):
             calls.append(attention)
             return kernel(*args, **kw)
-        monkeypatch.setattr(module, "training_op", lambda q, bias_fn=None, rows=None: counted)
+        monkeypatch.setattr(ATTENTIONS[attention], "training_op",
+                            lambda self, q, k, v, bias_fn, rows: counted)
         return calls
     return use
 

@@ -36,9 +36,9 @@ def test_grid_expands_from_the_registries():
 
 
 def test_runs_at_tiny_size_and_restores_the_switches(capsys):
-    from lengen.model import block
+    import lengen
     before = {v: os.environ.get(v) for v, _ in steps.ENV_SWITCHES.values()}
-    keeps = block.Block.__dict__["attn_keeps"]
+    flags = {n: c.supports_keep for n, c in lengen.ATTENTIONS.items()}
     rows = steps.main(["--models", "sdpa,tra:nope", "--arms", "default,no-fused+no-keep",
                        "--rounds", "1", "--T", "16", "--batch", "2"])
     assert [(r["model"], r["arm"]) for r in rows] == [
@@ -47,5 +47,5 @@ def test_runs_at_tiny_size_and_restores_the_switches(capsys):
     assert all("error" not in r and r["ms"] > 0 for r in rows), rows
     assert rows[0]["vs_base"] == 1.0
     assert {v: os.environ.get(v) for v in before} == before
-    assert block.Block.__dict__["attn_keeps"] is keeps
+    assert {n: c.supports_keep for n, c in lengen.ATTENTIONS.items()} == flags
     assert "| tra:nope | default |" in capsys.readouterr().out

@@ -13,10 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from lengen.attention.fot import ForgettingAttention
-from lengen.attention.fot import training_op as fot_training_op
 from lengen.attention.softmax import SoftmaxAttention
 from lengen.attention.tra import ThresholdRelativeAttention
-from lengen.attention.tra import training_op as tra_training_op
 from lengen.ops.cpu_tiles import plan_tiles, tile_numel
 from lengen.ops.fot import fot_attention_naive
 from lengen.ops.fot.fast_cpu import fot_attention_fast_cpu
@@ -225,5 +223,5 @@ def test_modules_auto_equals_naive(cls, kw, posenc):
 
 def test_default_training_op_is_fast_on_cpu():
     q = torch.zeros(1, 1, 2, 2)
-    assert tra_training_op(q) is tra_attention_fast_cpu
-    assert fot_training_op(q) is fot_attention_fast_cpu
+    assert ThresholdRelativeAttention.ops.training(q) is tra_attention_fast_cpu
+    assert ForgettingAttention.ops.training(q) is fot_attention_fast_cpu

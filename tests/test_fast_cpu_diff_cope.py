@@ -9,13 +9,13 @@ modules' ``impl='auto'`` training path against ``impl='naive'``.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
 from lengen.attention.cope import ContextualPositionAttention
-from lengen.attention.cope import training_op as cope_training_op
 from lengen.attention.diff import DifferentialAttention
-from lengen.attention.diff import training_op as diff_training_op
 from lengen.ops import ckernels
 from lengen.ops.cope import cope_attention_naive
 from lengen.ops.cope.fast_cpu import cope_attention_fast_cpu
@@ -168,21 +168,19 @@ def test_modules_auto_equals_naive(cls, kw, posenc):
 
 def test_default_training_ops_are_fast_on_cpu():
     q = torch.zeros(1, 2, 4, 8)
-    assert diff_training_op(q) is diff_attention_fast_cpu
-    assert diff_training_op(q, lambda s, e: None) is diff_attention_fast_cpu
-    assert cope_training_op(q) is cope_attention_fast_cpu
+    diff = DifferentialAttention(d_model=8, n_heads=2)
+    assert diff.training_op(q, q, q, None, None) is diff_attention_fast_cpu
+    assert diff.training_op(q, q, q, lambda s, e: None, None) is diff_attention_fast_cpu
+    assert ContextualPositionAttention.ops.training(q) is cope_attention_fast_cpu
 
 
 @pytest.mark.parametrize("cls", [DifferentialAttention, ContextualPositionAttention])
 def test_modules_route_auto_to_fast_and_naive_to_reference(cls, monkeypatch):
     """impl='auto' training calls the fast op, impl='naive' and eval never do."""
-    import lengen.attention.cope as cope_mod
-    import lengen.attention.diff as diff_mod
-    mod, name = ((diff_mod, "diff_attention_fast_cpu") if cls is DifferentialAttention
-                 else (cope_mod, "cope_attention_fast_cpu"))
     calls = []
-    real = getattr(mod, name)
-    monkeypatch.setattr(mod, name, lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = cls.ops.fast_cpu
+    monkeypatch.setattr(cls, "ops", dataclasses.replace(
+        cls.ops, fast_cpu=lambda *a, **k: calls.append(1) or real(*a, **k)))
     pe = build_posenc("nope", d_model=16, n_heads=4, head_dim=4, causal=True)
     x, pos = torch.randn(1, 9, 16), torch.arange(9.0)
     for impl, train, expect in [("auto", True, 1), ("naive", True, 0), ("auto", False, 0)]:

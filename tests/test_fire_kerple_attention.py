@@ -44,7 +44,7 @@ def run(model, tokens, pos, train):
 
 @pytest.mark.parametrize("kind", ["identity", "randomized", "fractional"])
 @pytest.mark.parametrize("attention", [a for a, c in ATTENTIONS.items()     # not token mixers
-                                       if getattr(c, "uses_posenc", True)])
+                                       if c.uses_posenc])
 @pytest.mark.parametrize("posenc", ["fire", "kerple_log"])
 def test_fast_and_lean_paths_equal_the_reference(posenc, attention, kind):
     tokens = torch.randint(0, V, (2, T), generator=torch.Generator().manual_seed(1))

@@ -14,9 +14,9 @@ from lengen.attention import ATTENTIONS
 from lengen.errors import ArgumentError
 from lengen.model import ModelConfig, Transformer
 from tiny_models import nontrivial, with_attention
-from lengen.model.transformer import PACK_SHARE, plan_rows
-from lengen.ops import fused_rows
+from lengen.ops import fused_rows, rows
 from lengen.ops.packing import Packing, needed_tokens
+from lengen.ops.rows import PACK_SHARE, plan_rows
 from lengen.posenc import POSENCS
 from lengen.tasks.base import Batch
 from lengen.train.step import SCORED_SHARE, forward_loss, scored_rows
@@ -37,7 +37,7 @@ def build(attention="softmax", posenc="rope", seed=0, **overrides):
 
 def posenc_for(attention):
     """RoPE, or NoPE for a token mixer (it reads no scheme acting inside attention)."""
-    return "rope" if getattr(ATTENTIONS[attention], "uses_posenc", True) else "nope"
+    return "rope" if ATTENTIONS[attention].uses_posenc else "nope"
 
 
 def some_keep(seed=0):
@@ -116,17 +116,23 @@ def test_the_causal_model_runs_packed():
 
 
 def test_a_kind_without_packing_is_padded_around():
-    """A plugin kind whose forward has no ``pack``: the block unpacks around it, same result."""
+    """A plugin kind that declares ``supports_packing = False``: the block unpacks around it
+    (it sees [B, T, D] rows and no packing, and returns them), same result."""
     from lengen.attention.softmax import SoftmaxAttention
 
-    class OldSignature(SoftmaxAttention):
-        def forward(self, x, pos, posenc, *, cache=None, key_pos=None):
-            return super().forward(x, pos, posenc, cache=cache, key_pos=key_pos)
+    seen = []
 
-    model = with_attention(build(), OldSignature)
-    for block in model.blocks:
-        assert not block.attn_packs
-    agree(model, some_keep())
+    class Unpacked(SoftmaxAttention):
+        supports_packing = False
+
+        def forward(self, x, pos, posenc, *, plan=None, cache=None, key_pos=None):
+            seen.append((len(x.shape), plan.pack, plan.keep))
+            return super().forward(x, pos, posenc, plan=plan, cache=cache, key_pos=key_pos)
+
+    keep = some_keep()
+    assert plan_rows(keep, causal=True)[0] is not None                  # the model packs
+    agree(with_attention(build(), Unpacked), keep)
+    assert seen and all(s == (3, None, None) for s in seen)
 
 
 def test_keep_everything_and_nothing():
@@ -183,7 +189,7 @@ def test_forward_loss_same_with_and_without_keep(out_slice):
         batch.targets = torch.where(batch.loss_mask, 2 + batch.targets % 4, batch.targets)
     model = build(posenc="t5")
     slow = copy.deepcopy(model)
-    slow.takes_keep = False
+    slow.__class__ = type("FullForward", (Transformer,), {"supports_keep": False})
     pos = torch.arange(T, dtype=torch.float32)
     assert scored_rows(model, batch, _TC()) is batch.loss_mask
     assert scored_rows(slow, batch, _TC()) is None
@@ -212,6 +218,8 @@ def test_when_training_asks_for_the_scored_rows():
     assert scored_rows(torch.nn.Linear(2, 2), a_batch(0.3), tc) is None    # a model without it
 
     class OwnForward(Transformer):                       # a subclass whose forward has no keep
+        supports_keep = False
+
         def forward(self, tokens, positions=None):
             return super().forward(tokens, positions)
     own = OwnForward(model.cfg)
@@ -227,9 +235,8 @@ def test_the_last_block_skips_the_rows_it_drops(attention, packed, monkeypatch):
     """The kinds on the C kernel get the kept tokens as its query ``rows`` in the last block
     only, packed (some_keep leaves most rows' ends unneeded) or not (no packing allowed), and
     the result stays the full forward's (``agree``)."""
-    from lengen.model import transformer
     if not packed:
-        monkeypatch.setattr(transformer, "PACK_SHARE", 0.0)
+        monkeypatch.setattr(rows, "PACK_SHARE", 0.0)
     seen = []
     real = fused_rows._FusedRows.apply
     monkeypatch.setattr(fused_rows._FusedRows, "apply",
@@ -243,19 +250,19 @@ def test_the_last_block_skips_the_rows_it_drops(attention, packed, monkeypatch):
     assert torch.equal(seen[-1], keep)
 
 
-def test_a_kind_whose_attend_has_no_rows_gets_none(monkeypatch):
-    """A plugin kind overriding ``attend`` without ``rows``: the block's rows never reach it."""
+def test_a_kind_without_query_rows_gets_none(monkeypatch):
+    """A plugin kind that declares ``supports_query_rows = False``: the block's rows never
+    reach its ``attend``, same result."""
     from lengen.attention.softmax import SoftmaxAttention
 
-    class OwnAttend(SoftmaxAttention):
-        def attend(self, q, k, v, x, bias_fn):
-            return super().attend(q, k, v, x, bias_fn)
+    class AllRows(SoftmaxAttention):
+        supports_query_rows = False
 
     seen = []
     real = fused_rows._FusedRows.apply
     monkeypatch.setattr(fused_rows._FusedRows, "apply",
                         lambda *a: seen.append(a[-1]) or real(*a))
-    model = with_attention(build(), OwnAttend)
+    model = with_attention(build(), AllRows)
     agree(model, some_keep())
     assert seen or fused_rows.kernels() is None                  # the C kernel ran
     assert all(r is None for r in seen)
@@ -267,11 +274,10 @@ def test_the_last_output_projection_runs_on_the_kept_rows(attention, packed, mon
     """Built-in kinds take ``keep`` and select the kept rows before their output projection:
     the last block's ``proj`` sees K rows (the others the full batch), and the result stays the
     full forward's (``agree``)."""
-    from lengen.model import transformer
-    if not getattr(ATTENTIONS[attention], "supports_keep", True):
+    if not ATTENTIONS[attention].supports_keep:
         pytest.skip("a kind without keep has its rows taken after it (tested below)")
     if not packed:
-        monkeypatch.setattr(transformer, "PACK_SHARE", 0.0)
+        monkeypatch.setattr(rows, "PACK_SHARE", 0.0)
     posenc = "nope" if attention in ("fot", "tra", "cope") else "rope"
     model = build(attention, posenc)
     keep = some_keep()
@@ -285,14 +291,39 @@ def test_the_last_output_projection_runs_on_the_kept_rows(attention, packed, mon
 
 
 def test_a_kind_without_keep_has_its_rows_taken_after_it():
-    """A plugin kind whose forward has no ``keep``: the block selects rows from its output."""
+    """A plugin kind that declares ``supports_keep = False``: it returns every row and the block
+    selects the kept ones from its output, same result."""
     from lengen.attention.softmax import SoftmaxAttention
 
     class NoKeep(SoftmaxAttention):
-        def forward(self, x, pos, posenc, *, cache=None, key_pos=None, pack=None, rows=None):
-            return super().forward(x, pos, posenc, cache=cache, key_pos=key_pos, pack=pack,
-                                   rows=rows)
+        supports_keep = False
 
     model = with_attention(build(), NoKeep)
-    assert not model.blocks[0].attn_keeps
+    seen = []
+    model.blocks[-1].attn.proj.register_forward_hook(
+        lambda m, args, out: seen.append(args[0].shape[0]))
+    keep = some_keep()
+    agree(model, keep)
+    assert plan_rows(keep, causal=True)[0].n == seen[-1] > int(keep.sum())   # every packed row
+
+
+def test_a_token_mixer_without_any_of_it():
+    """A token mixer (a :class:`lengen.attention.mixer.TokenMixer`: every ``supports_*`` False,
+    its own forward): it gets the [B, T, D] rows and an empty plan, and the model's kept logits
+    are still the full forward's (here a causal mean over the keys, which has no q, k, v)."""
+    from lengen.attention.mixer import TokenMixer
+
+    class CausalMean(TokenMixer):
+        def __init__(self, **kw):
+            super().__init__(**kw)
+            self.proj = torch.nn.Linear(self.d_model, self.d_model, bias=False)
+
+        def forward(self, x, pos, posenc, *, plan=None, cache=None, key_pos=None):
+            assert x.dim() == 3 and plan.pack is plan.keep is plan.rows is plan.tokens is None
+            n = torch.arange(1, x.shape[1] + 1, dtype=x.dtype)[:, None]
+            return self.proj(x.cumsum(1) / n)                               # [B, T, D]
+
+    model = build()
+    for block in model.blocks:
+        block.attn = CausalMean(d_model=model.cfg.d_model, n_heads=model.cfg.n_heads)
     agree(model, some_keep())

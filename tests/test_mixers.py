@@ -21,7 +21,7 @@ from lengen.ops.lstm import lstm_naive
 from lengen.ops.mamba2 import ssd_chunked, ssd_naive
 from lengen.ops.short_conv import causal_conv, causal_conv_naive
 
-MIXERS = sorted(n for n, c in ATTENTIONS.items() if getattr(c, "is_token_mixer", False))
+MIXERS = sorted(n for n, c in ATTENTIONS.items() if c.is_token_mixer)
 LENGTHS = (1, 63, 111)
 F64 = torch.float64
 TIGHT = dict(atol=1e-10, rtol=1e-8)

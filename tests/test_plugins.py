@@ -15,6 +15,7 @@ import textwrap
 import pytest
 
 import lengen
+from lengen.attention import ATTENTION_POINT
 from lengen.cli import main
 from lengen.errors import ConfigError, LengenWarning
 from lengen.posenc import POSENC_POINT, build_posenc
@@ -44,6 +45,21 @@ class NotAScheme:
     pass
 '''
 
+MIXERS = '''
+from torch import nn
+
+from lengen.attention.mixer import TokenMixer
+
+
+class Mixer(TokenMixer):
+    """A token mixer that is no Attention subclass (a test plugin)."""
+
+
+class NotAMixer(nn.Module):
+    """Declares the flag but subclasses neither base: it lacks the supports_* flags."""
+    is_token_mixer = True
+'''
+
 TASKS = '''
 from lengen.tasks.sequence.copy import Copy
 
@@ -70,6 +86,7 @@ def plugin(tmp_path, monkeypatch):
     (pkg / "__init__.py").write_text("")
     (pkg / "pe.py").write_text(textwrap.dedent(PE))
     (pkg / "tasks.py").write_text(textwrap.dedent(TASKS))
+    (pkg / "mix.py").write_text(textwrap.dedent(MIXERS))
     (pkg / "broken.py").write_text("raise RuntimeError('plugin says no')\n")
     _dist_info(root, "myplug", {"lengen.posencs": {"slopes": "myplug.pe:LinearSlopes"},
                                 "lengen.tasks": {"short_copy": "myplug.tasks:ShortCopy"}})
@@ -160,6 +177,15 @@ def test_bad_plugin_names(plugin, name, needles, capsys):
 def test_a_task_plugin_must_be_a_task(plugin):
     with pytest.raises(ConfigError, match="a task must subclass lengen.tasks.base:Task"):
         TASK_POINT.get("myplug.pe:LinearSlopes")
+
+
+def test_an_attention_plugin_is_an_attention_or_a_token_mixer(plugin):
+    """model.attention takes an Attention or a TokenMixer subclass, nothing else (a module that
+    only sets is_token_mixer lacks the supports_* flags the block reads)."""
+    assert ATTENTION_POINT.get("myplug.mix:Mixer").__name__ == "Mixer"
+    with pytest.raises(ConfigError, match=r"must subclass lengen.attention.base:Attention or "
+                                          r"lengen.attention.mixer:TokenMixer\."):
+        ATTENTION_POINT.get("myplug.mix:NotAMixer")
 
 
 def test_two_plugins_claiming_one_name(plugin):

@@ -102,7 +102,7 @@ def test_every_attention_kind_trains_in_half_precision(attention, precision, tmp
     c = lengen.resolve({
         "model": {"d_model": 16, "n_layers": 2, "n_heads": 2, "attention": attention,
                   # a token mixer reads no positional scheme (lengen.attention.mixer)
-                  "posenc": "fire" if getattr(ATTENTIONS[attention], "uses_posenc", True)
+                  "posenc": "fire" if ATTENTIONS[attention].uses_posenc
                   else "nope"},
         "task": {"kwargs": {"n_pairs": 6}},
         "train": {"steps": 2, "batch_size": 4, "log_every": 1, "progress": False, "threads": 1,

@@ -80,8 +80,8 @@ def test_the_rows_and_their_gradient():
 def test_every_attention_kind(attention, monkeypatch):
     """A registry contract: every built-in kind takes ``tokens`` (FoT's and TRA's gates read
     the gathered rows), with the same values and gradients (n_heads 4 for Diff's head pairs)."""
-    if not getattr(ATTENTIONS[attention], "supports_token_rows", True):
-        pytest.skip("a token mixer takes x, not a token table (the block's fallback)")
+    if not ATTENTIONS[attention].supports_token_rows:
+        pytest.skip("a token mixer takes x, not a token table (the block maps its norm)")
     posenc = "nope" if attention in ("fot", "tra", "cope") else "rope"
     agree(build(attention, posenc, n_heads=4), monkeypatch)
 
@@ -104,9 +104,9 @@ def test_every_norm_position(norm_position, monkeypatch):
 @pytest.mark.parametrize("attention", ["softmax", "fot", "tra"])
 def test_with_kept_rows_packed_or_not(attention, packed, monkeypatch):
     """With ``keep`` (training's scored rows) the ids are packed with the rows."""
-    from lengen.model import transformer
+    from lengen.ops import rows
     if not packed:
-        monkeypatch.setattr(transformer, "PACK_SHARE", 0.0)
+        monkeypatch.setattr(rows, "PACK_SHARE", 0.0)
     keep = torch.rand(B, T, generator=torch.Generator().manual_seed(7)) < 0.3
     keep[0, 4] = True
     keep[1, :] = False
@@ -145,13 +145,12 @@ def test_dropout_inside_the_blocks_keeps_the_path(monkeypatch):
 
 
 def test_a_kind_with_tokens_but_without_pack_gets_x(monkeypatch):
-    """A plugin kind whose forward takes ``tokens`` but predates packing is padded around by the
-    block, and then handed x (the table cannot be padded)."""
+    """A plugin kind that declares ``supports_packing = False`` (and takes token rows) is padded
+    around by the block, and then handed x (the table cannot be padded)."""
     from lengen.attention.softmax import SoftmaxAttention
 
     class NoPack(SoftmaxAttention):
-        def forward(self, x, pos, posenc, *, cache=None, key_pos=None, tokens=None):
-            return super().forward(x, pos, posenc, cache=cache, key_pos=key_pos, tokens=tokens)
+        supports_packing = False
 
     model = with_attention(build(), NoPack)
     keep = torch.zeros(B, T, dtype=torch.bool)
@@ -190,17 +189,14 @@ def test_the_switch_turns_it_off(monkeypatch):
 
 
 def test_a_kind_without_tokens_gets_the_rows(monkeypatch):
-    """A plugin kind whose forward has no ``tokens``: it is handed x as before, same result."""
+    """A plugin kind that declares ``supports_token_rows = False``: it is handed x, same
+    result."""
     from lengen.attention.softmax import SoftmaxAttention
 
     class NoTokens(SoftmaxAttention):
-        def forward(self, x, pos, posenc, *, cache=None, key_pos=None, pack=None, rows=None,
-                    keep=None):
-            return super().forward(x, pos, posenc, cache=cache, key_pos=key_pos, pack=pack,
-                                   rows=rows, keep=keep)
+        supports_token_rows = False
 
     model = with_attention(build(), NoTokens)
-    assert not model.blocks[0].attn_takes_tokens
     agree(model, monkeypatch, expect_table=False)
 
 

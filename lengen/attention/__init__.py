@@ -32,7 +32,9 @@ ATTENTIONS: dict[str, type[Attention] | type[TokenMixer]] = {
 }
 
 
-#: built-ins, import paths (``mypkg.attn:Mine``) and installed plugins (entry points)
+#: built-ins, import paths (``mypkg.attn:Mine``) and installed plugins (entry points): an
+#: Attention subclass, or a TokenMixer subclass (a layer with no queries and keys, e.g. an RNN);
+#: either base gives the class the ``supports_*`` flags the block reads
 ATTENTION_POINT = ExtensionPoint("attention kind", "model.attention", "lengen.attentions",
                                  ATTENTIONS, (Attention, TokenMixer))
 
@@ -42,10 +44,10 @@ def wide_qk_refusal(posenc_cls, attention_cls, posenc_name: str, attention_name:
     scheme whose ``rotate`` widens q/k (``qk_width_factor`` > 1, PoPE) with a kind that needs q's
     width to be the head's (``supports_wide_qk = False``: CoPE's position table, Diff's paired
     heads)."""
-    factor = getattr(posenc_cls, "qk_width_factor", 1)
-    if factor == 1 or getattr(attention_cls, "supports_wide_qk", True):
+    factor = posenc_cls.qk_width_factor
+    if factor == 1 or attention_cls.supports_wide_qk:
         return None
-    ok = sorted(n for n, c in ATTENTIONS.items() if getattr(c, "supports_wide_qk", True))
+    ok = sorted(n for n, c in ATTENTIONS.items() if c.supports_wide_qk)
     return (f"positional scheme '{posenc_name}' (model.posenc) makes q and k {factor}x as wide as "
             f"the head, and attention kind '{attention_name}' (model.attention) needs them as "
             f"wide as the head; use model.attention one of {', '.join(ok)}, or another "

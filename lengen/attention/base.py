@@ -1,21 +1,31 @@
-"""Shared attention plumbing: projections, head split, positional hooks, path selection.
+"""Shared attention plumbing: projections, head split, positional hooks, the rows a training
+forward leaves out, path selection.
 
-Every attention kind has the same call signature ``forward(x, pos, posenc) -> [B, T, D]`` and
-calls the positional scheme's hooks the same way (``rotate`` on q/k, ``bias`` on the logits), so
-the model never branches on which scheme or kind is active. Positions are ``[T]`` or ``[B, T]``.
-Subclasses implement ``attend`` and, for cached decoding (``forward(..., cache=, key_pos=)``, see
-:mod:`lengen.model.cache`), ``attend_cached``: the same maths through the kind's query-blocked op
-with the new rows placed after the cached keys (``q_offset``), whatever ``impl`` says.
+Every attention kind has the same call signature ``forward(x, pos, posenc, *, plan=None,
+cache=None, key_pos=None) -> [B, T, D]`` and calls the positional scheme's hooks the same way
+(``rotate`` on q/k, ``bias`` on the logits), so the model never branches on which scheme or kind
+is active. Positions are ``[T]`` or ``[B, T]``. A kind subclasses :class:`Attention` and either
+declares its ops (``ops = Ops(naive=..., lean=..., fast_cpu=..., triton=...)``,
+:class:`lengen.ops.select.Ops`) with its own inputs to them (:meth:`Attention.op_args`), or
+overrides ``attend`` and, for cached decoding (``forward(..., cache=, key_pos=)``, see
+:mod:`lengen.model.cache`), ``attend_cached``: the same maths through the kind's query-blocked
+op with the new rows placed after the cached keys (``q_offset``), whatever ``impl`` says.
 
-Path selection (``impl``): ``naive`` always uses the dense reference op, ``lean`` always the
-query-blocked op, ``auto`` (default) trains with the fastest op tested equal to the reference for
-the device (tiled CPU ops in ``ops/<op>/fast_cpu.py``; fused Triton kernels on CUDA where a kind
-has them) and uses the memory-lean op in eval mode, so evaluation memory grows linearly in T.
+Path selection (``impl``, in :meth:`Attention.attend`): ``naive`` always uses the dense reference
+op, ``lean`` always the query-blocked op, ``auto`` (default) trains with the fastest op tested
+equal to the reference for the device (:meth:`Attention.training_op`: tiled CPU ops in
+``ops/<op>/fast_cpu.py``; fused Triton kernels on CUDA where a kind has them) and uses the
+memory-lean op in eval mode, so evaluation memory grows linearly in T. Recording weights
+(``record_weights``) uses the dense reference.
+
+Training's row savings (:class:`lengen.ops.rows.RowPlan`) reach ``forward`` as ``plan``; a kind
+declares which it handles with class flags (all True here: :meth:`Attention.forward` does them
+around ``attend``), and the block does the others around the kind
+(:meth:`lengen.model.block.Block.mix`).
 """
 from __future__ import annotations
 
 import functools
-import inspect
 
 import torch
 from torch import nn
@@ -24,29 +34,38 @@ from lengen.attention.scaling import LOGN_KINDS, LogLengthScaling
 from lengen.checks import Bool, Choice, Float
 from lengen.ops.heads import split_heads
 from lengen.ops.linear import Linear
+from lengen.ops.rows import NO_ROWS, RowPlan
+from lengen.ops.select import Ops
 from lengen.ops.tile_bias import BiasHook
 from lengen.ops.token_rows import TokenRows
 
 IMPLS = ("auto", "naive", "lean")
 
 
-def attends_rows(attn) -> bool:
-    """Whether ``attn.attend`` takes ``rows=`` (the query rows whose outputs are read): the
-    built-in kinds do; a plugin's own ``attend`` need not (asked of the module's class)."""
-    return _attend_takes_rows(type(attn))
-
-
-@functools.lru_cache(maxsize=None)
-def _attend_takes_rows(cls) -> bool:
-    return "rows" in inspect.signature(cls.attend).parameters
-
-
 class Attention(nn.Module):
+    #: the kind's ops (lengen.ops.select.Ops), which the default attend and attend_cached use
+    ops: Ops | None = None
     #: kinds whose definition needs a causal window (TRA, FoT) set this to True
     requires_causal = False
     #: ``attend`` reads the layer input x (FoT's and TRA's gates); a kind that does not sets
     #: False, so packed training need not unpack x for it (it then gets None)
     reads_x = True
+    #: what of the model's row plan (lengen.ops.rows.RowPlan) forward handles itself; the block
+    #: does what a kind sets False around it (Block.mix): ``supports_packing``, packed rows
+    #: [N, D] (else x is unpacked to [B, T, D] and the output packed); ``supports_token_rows``,
+    #: x as a TokenRows table (else the rows); ``supports_keep``, plan.keep (else the kept rows
+    #: are taken from the output); ``supports_query_rows``, plan.rows for attend (else None)
+    supports_packing = True
+    supports_token_rows = True
+    supports_keep = True
+    supports_query_rows = True
+    #: q and k may be wider than the head (a scheme with ``qk_width_factor`` > 1, PoPE); kinds
+    #: whose maths needs head-wide q/k set False (lengen.attention.wide_qk_refusal)
+    supports_wide_qk = True
+    #: reads the positional scheme's hooks (a token mixer, lengen.attention.mixer, does not)
+    uses_posenc = True
+    #: an attention kind, not a token mixer (lengen.attention.mixer.TokenMixer sets True)
+    is_token_mixer = False
 
     #: checks of the options every kind takes (log-length scaling, lengen.attention.scaling)
     KWARG_RULES = {"logn": Choice(*LOGN_KINDS), "logn_s": Float(), "logn_learn_s": Bool(),
@@ -61,6 +80,10 @@ class Attention(nn.Module):
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
         if impl not in IMPLS:
             raise ValueError(f"unknown attention impl '{impl}'. Valid: {', '.join(IMPLS)}")
+        if self.ops is None and type(self).attend is Attention.attend:
+            raise TypeError(f"attention '{type(self).__name__}' needs its ops (a class attribute "
+                            f"ops = Ops(naive=..., lean=...), lengen.ops.select) or its own "
+                            f"attend(q, k, v, x, bias_fn, rows=None)")
         if self.requires_causal and not causal:
             raise ValueError(f"attention '{type(self).__name__}' is defined only for causal "
                              f"(decoder) models")
@@ -80,32 +103,32 @@ class Attention(nn.Module):
     def use_lean(self) -> bool:
         return self.impl == "lean" or (self.impl == "auto" and not self.training)
 
-    def forward(self, x: torch.Tensor, pos: torch.Tensor, posenc, *, cache=None,
-                key_pos: torch.Tensor | None = None, pack=None,
-                rows: torch.Tensor | None = None,
-                keep: torch.Tensor | None = None,
-                tokens: TokenRows | None = None) -> torch.Tensor:
+    def forward(self, x, pos: torch.Tensor, posenc, *, plan: RowPlan | None = None, cache=None,
+                key_pos: torch.Tensor | None = None) -> torch.Tensor:
         """x: [B, T, D], pos: [T] or [B, T] -> [B, T, D]. With ``cache`` (a
         :class:`lengen.model.cache.LayerCache`) x holds only the new tokens, ``key_pos`` the
         positions of every key (cached and new) and the step attends to the cached keys too.
-        With ``pack`` (a :class:`lengen.ops.packing.Packing` of a causal batch) x is [N, D],
-        the tokens that matter, and so is the output: the projections run on those rows, the
-        attention itself on the padded layout (zeros at the left-out tokens, after every kept
-        one in its row, so no kept query sees them). ``rows`` (bool [B, T]): the query rows whose
-        outputs the caller reads; the others may come out as anything (a kind whose ``attend``
-        takes ``rows``, :func:`attends_rows`, gets it; the C kernel skips them). ``keep`` (int
-        [K], indices into the output's rows flattened, [B * T] or packed [N]): return those
-        rows only, [K, D], selected before the output projection, which then runs on them
-        alone (the model's last block: :meth:`lengen.model.block.Block.forward`).
-        ``tokens`` (a :class:`lengen.ops.token_rows.TokenRows`, in place of ``x``): the input
-        rows as a table with one row per vocabulary entry (the model's first block in
-        training), so that the q, k, v projection runs once per entry and is gathered."""
-        if tokens is not None:
+
+        ``plan`` (a :class:`lengen.ops.rows.RowPlan`, the part of the model's plan this kind
+        handles: :meth:`lengen.ops.rows.RowPlan.handled_by`): with ``plan.pack`` (a causal
+        batch's :class:`~lengen.ops.packing.Packing`) x is [N, D], the tokens that matter, and so
+        is the output: the projections run on those rows, the attention itself on the padded
+        layout (zeros at the left-out tokens, after every kept one in its row, so no kept query
+        sees them). ``plan.rows`` (bool [B, T]): the query rows whose outputs the caller reads,
+        handed to ``attend``, which may skip the others (the C kernel does). ``plan.keep`` (int
+        [K], indices into the output's rows flattened, [B * T] or packed [N]): return those rows
+        only, [K, D], selected before the output projection, which then runs on them alone (the
+        model's last block). x may be a :class:`lengen.ops.token_rows.TokenRows` (the model's
+        first block in training: the input rows as a table with one row per vocabulary entry),
+        so that the q, k, v projection runs once per entry and is gathered."""
+        plan = NO_ROWS if plan is None else plan
+        if isinstance(x, TokenRows):
             # a row per vocabulary entry, projected once, then gathered into the batch's rows
-            qkv = tokens.map(self.qkv).full()                       # [B, T, 3D] or [N, 3D]
-            x = tokens.full() if self.reads_x else None             # FoT's / TRA's gates
+            qkv = x.map(self.qkv).full()                            # [B, T, 3D] or [N, 3D]
+            x = x.full() if self.reads_x else None                  # FoT's / TRA's gates
         else:
             qkv = self.qkv(x)                                       # [B, T, 3D] or [N, 3D]
+        pack = plan.pack
         if pack is None:
             B, T, _ = qkv.shape
         else:
@@ -128,19 +151,19 @@ class Attention(nn.Module):
             bias_fn = (BiasHook(lambda s, e: posenc.bias(pos[..., s:e], pos, q[:, :, s:e], k),
                                 lambda: posenc.tiled_bias(pos, q, k))
                        if posenc.has_bias else None)
-            skip = {} if rows is None or not attends_rows(self) else {"rows": rows}
-            y = self.attend(q, k, v, x, bias_fn, **skip)                    # [B, H, T, hd]
+            y = self.attend(q, k, v, x, bias_fn, rows=plan.rows)            # [B, H, T, hd]
         y = y.transpose(1, 2).reshape(B, T, self.d_model)                   # [B, T, D]
         if pack is not None:
             y = pack.pack(y)                                                # [N, D]
-        if keep is not None:
-            y = y.reshape(-1, self.d_model).index_select(0, keep)           # [K, D]
-        return self.proj(y)
+        return self.proj(plan.kept(y))                                      # [K, D] with keep
 
     def decode(self, q, k, v, x, posenc, pos, key_pos, cache):
         """A cached step: append the new keys/values, then attend from the new query rows (the
         last ``T`` keys) to every cached key with the kind's query-blocked op (``q_offset``).
         Attention weights are not recorded here."""
+        if not self.causal:
+            raise ValueError("a KV cache needs causal attention (causal=True): an encoder's "
+                             "earlier outputs depend on later tokens")
         offset = key_pos.shape[-1] - q.shape[-2]               # tokens cached before this step
         if cache.length("k") != offset:
             raise ValueError(f"layer cache holds {cache.length('k')} tokens but the positions say "
@@ -156,10 +179,6 @@ class Attention(nn.Module):
         [B, H/2, T, 2hd]; the others use v as it is)."""
         return v
 
-    def attend_cached(self, q, k, v, x, bias_fn, q_offset, cache):
-        """Attention of the new rows q ([B, H, T, hd], keys q_offset.. of k) over all of k, v."""
-        raise NotImplementedError
-
     def reset_parameters(self) -> None:
         """Kind-specific initialisation, run after the model's generic init (override)."""
 
@@ -167,11 +186,46 @@ class Attention(nn.Module):
         """Hook for per-kind q/k transforms applied before positional rotation (e.g. q/k norm)."""
         return q, k
 
-    def attend(self, q, k, v, x, bias_fn):
-        """[B, H, T, hd] from q, k, v [B, H, T, hd] (x: the layer input, for kinds with gates).
-        A kind may also take ``rows=None`` (see :meth:`forward`) and skip the query rows it
-        leaves out."""
-        raise NotImplementedError
+    def op_args(self, q, x) -> tuple[tuple, dict]:
+        """The kind's own inputs to its ops after q, k, v: (positional, keyword), e.g. FoT's
+        log forget gates [B, H, T] from x (``((log_f,), {})``); none by default."""
+        return (), {}
+
+    def attend(self, q, k, v, x, bias_fn, rows=None):
+        """[B, H, T, hd] from q, k, v [B, H, T, hd] (x: the layer input, for kinds with gates,
+        None when ``reads_x`` is False and the rows are packed) through the declared ``ops``:
+        recording weights -> ``naive`` with the weights kept in ``last_weights``;
+        ``impl='naive'`` -> ``naive``; ``impl='lean'`` or evaluation -> ``lean``; training with
+        ``impl='auto'`` -> :meth:`training_op`. ``rows`` (bool [B, T] or None): the query rows
+        whose outputs are read; the others may come out as anything."""
+        args, kw = self.op_args(q, x)
+        if self.record_weights:
+            return self._keep(self.ops.naive(q, k, v, *args, bias_fn=bias_fn,
+                                             return_weights=True, **kw))
+        if self.impl == "naive":
+            op = self.ops.naive
+        elif self.use_lean():
+            op = functools.partial(self.ops.lean, block_size=self.block_size)
+        else:
+            op = self.training_op(q, k, v, bias_fn, rows)
+        return op(q, k, v, *args, bias_fn=bias_fn, **kw)
+
+    def training_op(self, q, k, v, bias_fn, rows):
+        """The op ``impl='auto'`` trains with: by default the device rules of
+        :meth:`lengen.ops.select.Ops.training` over the declared ops (``rows`` bound to the CPU
+        op); a kind with other rules overrides this."""
+        return self.ops.training(q, bias_fn, rows)
+
+    def attend_cached(self, q, k, v, x, bias_fn, q_offset, cache):
+        """Attention of the new rows q ([B, H, T, hd], keys q_offset.. of k) over all of k, v:
+        the declared ``lean`` op with the new rows after the cached keys. A kind that carries
+        running state in the layer cache (FoT's cumulative log-forget) overrides this."""
+        if self.ops is None:
+            raise NotImplementedError(f"attention '{type(self).__name__}' declares no ops: "
+                                      f"implement attend_cached for cached decoding")
+        args, kw = self.op_args(q, x)
+        return self.ops.lean(q, k, v, *args, bias_fn=bias_fn, block_size=self.block_size,
+                             q_offset=q_offset, **kw)
 
     def _keep(self, out):
         """Record weights from a naive op called with return_weights=True."""

@@ -27,13 +27,16 @@ from torch import nn
 from lengen.attention.base import Attention
 from lengen.ops.cope import cope_attention_chunked, cope_attention_naive
 from lengen.ops.cope.fast_cpu import cope_attention_fast_cpu
-from lengen.ops.select import with_rows
+from lengen.ops.select import Ops
 
 
 class ContextualPositionAttention(Attention):
     reads_x = False                       # attend ignores x (lengen.attention.base)
     supports_wide_qk = False    # q/k as wide as the head (not PoPE's 2 hd): see wide_qk_refusal
     requires_causal = True      # positions count keys between j and i: a decoder-side definition
+    # no GPU kernel yet: CUDA trains with the dense reference
+    ops = Ops(naive=cope_attention_naive, lean=cope_attention_chunked,
+              fast_cpu=cope_attention_fast_cpu)
 
     def __init__(self, *, npos: int = 64, **kw):
         super().__init__(**kw)
@@ -46,27 +49,5 @@ class ContextualPositionAttention(Attention):
     def reset_parameters(self):
         nn.init.zeros_(self.pos_emb)   # paper: position embeddings start at zero
 
-    def attend(self, q, k, v, x, bias_fn, rows=None):
-        if self.record_weights:
-            return self._keep(cope_attention_naive(q, k, v, self.pos_emb, bias_fn=bias_fn,
-                                                   return_weights=True))
-        if self.use_lean():
-            return cope_attention_chunked(q, k, v, self.pos_emb, bias_fn=bias_fn,
-                                          block_size=self.block_size)
-        if self.impl == "auto":
-            return training_op(q, bias_fn, rows)(q, k, v, self.pos_emb, bias_fn=bias_fn)
-        return cope_attention_naive(q, k, v, self.pos_emb, bias_fn=bias_fn)
-
-    def attend_cached(self, q, k, v, x, bias_fn, q_offset, cache):
-        # gates and counted positions of the new rows over every cached key, in the op
-        return cope_attention_chunked(q, k, v, self.pos_emb, bias_fn=bias_fn,
-                                      block_size=self.block_size, q_offset=q_offset)
-
-
-def training_op(q: torch.Tensor, bias_fn=None, rows=None):
-    """The op ``impl='auto'`` trains with: the CPU op for CPU tensors (the per-row C kernel where
-    it applies, else the tiled op; ``rows`` goes to it), the dense reference elsewhere (no GPU
-    kernel yet)."""
-    if q.device.type != "cpu":
-        return cope_attention_naive
-    return with_rows(cope_attention_fast_cpu, rows)
+    def op_args(self, q, x):
+        return (self.pos_emb,), {}

@@ -32,7 +32,7 @@ from lengen.checks import Float
 from lengen.ops.diff import diff_attention_chunked, diff_attention_naive
 from lengen.ops.diff.fast_cpu import diff_attention_fast_cpu
 from lengen.ops.norm import rms_norm
-from lengen.ops.select import with_rows
+from lengen.ops.select import Ops, with_rows
 
 
 def default_lambda_init(layer_idx: int) -> float:
@@ -42,6 +42,8 @@ def default_lambda_init(layer_idx: int) -> float:
 class DifferentialAttention(Attention):
     supports_wide_qk = False    # q/k as wide as the head (not PoPE's 2 hd): see wide_qk_refusal
     reads_x = False                       # attend ignores x (lengen.attention.base)
+    ops = Ops(naive=diff_attention_naive, lean=diff_attention_chunked,
+              fast_cpu=diff_attention_fast_cpu)
     KWARG_RULES = {"lambda_init": Float(min=0, lt=1, optional=True), "lambda_std": Float(min=0),
                    "norm_eps": Float(gt=0)}
 
@@ -77,39 +79,27 @@ class DifferentialAttention(Attention):
         B, H, T, hd = v.shape
         return v.view(B, H // 2, 2, T, hd).transpose(2, 3).reshape(B, H // 2, T, 2 * hd)
 
+    def op_args(self, q, x):
+        return (self.lambda_full().to(q.dtype),), {"causal": self.causal}
+
     def attend(self, q, k, v, x, bias_fn, rows=None):
-        v = self.value_heads(v)                                    # [B, H/2, T, 2hd]
-        lam = self.lambda_full().to(q.dtype)
-        if self.record_weights:
-            y = self._keep(diff_attention_naive(q, k, v, lam, causal=self.causal, bias_fn=bias_fn,
-                                                return_weights=True))
-        elif self.use_lean():
-            y = diff_attention_chunked(q, k, v, lam, causal=self.causal, bias_fn=bias_fn,
-                                       block_size=self.block_size)
-        elif self.impl == "auto":
-            y = training_op(q, bias_fn, rows)(q, k, v, lam, causal=self.causal, bias_fn=bias_fn)
-        else:
-            y = diff_attention_naive(q, k, v, lam, causal=self.causal, bias_fn=bias_fn)
+        y = super().attend(q, k, self.value_heads(v), x, bias_fn, rows)   # [B, H/2, T, 2hd]
         return self.head_norm(y)
 
     def attend_cached(self, q, k, v, x, bias_fn, q_offset, cache):
-        lam = self.lambda_full().to(q.dtype)                         # v: [B, H/2, Tk, 2hd]
-        return self.head_norm(diff_attention_chunked(q, k, v, lam, causal=True, bias_fn=bias_fn,
-                                                     block_size=self.block_size,
-                                                     q_offset=q_offset))
+        # v: [B, H/2, Tk, 2hd], paired by value_heads before the cache kept it
+        return self.head_norm(super().attend_cached(q, k, v, x, bias_fn, q_offset, cache))
+
+    def training_op(self, q, k, v, bias_fn, rows):
+        """The fast op on CPU (``rows``, the query rows whose outputs are read, bound: its C
+        kernel skips the others), and elsewhere when there is no bias (fused SDPA); the dense
+        reference for a bias off the CPU."""
+        if q.device.type == "cpu":
+            return with_rows(self.ops.fast_cpu, rows)
+        return self.ops.fast_cpu if bias_fn is None else self.ops.naive
 
     def head_norm(self, y):
         """Per-head RMSNorm over 2*hd, then * (1 - lambda_init): [B, H/2, T, 2hd]."""
         y = rms_norm(y, self.norm_weight, self.norm_eps)
         return y * (1 - self.lambda_init)
 
-
-def training_op(q: torch.Tensor, bias_fn=None, rows=None):
-    """The op ``impl='auto'`` trains with: the fast op on CPU (``rows``, the query rows whose
-    outputs are read, bound: its C kernel skips the others), and elsewhere when there is no bias
-    (fused SDPA); the dense reference for a bias off the CPU."""
-    if q.device.type == "cpu":
-        return with_rows(diff_attention_fast_cpu, rows)
-    if bias_fn is None:
-        return diff_attention_fast_cpu
-    return diff_attention_naive

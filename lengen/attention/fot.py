@@ -16,14 +16,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from lengen.attention.base import Attention
-from lengen.ops.select import pick
 from lengen.ops.fot import fot_attention_chunked, fot_attention_naive
 from lengen.ops.fot.chunked import cumulative_log_forget, fot_attention_blocks
 from lengen.ops.fot.fast_cpu import fot_attention_fast_cpu
+from lengen.ops.select import Ops
 
 
 class ForgettingAttention(Attention):
     requires_causal = True
+    ops = Ops(naive=fot_attention_naive, lean=fot_attention_chunked,
+              fast_cpu=fot_attention_fast_cpu,
+              triton=("lengen.ops.fot.triton", "fot_attention_triton"))
 
     def __init__(self, *, gate_bias_init: float = 0.0, **kw):
         super().__init__(**kw)
@@ -40,15 +43,8 @@ class ForgettingAttention(Attention):
         acc = torch.promote_types(x.dtype, torch.float32)
         return F.logsigmoid(self.forget_gate(x).to(acc)).transpose(1, 2)
 
-    def attend(self, q, k, v, x, bias_fn, rows=None):
-        log_f = self.log_forget(x)                                             # [B, H, T]
-        if self.record_weights:
-            return self._keep(fot_attention_naive(q, k, v, log_f, bias_fn=bias_fn, return_weights=True))
-        if self.use_lean():
-            return fot_attention_chunked(q, k, v, log_f, bias_fn=bias_fn, block_size=self.block_size)
-        if self.impl == "auto":
-            return training_op(q, bias_fn, rows)(q, k, v, log_f, bias_fn=bias_fn)
-        return fot_attention_naive(q, k, v, log_f, bias_fn=bias_fn)
+    def op_args(self, q, x):
+        return (self.log_forget(x),), {}                                       # [B, H, T]
 
     def attend_cached(self, q, k, v, x, bias_fn, q_offset, cache):
         log_f = self.log_forget(x)                                             # [B, H, T]
@@ -58,8 +54,3 @@ class ForgettingAttention(Attention):
         return fot_attention_blocks(q, k, v, c, bias_fn=bias_fn,
                                     block_size=self.block_size, q_offset=q_offset)
 
-
-def training_op(q: torch.Tensor, bias_fn=None, rows=None):
-    """The op ``impl='auto'`` trains with on this device (see :mod:`lengen.ops.select`)."""
-    return pick(q, bias_fn, rows=rows, fast_cpu=fot_attention_fast_cpu, naive=fot_attention_naive,
-                triton_module="lengen.ops.fot.triton", triton_name="fot_attention_triton")

@@ -1,11 +1,12 @@
 """Token mixers: recurrent and linear-recurrent layers that take an attention kind's place in a
 block (``model.attention=lstm | mamba2 | gated_deltanet``) and read no positional scheme.
 
-A mixer is called like an attention kind, ``forward(x, pos, posenc, *, cache=, key_pos=) ->
-[B, T, D]`` with x ``[B, T, D]``, and ignores ``pos`` and ``posenc``: order comes from the
-recurrence itself. Its class says what it does not take (:class:`TokenMixer`'s flags), so the
-block pads packed rows around it, takes kept rows from its output and hands it x rather than a
-token table (:mod:`lengen.model.block`'s fallbacks), and config validation refuses a positional
+A mixer is called like an attention kind, ``forward(x, pos, posenc, *, plan=, cache=,
+key_pos=) -> [B, T, D]`` with x ``[B, T, D]``, and ignores ``pos``, ``posenc`` and ``plan``:
+order comes from the recurrence itself. Its class says it handles none of the model's row plan
+(:class:`TokenMixer`'s ``supports_*`` flags, all False), so the block unpacks packed rows around
+it, takes kept rows from its output and hands it x rather than a token table
+(:meth:`lengen.model.block.Block.mix`), and config validation refuses a positional
 scheme that acts inside attention (:func:`lengen.model.config.pair_refusal`): only schemes
 that add to the embeddings (``learned``, ``sincos``) or do nothing (``nope``) combine with one.
 
@@ -36,11 +37,16 @@ class TokenMixer(nn.Module):
     :meth:`mix` (the whole sequence from a given state) and name their state in
     :attr:`state_names`."""
 
-    # what the block may hand it (lengen.model.block reads forward's signature today; the
-    # flags say the same for code that asks the class)
+    #: what of the model's row plan (lengen.ops.rows.RowPlan) it handles itself: none, so
+    #: the block (lengen.model.block.Block.mix) hands it x as [B, T, D] rows (unpacked, not a
+    #: token table), takes the kept rows from its output and gives it an empty plan
     supports_packing = supports_token_rows = supports_keep = supports_query_rows = False
+    #: takes no q and k at all (a scheme that widens them, PoPE, is refused as acting inside
+    #: attention: lengen.model.config.pair_refusal)
+    supports_wide_qk = False
     #: reads no positional scheme (validation refuses schemes that rotate q/k or add a bias)
     uses_posenc = False
+    #: a token mixer, not an attention kind (lengen.attention.base.Attention sets False)
     is_token_mixer = True
     #: a causal recurrence: there is no encoder form
     requires_causal = True

@@ -16,7 +16,7 @@ convolution over ``conv_size`` tokens (``w_conv=false``: none); ``beta_t = 2 sig
 b)`` per head, in (0, 2), so ``H_t`` may reflect (negative eigenvalue). Defined for decoders
 only; q and k as wide as the head (``w`` is).
 
-Paths (``impl``): ``naive`` uses the dense reference (a scan over the keys, every query row at
+Paths (``impl``, the base class's ``attend`` over the declared ``ops``): ``naive`` uses the dense reference (a scan over the keys, every query row at
 once); training with ``auto`` the same logits in blocks of 16 tokens (:mod:`lengen.ops.path.
 blocked`: ~3 x 16 + T / 16 loop steps instead of T); evaluation with ``auto`` and ``lean`` the
 query-blocked op (memory linear in T, a scan over the keys per block of queries). All are
@@ -31,11 +31,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import functools
+
 from lengen.attention.base import Attention
 from lengen.checks import Bool, Int
 from lengen.ops.path import path_attention_chunked, path_attention_naive
 from lengen.ops.path.blocked import path_attention_blocked
 from lengen.ops.path.chunked import carry_keys
+from lengen.ops.select import Ops
 
 #: token block of the training op (lengen.ops.path.blocked): the fastest of 16 / 32 / 64 at
 #: T = 512, hd = 16 on a CPU (forward + backward)
@@ -46,6 +49,7 @@ class PaTHAttention(Attention):
     requires_causal = True        # the transforms accumulate from key to query: a decoder
     supports_wide_qk = False      # w_t is as wide as the head (see wide_qk_refusal)
     KWARG_RULES = {"w_rank": Int(min=0), "w_conv": Bool(), "conv_size": Int(min=1)}
+    ops = Ops(naive=path_attention_naive, lean=path_attention_chunked)
 
     def __init__(self, *, w_rank: int = 32, w_conv: bool = True, conv_size: int = 3, **kw):
         super().__init__(**kw)
@@ -81,17 +85,14 @@ class PaTHAttention(Attention):
         beta = 2 * torch.sigmoid(self.beta_proj(x).to(acc)).transpose(1, 2)
         return w, beta
 
-    def attend(self, q, k, v, x, bias_fn, rows=None):
-        w, beta = self.transforms(x)
-        if self.record_weights:
-            return self._keep(path_attention_naive(q, k, v, w, beta, bias_fn=bias_fn,
-                                                   return_weights=True))
-        if self.use_lean():
-            return path_attention_chunked(q, k, v, w, beta, bias_fn=bias_fn,
-                                          block_size=self.block_size)
-        if self.impl == "auto":
-            return path_attention_blocked(q, k, v, w, beta, bias_fn=bias_fn, block=TRAIN_BLOCK)
-        return path_attention_naive(q, k, v, w, beta, bias_fn=bias_fn)
+    def op_args(self, q, x):
+        """The transforms w [B, H, T, hd] and beta [B, H, T] from the layer input x."""
+        return self.transforms(x), {}
+
+    def training_op(self, q, k, v, bias_fn, rows):
+        """Training with ``auto``, on any device: the same logits in blocks of TRAIN_BLOCK
+        tokens (:mod:`lengen.ops.path.blocked`)."""
+        return functools.partial(path_attention_blocked, block=TRAIN_BLOCK)
 
     def attend_cached(self, q, k, v, x, bias_fn, q_offset, cache):
         pre = self.w_proj(x)                                            # [B, T, D]

@@ -12,8 +12,9 @@ without a BOS token). Defined for decoders only (``requires_causal``). Any posit
 composes (its rotation before the logits, its bias inside them, as x-transformers adds its
 ``attn_bias`` before the selection).
 
-Paths (``impl``): ``naive`` and training with ``auto`` use the dense reference; evaluation with
-``auto`` and ``lean`` use the query-blocked op (memory linear in T). Cached decoding carries
+Paths (``impl``, the base class's ``attend`` over the declared ``ops``): ``naive`` and training
+with ``auto`` use the dense reference; evaluation with ``auto`` and ``lean`` use the
+query-blocked op (memory linear in T). Cached decoding carries
 F over the cached keys in the layer cache (``"sel"``, [B, 1, Tk, 1]): each step adds its rows'
 selection to the entries of the old keys in place and appends those of its new keys. The carried
 F is detached (decoding runs without gradients).
@@ -24,6 +25,7 @@ import torch
 
 from lengen.attention.base import Attention
 from lengen.checks import Bool
+from lengen.ops.select import Ops
 from lengen.ops.selective import selective_attention_chunked, selective_attention_naive
 from lengen.ops.selective.chunked import selective_attention_blocks
 
@@ -32,20 +34,15 @@ class SelectiveAttention(Attention):
     requires_causal = True        # F accumulates over earlier queries: a decoder definition
     reads_x = False               # attend ignores x (lengen.attention.base)
     KWARG_RULES = {"mask_bos": Bool()}
+    # no CPU or CUDA training op: training with auto takes the dense reference (Ops.training)
+    ops = Ops(naive=selective_attention_naive, lean=selective_attention_chunked)
 
     def __init__(self, *, mask_bos: bool = False, **kw):
         super().__init__(**kw)
         self.mask_bos = bool(mask_bos)
 
-    def attend(self, q, k, v, x, bias_fn, rows=None):
-        if self.record_weights:
-            return self._keep(selective_attention_naive(q, k, v, bias_fn=bias_fn,
-                                                        mask_bos=self.mask_bos,
-                                                        return_weights=True))
-        if self.use_lean():
-            return selective_attention_chunked(q, k, v, bias_fn=bias_fn, mask_bos=self.mask_bos,
-                                               block_size=self.block_size)
-        return selective_attention_naive(q, k, v, bias_fn=bias_fn, mask_bos=self.mask_bos)
+    def op_args(self, q, x):
+        return (), {"mask_bos": self.mask_bos}
 
     def attend_cached(self, q, k, v, x, bias_fn, q_offset, cache):
         prev = cache.get("sel")                                    # [B, 1, q_offset, 1]

@@ -10,8 +10,11 @@ gradient); evaluation uses the query-blocked SDPA op.
 """
 from __future__ import annotations
 
+import functools
+
 from lengen.attention.base import Attention
 from lengen.ops.fused_rows import fused_applies, fused_attention
+from lengen.ops.select import Ops, with_rows
 from lengen.ops.softmax import softmax_attention_chunked, softmax_attention_naive
 from lengen.ops.softmax.fast_cpu import softmax_attention_fast_cpu
 
@@ -24,31 +27,31 @@ FUSED_MAX_HEAD_DIM = 32
 
 class SoftmaxAttention(Attention):
     reads_x = False                       # attend ignores x (lengen.attention.base)
+    ops = Ops(naive=softmax_attention_naive, lean=softmax_attention_chunked,
+              fast_cpu=softmax_attention_fast_cpu)
 
-    def attend(self, q, k, v, x, bias_fn, rows=None):
-        if self.record_weights:
-            return self._keep(softmax_attention_naive(q, k, v, causal=self.causal, bias_fn=bias_fn,
-                                                      return_weights=True))
-        if self.impl == "naive":
-            return softmax_attention_naive(q, k, v, causal=self.causal, bias_fn=bias_fn)
-        scale = q.shape[-1] ** -0.5                          # SDPA's default
-        if (bias_fn is None and self.impl == "auto" and not self.use_lean()
-                and q.shape[-1] <= FUSED_MAX_HEAD_DIM
-                and fused_applies(q, k, v, scale, None, None, self.causal)):
-            # CPU training: one C pass per query row beats SDPA's CPU kernel at small head dims
-            # (benchmarks/RESULTS.md, "Fused rows"); CUDA tensors never get here (fused_applies)
-            return fused_attention(q, k, v, scale=scale, rows=rows)
-        if bias_fn is None or self.use_lean():
-            return softmax_attention_chunked(q, k, v, causal=self.causal, bias_fn=bias_fn,
-                                             block_size=self.block_size)
-        if self.impl == "auto" and q.device.type == "cpu":
-            return softmax_attention_fast_cpu(q, k, v, causal=self.causal, bias_fn=bias_fn,
-                                              rows=rows)
-        # CUDA training with a bias (a Triton kernel would be selected here): one SDPA call over
-        # the full [H, T, T] bias
-        return softmax_attention_chunked(q, k, v, causal=self.causal, bias_fn=bias_fn,
-                                         block_size=q.shape[-2])
+    def op_args(self, q, x):
+        return (), {"causal": self.causal}
 
-    def attend_cached(self, q, k, v, x, bias_fn, q_offset, cache):
-        return softmax_attention_chunked(q, k, v, causal=True, bias_fn=bias_fn,
-                                         block_size=self.block_size, q_offset=q_offset)
+    def training_op(self, q, k, v, bias_fn, rows):
+        """Without a bias: the per-row C kernel for causal float32 CPU training at head dims up
+        to ``FUSED_MAX_HEAD_DIM`` (faster than SDPA's CPU kernel there; benchmarks/RESULTS.md,
+        "Fused rows"; CUDA tensors never take it, :func:`fused_applies`), else SDPA through the
+        query-blocked op. With a bias: the tiled CPU op (SDPA would take its unfused math path
+        to give the bias a gradient), and off the CPU one SDPA call over the full [H, T, T]
+        bias (a Triton kernel would be selected here)."""
+        if bias_fn is None:
+            scale = q.shape[-1] ** -0.5                                # SDPA's default
+            if (q.shape[-1] <= FUSED_MAX_HEAD_DIM
+                    and fused_applies(q, k, v, scale, None, None, self.causal)):
+                return functools.partial(fused_softmax, rows=rows)
+            return functools.partial(softmax_attention_chunked, block_size=self.block_size)
+        if q.device.type == "cpu":
+            return with_rows(softmax_attention_fast_cpu, rows)
+        return functools.partial(softmax_attention_chunked, block_size=q.shape[-2])
+
+
+def fused_softmax(q, k, v, *, causal=True, bias_fn=None, rows=None):
+    """Causal softmax attention without a bias through the per-row C kernel
+    (:func:`lengen.ops.fused_rows.fused_attention`; :func:`fused_applies` checked first)."""
+    return fused_attention(q, k, v, scale=q.shape[-1] ** -0.5, rows=rows)

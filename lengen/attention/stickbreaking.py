@@ -15,7 +15,7 @@ Options (``attention_kwargs``): ``remainder`` = ``current`` (default: the weight
 ``rem * v``) or ``none`` (dropped); ``attend_current`` (default false: keys j < i as in the
 paper's equations; true lets the current token take a share of the stick too).
 
-Paths (``impl``): ``naive`` uses the dense reference (its triangular matrix product costs
+Paths (``impl``, the base class's ``attend`` over the declared ``ops``): ``naive`` uses the dense reference (its triangular matrix product costs
 O(T^3)); training with ``auto`` the query-blocked op's cumulative sums over one block of all
 rows (O(T^2)); evaluation with ``auto`` and ``lean`` the query-blocked op with
 ``attn_block_size`` rows per block (memory linear in T), which cached decoding also uses
@@ -24,8 +24,11 @@ here (the public Triton kernel lives in ``shawntan/stickbreaking-attention``).
 """
 from __future__ import annotations
 
+import functools
+
 from lengen.attention.base import Attention
 from lengen.checks import Bool, Choice
+from lengen.ops.select import Ops
 from lengen.ops.stickbreaking import (stickbreaking_attention_chunked,
                                       stickbreaking_attention_naive)
 from lengen.ops.stickbreaking.naive import REMAINDERS
@@ -35,6 +38,7 @@ class StickBreakingAttention(Attention):
     requires_causal = True        # the stick is broken from the query backwards: a decoder
     reads_x = False               # attend ignores x (lengen.attention.base)
     KWARG_RULES = {"remainder": Choice(*REMAINDERS), "attend_current": Bool()}
+    ops = Ops(naive=stickbreaking_attention_naive, lean=stickbreaking_attention_chunked)
 
     def __init__(self, *, remainder: str = "current", attend_current: bool = False, **kw):
         super().__init__(**kw)
@@ -43,21 +47,10 @@ class StickBreakingAttention(Attention):
                              f", got {remainder!r}")
         self.remainder, self.attend_current = remainder, bool(attend_current)
 
-    def _opts(self):
-        return {"remainder": self.remainder, "attend_current": self.attend_current}
+    def op_args(self, q, x):
+        return (), {"remainder": self.remainder, "attend_current": self.attend_current}
 
-    def attend(self, q, k, v, x, bias_fn, rows=None):
-        if self.record_weights:
-            return self._keep(stickbreaking_attention_naive(q, k, v, bias_fn=bias_fn,
-                                                            return_weights=True, **self._opts()))
-        if self.use_lean():
-            return stickbreaking_attention_chunked(q, k, v, bias_fn=bias_fn,
-                                                   block_size=self.block_size, **self._opts())
-        if self.impl == "auto":       # training: one block of the O(T^2) cumulative-sum op
-            return stickbreaking_attention_chunked(q, k, v, bias_fn=bias_fn,
-                                                   block_size=q.shape[-2], **self._opts())
-        return stickbreaking_attention_naive(q, k, v, bias_fn=bias_fn, **self._opts())
-
-    def attend_cached(self, q, k, v, x, bias_fn, q_offset, cache):
-        return stickbreaking_attention_chunked(q, k, v, bias_fn=bias_fn, q_offset=q_offset,
-                                               block_size=self.block_size, **self._opts())
+    def training_op(self, q, k, v, bias_fn, rows):
+        """Training with ``auto``, on any device: one block of all rows of the O(T^2)
+        cumulative-sum op (the reference's triangular product is O(T^3))."""
+        return functools.partial(stickbreaking_attention_chunked, block_size=q.shape[-2])

@@ -23,7 +23,7 @@ from torch import nn
 
 from lengen.attention.base import Attention
 from lengen.ops.norm import rms_norm
-from lengen.ops.select import pick
+from lengen.ops.select import Ops
 from lengen.ops.tra import tra_attention_chunked, tra_attention_naive
 from lengen.ops.tra.fast_cpu import tra_attention_fast_cpu
 
@@ -36,6 +36,9 @@ def rms_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
 
 class ThresholdRelativeAttention(Attention):
     requires_causal = True
+    ops = Ops(naive=tra_attention_naive, lean=tra_attention_chunked,
+              fast_cpu=tra_attention_fast_cpu,
+              triton=("lengen.ops.tra.triton", "tra_attention_triton"))
 
     def __init__(self, *, qk_norm: bool = True, qk_norm_scale: bool = False,
                  gate_bias_init: float = 0.0, **kw):
@@ -71,24 +74,5 @@ class ThresholdRelativeAttention(Attention):
         acc = torch.promote_types(x.dtype, torch.float32)
         return F.logsigmoid(self.gate(x).to(acc)).transpose(1, 2)
 
-    def attend(self, q, k, v, x, bias_fn, rows=None):
-        log_gate = self.log_gate(x)                                        # [B, H, T]
-        if self.record_weights:
-            return self._keep(tra_attention_naive(q, k, v, log_gate, bias_fn=bias_fn, return_weights=True))
-        if self.use_lean():
-            return tra_attention_chunked(q, k, v, log_gate, bias_fn=bias_fn, block_size=self.block_size)
-        if self.impl == "auto":
-            return training_op(q, bias_fn, rows)(q, k, v, log_gate, bias_fn=bias_fn)
-        return tra_attention_naive(q, k, v, log_gate, bias_fn=bias_fn)
-
-    def attend_cached(self, q, k, v, x, bias_fn, q_offset, cache):
-        # the new rows' gates; their surviving-key counts run over every cached key in the op
-        log_gate = self.log_gate(x)                                        # [B, H, T]
-        return tra_attention_chunked(q, k, v, log_gate, bias_fn=bias_fn,
-                                     block_size=self.block_size, q_offset=q_offset)
-
-
-def training_op(q: torch.Tensor, bias_fn=None, rows=None):
-    """The op ``impl='auto'`` trains with on this device (see :mod:`lengen.ops.select`)."""
-    return pick(q, bias_fn, rows=rows, fast_cpu=tra_attention_fast_cpu, naive=tra_attention_naive,
-                triton_module="lengen.ops.tra.triton", triton_name="tra_attention_triton")
+    def op_args(self, q, x):
+        return (self.log_gate(x),), {}                                     # [B, H, T]

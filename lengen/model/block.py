@@ -2,15 +2,15 @@
 and the MLP around the residual stream in one of four norm placements (pre, post, pre_post,
 sandwich). :class:`lengen.model.transformer.Transformer` stacks them.
 
-``Block.forward`` also carries the rows training leaves out or shares (``keep``: the last
-block's kept rows; ``pack``: the needed tokens only; ``tokens``: the first block's input as one
-row per vocabulary entry); each is exact up to fp32 rounding, and tests/test_keep.py and
-tests/test_token_rows.py hold them to the batch-sized forward.
+``Block.forward`` also takes the model's :class:`lengen.ops.rows.RowPlan`, the rows training
+leaves out or shares (the last block's kept rows, the needed tokens only, the first block's input
+as one row per vocabulary entry); each is exact up to fp32 rounding, and tests/test_keep.py and
+tests/test_token_rows.py hold them to the batch-sized forward. What the attention kind does not
+declare it handles (its ``supports_*`` class flags), :meth:`Block.mix` does around it.
 """
 from __future__ import annotations
 
 import functools
-import inspect
 
 import torch
 import torch.nn.functional as F
@@ -21,20 +21,8 @@ from lengen.model.config import ModelConfig
 from lengen.ops.glu import swiglu
 from lengen.ops.linear import Linear
 from lengen.ops.norm import rms_norm
+from lengen.ops.rows import NO_ROWS, RowPlan
 from lengen.registry import construct
-
-
-#: (class, name) -> answer of takes_argument; a plain dict, not functools.lru_cache, which
-#: torch.compile warns about when the compiled forward (train.compile) calls through it
-_TAKES: dict = {}
-
-
-def takes_argument(cls, name: str) -> bool:
-    """Whether ``cls.forward`` has a parameter ``name`` (per class, once)."""
-    key = (cls, name)
-    if key not in _TAKES:
-        _TAKES[key] = name in inspect.signature(cls.forward).parameters
-    return _TAKES[key]
 
 
 def built(what: str, build, name: str, kwargs: dict, **framework):
@@ -86,10 +74,25 @@ class MLP(nn.Module):
         return self.down(F.gelu(self.gate(x)) * self.up(x))
 
 
+#: per norm position, the attention and the MLP sublayer's norms: (before the sublayer, on its
+#: branch before the residual add, after the residual add); None: none there
+NORMS = {"pre": (("norm1", None, None), ("norm2", None, None)),
+         "post": ((None, None, "norm1"), (None, None, "norm2")),
+         "pre_post": (("norm1", None, "post1"), ("norm2", None, "post2")),
+         "sandwich": (("norm1", "post1", None), ("norm2", "post2", None))}
+
+
+def unchanged(h):
+    return h
+
+
 class Block(nn.Module):
+    """Attention (or another token mixer of the ``model.attention`` registry) and the MLP around
+    the residual stream, with the norms of ``cfg.norm_position`` (:data:`NORMS`)."""
+
     def __init__(self, cfg: ModelConfig, layer_idx: int):
         super().__init__()
-        self.norm_position = cfg.norm_position
+        self.norm_position, self.layer_idx = cfg.norm_position, layer_idx
         self.attn = built(f"attention kind '{cfg.attention}' (model.attention, "
                           f"model.attention_kwargs={cfg.attention_kwargs})", build_attention,
                           cfg.attention, cfg.attention_kwargs, **cfg.attention_args(layer_idx))
@@ -99,85 +102,35 @@ class Block(nn.Module):
             self.post1, self.post2 = make_norm(cfg), make_norm(cfg)
         self.drop = nn.Dropout(cfg.dropout)
 
-    @property
-    def attn_packs(self) -> bool:
-        """Built-in kinds take packed rows (lengen.attention.base); a plugin's own forward may
-        not (asked of the module's class each time: it may be replaced after building)."""
-        return takes_argument(type(self.attn), "pack")
+    def norms(self, sublayer: int) -> tuple:
+        """The (before, branch, after) norms of sublayer 0 (attention) or 1 (the MLP)."""
+        return tuple(unchanged if name is None else getattr(self, name)
+                     for name in NORMS[self.norm_position][sublayer])
 
-    @property
-    def attn_takes_tokens(self) -> bool:
-        """Whether the attention module's forward takes ``tokens=`` (a
-        :class:`lengen.ops.token_rows.TokenRows` in place of x; built-in kinds do), asked of its
-        class as :attr:`attn_packs` is."""
-        return takes_argument(type(self.attn), "tokens")
+    def forward(self, x, pos, posenc, *, plan: RowPlan | None = None, cache=None, key_pos=None):
+        """x [B, T, D] -> [B, T, D]; under a ``plan`` (:class:`lengen.ops.rows.RowPlan`) x and
+        the output are the needed tokens [N, D] when it packs, and the last block returns the
+        kept rows only, [K, D]. Every op after attention acts on each token alone, so the kept
+        rows are exactly those of the full block. ``cache``/``key_pos``: a cached decoding step
+        (:mod:`lengen.model.cache`)."""
+        plan = NO_ROWS if plan is None else plan.layer(self.layer_idx)     # this block's part
+        before, branch, after = self.norms(0)                              # attention
+        a = self.mix(before, x, pos, posenc, plan, cache, key_pos)    # [B, T, D], [N, D], [K, D]
+        x = after(plan.kept(x) + self.drop(branch(a)))
+        before, branch, after = self.norms(1)                              # the MLP
+        return after(x + self.drop(branch(self.mlp(before(x)))))
 
-    @property
-    def attn_keeps(self) -> bool:
-        """Whether the attention module's forward takes ``keep=`` (the rows to return; built-in
-        kinds do, lengen.attention.base), asked of its class as :attr:`attn_packs` is."""
-        return takes_argument(type(self.attn), "keep")
-
-    def query_rows(self, keep, pack, x) -> dict:
-        """``{"rows": bool [B, T]}``, attention's query rows whose outputs ``keep`` (indices into
-        the rows of x flattened, packed by ``pack`` or not) keeps, so that a kind that can skips
-        the others (:func:`lengen.attention.base.attends_rows`); ``{}`` without ``keep`` or for
-        a plugin whose ``forward`` has no ``rows``."""
-        if keep is None or not takes_argument(type(self.attn), "rows"):
-            return {}
-        B, T = (pack.B, pack.T) if pack is not None else x.shape[:2]
-        flat = keep if pack is None else pack.index.index_select(0, keep)      # into [B * T]
-        rows = torch.zeros(B * T, dtype=torch.bool, device=keep.device)
-        return {"rows": rows.index_fill_(0, flat, True).view(B, T)}
-
-    def forward(self, x, pos, posenc, cache=None, key_pos=None, keep=None, pack=None,
-                tokens=None):
-        """x [B, T, D] -> [B, T, D]. ``pack`` (:class:`lengen.ops.packing.Packing`): x holds
-        the batch's needed tokens only, [N, D], and so does the output; ``keep`` (indices into
-        the rows of x flattened to [-1, D]): the output is those rows only, [K, D]. Attention
-        runs over every token (all are keys); rows are dropped in it before its output
-        projection (a kind whose forward takes ``keep``, as the built-in ones) or after it, so
-        the MLP and the norms run on the kept rows. Every op after attention acts on each token alone, hence
-        the kept rows are exactly those of the full block; a kind that can skips the other query
-        rows (:meth:`query_rows`). ``tokens`` (a :class:`lengen.ops.token_rows.TokenRows`
-        whose rows are x): the first block's input as one row per vocabulary entry, so the
-        norm before attention and attention's q, k, v projection run per entry (a kind whose
-        forward takes ``tokens``, as the built-in ones; the others get x)."""
-        D = x.shape[-1]
-        if tokens is not None and not (self.attn_takes_tokens
-                                       and (pack is None or self.attn_packs)):
-            tokens = None                  # a plugin kind without them: it gets x, as before
-
-        def rows(h):                                                # [K, D]
-            return h if keep is None else h.reshape(-1, D).index_select(0, keep)
-
-        def attn(norm):
-            """The attention sublayer on norm(x) (norm None: on x itself)."""
-            # a kind that takes keep (the built-in ones) selects the kept rows itself, before
-            # its output projection; the others' rows are taken from their output
-            own = keep is not None and self.attn_keeps
-            sel = {"keep": keep} if own else {}
-            if tokens is not None:           # the first block: the norm runs per table row
-                h, sel["tokens"] = None, tokens if norm is None else tokens.map(norm)
-            else:
-                h = x if norm is None else norm(x)
-            if pack is None:
-                a = self.attn(h, pos, posenc, cache=cache, key_pos=key_pos, **sel,
-                              **self.query_rows(keep, None, x))
-            elif self.attn_packs:
-                a = self.attn(h, pos, posenc, pack=pack, **sel, **self.query_rows(keep, pack, x))
-            else:                          # a kind whose forward predates packing: pad around it
-                return rows(pack.pack(self.attn(pack.unpack(h), pos, posenc)))
-            return a if own else rows(a)
-
-        if self.norm_position == "pre":
-            x = rows(x) + self.drop(attn(self.norm1))
-            return x + self.drop(self.mlp(self.norm2(x)))
-        if self.norm_position == "post":
-            x = self.norm1(rows(x) + self.drop(attn(None)))
-            return self.norm2(x + self.drop(self.mlp(x)))
-        if self.norm_position == "pre_post":
-            x = self.post1(rows(x) + self.drop(attn(self.norm1)))
-            return self.post2(x + self.drop(self.mlp(self.norm2(x))))
-        x = rows(x) + self.drop(self.post1(attn(self.norm1)))                   # sandwich
-        return x + self.drop(self.post2(self.mlp(self.norm2(x))))
+    def mix(self, norm, x, pos, posenc, plan: RowPlan, cache, key_pos) -> torch.Tensor:
+        """The attention sublayer on ``norm(x)``: the part of ``plan`` the kind declares it
+        handles (:meth:`lengen.ops.rows.RowPlan.handled_by`) goes to it, and the block does the
+        rest around it: it hands x rather than the token rows, unpacks x to [B, T, D] before and
+        packs the output after, and takes the kept rows from the output."""
+        own = plan.handled_by(self.attn)
+        h = own.tokens.map(norm) if own.tokens is not None else norm(x)   # the first block's
+        pads = plan.pack is not None and own.pack is None                # norm runs per entry
+        if pads:
+            h = plan.pack.unpack(h)                                         # [B, T, D]
+        a = self.attn(h, pos, posenc, plan=own, cache=cache, key_pos=key_pos)
+        if pads:
+            a = plan.pack.pack(a)                                           # [N, D]
+        return a if own.keep is not None else plan.kept(a)                  # [K, D] with keep

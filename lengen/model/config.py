@@ -236,7 +236,7 @@ def pair_refusal(attention_cls, posenc_cls, attention: str, posenc: str) -> str 
     ``posenc``, or None: a mixer (``uses_posenc = False``, :mod:`lengen.attention.mixer`) with a
     scheme that acts inside attention; a scheme that widens q/k (PoPE) with a kind that needs
     them as wide as the head (:func:`lengen.attention.wide_qk_refusal`)."""
-    if not getattr(attention_cls, "uses_posenc", True) and acts_in_attention(posenc_cls):
+    if not attention_cls.uses_posenc and acts_in_attention(posenc_cls):
         fit = ", ".join(n for n, c in POSENCS.items() if not acts_in_attention(c))
         return (f"model.attention='{attention}' is a token mixer (a recurrence with no queries "
                 f"and keys) and cannot use model.posenc='{posenc}', a scheme that rotates q/k or "

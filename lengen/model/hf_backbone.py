@@ -197,6 +197,8 @@ class HFBackbone(nn.Module):
 
     #: check token ids and positions in forward (see Transformer.check_inputs)
     check_inputs: bool = True
+    #: forward takes no ``keep=``: training asks for every logit (lengen.train.step.scored_rows)
+    supports_keep: bool = False
 
     def __init__(self, cfg: ModelConfig | dict, hf_model: nn.Module | None = None, *,
                  sampler=None):

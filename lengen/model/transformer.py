@@ -11,6 +11,11 @@ all layers (a scheme built with ``per_layer=True`` gets one instance per layer i
 
 Decoder (``causal=True``): next-token logits at every position. Encoder (``causal=False``):
 bidirectional attention; tasks append output placeholder tokens and read logits there.
+
+``forward`` reads embed -> blocks -> final norm -> head. The input checks live in
+:mod:`lengen.model.inputs`; the rows a training forward leaves out or shares (``keep=``) are
+planned once per call by :meth:`Transformer.row_plan` (:mod:`lengen.ops.rows`) and handed to
+every block as ``plan=``.
 """
 from __future__ import annotations
 
@@ -24,94 +29,16 @@ from lengen.model.block import Block, built, make_norm
 from lengen.model.cache import KVCache
 from lengen.model.config import ModelConfig
 from lengen.model.generate import generate
+from lengen.model.inputs import check_keep, check_positions, check_tokens, input_problem
 from lengen.ops import token_rows
 from lengen.ops.linear import Linear
-from lengen.ops.packing import Packing, needed_tokens
+from lengen.ops.packing import Packing
+from lengen.ops.rows import NO_ROWS, RowPlan, plan_rows
 from lengen.ops.token_rows import TokenRows
 from lengen.posenc import POSENC_POINT, build_posenc
 from lengen.posenc.base import PositionalScheme
 from lengen.samplers import SAMPLER_POINT, build_sampler
 from lengen.samplers.base import PositionSampler
-
-
-def check_keep(keep, B: int, T: int, cache, device) -> None:
-    """``forward(..., keep=)`` takes a bool mask of the tokens' shape, and no cache (cached
-    decoding wants every new token's logits)."""
-    if (not isinstance(keep, torch.Tensor) or keep.dtype != torch.bool
-            or tuple(keep.shape) != (B, T)):
-        got = (f"{keep.dtype} {list(keep.shape)}" if isinstance(keep, torch.Tensor)
-               else type(keep).__name__)
-        raise ArgumentError(f"keep must be a bool tensor [B, T] = [{B}, {T}], got {got}")
-    if keep.device != device:
-        raise ArgumentError(f"keep is on {keep.device}, the tokens on {device}")
-    if cache is not None:
-        raise ArgumentError("keep cannot be combined with a KV cache")
-
-
-#: a causal batch whose needed tokens are at most this share of it runs packed (lengen.ops.packing)
-PACK_SHARE = 0.9
-
-
-def plan_rows(keep: torch.Tensor, causal: bool):
-    """(packing or None, the kept tokens' row indices [K] in the blocks' layout): a causal
-    model needs no token after a row's last kept one, so when those are at least
-    1 - PACK_SHARE of the batch, the blocks run on the needed tokens only."""
-    if causal:
-        needed = needed_tokens(keep)                             # [B, T]
-        if needed.float().mean() <= PACK_SHARE:
-            pack = Packing(needed)
-            return pack, pack.rows_of(keep)
-    return None, keep.flatten().nonzero().squeeze(1)
-
-
-def check_positions(positions: torch.Tensor, B: int, T: int) -> torch.Tensor:
-    """Explicit positions for tokens [B, T] must be [T] (shared) or [B, T] (per sequence)."""
-    if not isinstance(positions, torch.Tensor):
-        raise ArgumentError(f"positions must be a tensor, [T] or [B, T], got "
-                            f"{type(positions).__name__}")
-    if tuple(positions.shape) not in ((T,), (B, T)):
-        raise ConfigError(f"positions must be [T] = [{T}] (shared by the batch) or [B, T] = "
-                          f"[{B}, {T}] (one row per sequence) for tokens [{B}, {T}]; got "
-                          f"{list(positions.shape)}")
-    if positions.dtype == torch.bool or positions.is_complex():
-        raise ConfigError(f"positions must be real numbers, got dtype {positions.dtype}")
-    if not positions.is_floating_point():
-        positions = positions.float()                      # integer positions are fine as data
-    return positions
-
-
-def check_tokens(tokens) -> None:
-    """Token ids must be a [B, T] integer tensor (its values are checked in forward)."""
-    if not isinstance(tokens, torch.Tensor):
-        raise ArgumentError(f"tokens must be a [B, T] tensor of integer token ids, got "
-                            f"{type(tokens).__name__}")
-    if tokens.dim() != 2:
-        raise ConfigError(f"tokens must be [B, T] (a batch of sequences), got shape "
-                          f"{list(tokens.shape)}; add a batch dimension with tokens[None]")
-    if tokens.dtype == torch.bool or tokens.is_floating_point() or tokens.is_complex():
-        raise ConfigError(f"tokens must hold integer token ids, got dtype {tokens.dtype}")
-
-
-def input_problem(tokens: torch.Tensor, pos: torch.Tensor | None, vocab_size: int) -> str | None:
-    """What is wrong with the values of ``tokens`` (ids outside [0, vocab_size)) and ``pos``
-    (non-finite), or None. One device sync: the checks are reduced to one flag first, and the
-    details are looked up only when something is wrong."""
-    if tokens.numel() == 0:
-        return None
-    lo, hi = torch.aminmax(tokens)
-    bad = (lo < 0) | (hi >= vocab_size)
-    if pos is not None:
-        bad = bad | ~torch.isfinite(pos).all()
-    if not bool(bad):                                               # the one sync
-        return None
-    lo, hi = int(lo), int(hi)
-    if lo < 0 or hi >= vocab_size:
-        return (f"token id {lo if lo < 0 else hi} is outside the model's vocabulary [0, "
-                f"{vocab_size}) (model.vocab_size={vocab_size}); encode inputs with the task's "
-                f"vocabulary, or build the model with a model.vocab_size that covers them")
-    bad_pos = pos[~torch.isfinite(pos)]
-    return (f"positions must be finite, got {float(bad_pos[0])} ({bad_pos.numel()} non-finite "
-            f"value(s)); pass real-valued positions (NaN and infinities encode nothing)")
 
 
 def as_model_config(cfg) -> ModelConfig:
@@ -159,8 +86,9 @@ class Transformer(nn.Module):
     #: check token ids and positions in forward (one device sync); the training loop turns it
     #: off for batches the task made itself (see lengen.train.loop)
     check_inputs: bool = True
-    #: forward takes ``keep=`` (the positions whose logits are wanted; see forward)
-    takes_keep: bool = True
+    #: forward takes ``keep=`` (the positions whose logits are wanted; see forward): training
+    #: asks for the scored tokens' logits only (lengen.train.step.scored_rows)
+    supports_keep: bool = True
 
     def __init__(self, cfg: ModelConfig | dict, *, posenc: PositionalScheme | None = None,
                  sampler: PositionSampler | None = None):
@@ -263,19 +191,38 @@ class Transformer(nn.Module):
         non-empty cache needs their explicit positions.
 
         ``keep`` (bool [B, T]): only the logits at those positions are wanted, e.g. the scored
-        tokens of a training batch: returns [N, V], ``logits[keep]`` of the full call, while the
-        last block's MLP, the final norm and the head run on those N rows alone (the same
-        saving as Hugging Face's ``logits_to_keep``, for any set of positions), and a causal
-        model skips the tokens after each row's last kept one (:func:`plan_rows`). Equal to
-        the full call up to fp32 rounding; with dropout in training mode only in distribution
-        (dropout draws over fewer rows). Training uses it when a batch scores few of its
-        tokens (:func:`lengen.train.step.forward_loss`)."""
+        tokens of a training batch: returns [N, V], ``logits[keep]`` of the full call, computed
+        on fewer rows (:meth:`row_plan`: the last block's MLP, the final norm and the head run
+        on those N rows alone, the same saving as Hugging Face's ``logits_to_keep`` for any set
+        of positions, and a causal model skips the tokens after each row's last kept one).
+        Equal to the full call up to fp32 rounding; with dropout in training mode only in
+        distribution (dropout draws over fewer rows). Training uses it when a batch scores few
+        of its tokens (:func:`lengen.train.step.forward_loss`)."""
+        # MERGE SPOT (reliab): `if self.check_inputs: check_forward(self.cfg, batch=B, length=T,
+        # training=self.training, device=tokens.device)` (lengen.model.memory) goes here
+        pos = self.checked_positions(tokens, positions, cache, keep)   # [T] or [B, T]
+        plan = self.row_plan(tokens, keep) if cache is None else NO_ROWS
+        x = self.embed(tokens)                                          # [B, T, D]
+        if self.cfg.embed_scale:
+            x = x * math.sqrt(self.cfg.d_model)
+        x = self.posenc.embed(x, pos)
+        x = self.drop(x) if self.embed_dropout else x
+        x = plan.packed(x)                                    # [N, D] when it packs the batch
+        layers = [None] * len(self.blocks) if cache is None else cache.layers
+        key_pos = None if cache is None else cache.extend_positions(pos)   # [Tc + T] / [B, ..]
+        for block, posenc, layer in zip(self.blocks, self.block_posencs(), layers):
+            x = block(x, pos, posenc, plan=plan, cache=layer, key_pos=key_pos)
+        return self.head(self.norm_f(x))                   # [B, T, V], or [N, V] with keep
+
+    def checked_positions(self, tokens: torch.Tensor, positions: torch.Tensor | None,
+                          cache: KVCache | None, keep: torch.Tensor | None) -> torch.Tensor:
+        """The positions of ``tokens`` ([T] or [B, T]: ``positions`` checked, or drawn from the
+        sampler), after checking the call's inputs (:mod:`lengen.model.inputs`; their values too,
+        in one device sync, unless ``check_inputs`` is off)."""
         check_tokens(tokens)
         B, T = tokens.shape
-        pack = keep_rows = None
         if keep is not None:
             check_keep(keep, B, T, cache, tokens.device)
-            pack, keep_rows = plan_rows(keep, self.cfg.causal)
         if cache is not None and not self.cfg.causal:
             raise ValueError("a KV cache needs a causal decoder (model.causal=true); an "
                              "encoder's earlier outputs depend on later tokens")
@@ -292,24 +239,19 @@ class Transformer(nn.Module):
                                     self.cfg.vocab_size)
             if problem:
                 raise ConfigError(problem)
-        x = self.embed(tokens)                                   # [B, T, D]
-        if self.cfg.embed_scale:
-            x = x * math.sqrt(self.cfg.d_model)
-        x = self.posenc.embed(x, pos)
-        x = self.drop(x) if self.embed_dropout else x
-        if pack is not None:
-            x = pack.pack(x)                                     # [N, D]: the needed tokens
-        if cache is None:
-            last = len(self.blocks) - 1
-            table = self.token_rows(tokens, pack)                # x as a table, or None
-            for i, (block, posenc) in enumerate(zip(self.blocks, self.block_posencs())):
-                x = block(x, pos, posenc, pack=pack, tokens=table if i == 0 else None,
-                          keep=keep_rows if i == last else None)   # last: [K, D], kept rows
-        else:
-            key_pos = cache.extend_positions(pos)                # [Tc + T] or [B, Tc + T]
-            for block, posenc, layer in zip(self.blocks, self.block_posencs(), cache.layers):
-                x = block(x, pos, posenc, cache=layer, key_pos=key_pos)
-        return self.head(self.norm_f(x))                         # [B, T, V] or [N, V]
+        return pos
+
+    def row_plan(self, tokens: torch.Tensor, keep: torch.Tensor | None = None) -> RowPlan:
+        """What the blocks may leave out or share in this forward (:mod:`lengen.ops.rows`):
+        with ``keep`` (bool [B, T], the outputs wanted) the last block's kept rows and the query
+        rows its attention reads, and for a causal model the packing of the needed tokens when
+        that pays (:func:`lengen.ops.rows.plan_rows`); the first block's token rows when they
+        pay (:meth:`token_rows`)."""
+        pack = kept = None
+        if keep is not None:
+            pack, kept = plan_rows(keep, self.cfg.causal)
+        return RowPlan(pack=pack, tokens=self.token_rows(tokens, pack), keep=kept, rows=keep,
+                       n_layers=len(self.blocks))
 
     def token_rows(self, tokens: torch.Tensor, pack: Packing | None) -> TokenRows | None:
         """The first block's input as one row per vocabulary entry (:mod:`lengen.ops.token_rows`)

@@ -298,7 +298,7 @@ def fused_attention(q, k, v, *, scale: float, bias=None, col=None, log_gate=None
     [B, H, T] is given, or CoPE's when its position embeddings ``pe`` [D, npos] or [H, D, npos]
     are (the counted positions' logits ``z = scale q . e``, made per row in the kernel;
     :mod:`lengen.ops.cope.naive`). ``rows`` (bool [B, T]): the query rows whose outputs the
-    caller reads (:func:`lengen.attention.base.query_rows`); the others are not computed, come out
+    caller reads (``RowPlan.rows``, :mod:`lengen.ops.rows`); the others are not computed, come out
     0 and pass no gradient back."""
     if rows is not None and (rows.dtype != torch.bool or rows.device.type != "cpu"
                              or tuple(rows.shape) != (q.shape[0], q.shape[2])):

@@ -1,4 +1,5 @@
-"""Device-based choice of the training op for ``impl='auto'``.
+"""An attention kind's ops, declared once (:class:`Ops`), and the device rules that choose the
+training op for ``impl='auto'`` (:meth:`Ops.training`).
 
 CPU tensors: the tiled ``fast_cpu`` op. CUDA tensors: the fused Triton kernel when triton is
 installed, no positional bias is needed (the kernels take no ``bias_fn``) and the head dim is at
@@ -7,12 +8,19 @@ and RoPE rotates q and k before any op runs, so shared ``[T]`` and per-sequence 
 positions need nothing from them (tests/test_batched_positions.py runs them under the
 interpreter). Every op chosen here is tested equal to the reference (tests/test_fast_cpu.py,
 tests/test_triton_kernels.py).
+
+How :meth:`lengen.attention.base.Attention.attend` uses the ops: recording weights -> ``naive``
+(``return_weights=True``); ``impl='naive'`` -> ``naive``; ``impl='lean'`` or evaluation ->
+``lean``; training with ``impl='auto'`` -> the kind's ``training_op``, by default
+:meth:`Ops.training`.
 """
 from __future__ import annotations
 
 import functools
 import importlib
 import importlib.util
+from dataclasses import dataclass
+from typing import Callable
 
 
 def triton_available() -> bool:
@@ -25,11 +33,33 @@ def with_rows(op, rows=None):
     return op if rows is None else functools.partial(op, rows=rows)
 
 
-def pick(q, bias_fn, *, fast_cpu, naive, triton_module: str, triton_name: str, rows=None):
-    """The op; ``rows`` (bool [B, T], the query rows whose outputs are read) goes to the CPU op,
-    which may skip the others (the other ops compute every row)."""
-    if q.device.type == "cpu":
-        return with_rows(fast_cpu, rows)
-    if q.device.type == "cuda" and bias_fn is None and q.shape[-1] <= 128 and triton_available():
-        return getattr(importlib.import_module(triton_module), triton_name)
-    return naive
+@dataclass(frozen=True)
+class Ops:
+    """One attention kind's functional ops (``lengen/ops/<op>/``), each called as ``op(q, k, v,
+    *extra, bias_fn=..., **keywords)`` with the kind's own inputs (``Attention.op_args``).
+
+    ``naive``: the dense reference from the equations (takes ``return_weights=True``).
+    ``lean``: query-blocked, memory linear in T (takes ``block_size=`` and, for cached decoding,
+    ``q_offset=``). ``fast_cpu``: CPU training (takes ``rows=``); None: the reference trains on
+    the CPU. ``triton``: ``(module, function)`` of a fused CUDA kernel without a bias, imported
+    only when chosen; None: the reference trains on CUDA."""
+
+    naive: Callable
+    lean: Callable
+    fast_cpu: Callable | None = None
+    triton: tuple[str, str] | None = None
+
+    def training(self, q, bias_fn=None, rows=None):
+        """The op ``impl='auto'`` trains with for q's device; ``rows`` (bool [B, T], the query
+        rows whose outputs are read) goes to the CPU op, which may skip the others (the other
+        ops compute every row)."""
+        if q.device.type == "cpu" and self.fast_cpu is not None:
+            return with_rows(self.fast_cpu, rows)
+        if (self.triton is not None and q.device.type == "cuda" and bias_fn is None
+                and q.shape[-1] <= 128 and triton_available()):
+            module, name = self.triton
+            return getattr(importlib.import_module(module), name)
+        return self.naive
+
+
+__all__ = ["Ops", "triton_available", "with_rows"]

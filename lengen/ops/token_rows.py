@@ -12,8 +12,10 @@ gather's backward sums each row's gradient into its table row (``index_select``'
 
 :class:`lengen.model.transformer.Transformer` decides when a batch takes this path (CPU
 training, no position added to the embeddings, no embedding dropout drawn, at most half as many
-vocabulary entries as rows) and hands its first block a :class:`TokenRows`;
-:meth:`lengen.attention.base.Attention.forward` projects it (``tokens=``). The batch-sized
+vocabulary entries as rows) and puts a :class:`TokenRows` in its row plan
+(:class:`lengen.ops.rows.RowPlan`) for the first block, which maps its norm over the table and
+hands it to attention in place of x; :meth:`lengen.attention.base.Attention.forward` projects
+it. The batch-sized
 computation is the reference (tests/test_token_rows.py).
 """
 from __future__ import annotations

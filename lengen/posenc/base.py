@@ -52,6 +52,9 @@ class PositionalScheme(nn.Module):
     has_bias: bool = False
     #: True when giving each layer its own instance is meaningful (learned bias parameters)
     supports_per_layer: bool = False
+    #: how many times the head's width ``rotate`` makes q and k (PoPE: 2); attention kinds that
+    #: need head-wide q/k refuse a factor above 1 (lengen.attention.wide_qk_refusal)
+    qk_width_factor: int = 1
 
     def __init__(self, *, d_model: int, n_heads: int, head_dim: int, causal: bool = True,
                  per_layer: bool = False):

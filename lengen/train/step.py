@@ -9,7 +9,6 @@ import dataclasses
 import torch
 
 from lengen.eval.metrics import restrict_to_outputs
-from lengen.model.block import takes_argument
 from lengen.train.precision import autocast, compile_failure, is_compiler_error
 
 
@@ -52,7 +51,9 @@ SCORED_SHARE = 0.75
 
 def scored_rows(fwd, batch, tc):
     """The mask of the scored tokens to hand the model as ``keep`` (bool [B, T]), or None for
-    the full forward: only for a model that declares ``takes_keep`` (lengen's Transformer), not
+    the full forward: only for a model whose class declares ``supports_keep`` (lengen's
+    Transformer; a subclass whose forward drops ``keep`` sets it False; the Hugging Face
+    backbone and models that do not declare it get the full forward), not
     compiled (a data-dependent row count), without dropout (the pruned rows would change how
     many random numbers dropout draws, so the run would take another random path), and when
     at most ``SCORED_SHARE`` of the tokens are scored (else the gather costs more than it saves).
@@ -61,9 +62,7 @@ def scored_rows(fwd, batch, tc):
     that only unscored tokens would have carried no longer makes the loss NaN (with the full
     forward it did, through 0 * NaN, and the loop stopped as diverged)."""
     model = getattr(fwd, "module", fwd)                     # DDP wraps the model
-    if tc.compile or not getattr(model, "takes_keep", False):
-        return None
-    if not takes_argument(type(model), "keep"):           # a subclass's own forward, without it
+    if tc.compile or not getattr(type(model), "supports_keep", False):
         return None
     if getattr(getattr(model, "cfg", None), "dropout", 1.0) != 0:
         return None
