@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 import lengen
 from lengen.errors import ConfigError
@@ -156,3 +157,15 @@ def test_check_forward_refuses_millions_of_tokens(monkeypatch):
     memory.check_forward(m, batch=8, length=512, training=False)
     with pytest.raises(ConfigError, match="batch 1 x 4000000 tokens"):
         memory.check_forward(m, batch=1, length=4_000_000, training=False)
+
+
+def test_transformer_forward_refuses_millions_of_tokens_up_front(monkeypatch):
+    """``Transformer.forward`` (the Python API) checks the call's size before any work: a
+    4-million-token sequence is refused with the size named, not left to the allocator."""
+    from lengen.model import ModelConfig, Transformer, memory
+
+    monkeypatch.setattr(memory, "available_bytes", lambda device="cpu": 16 << 30)
+    model = Transformer(ModelConfig(vocab_size=5, d_model=16, n_layers=1, n_heads=2)).eval()
+    model(torch.zeros(2, 64, dtype=torch.long))                      # an ordinary call runs
+    with pytest.raises(ConfigError, match="batch 1 x 4000000 tokens"):
+        model(torch.zeros(1, 4_000_000, dtype=torch.long))

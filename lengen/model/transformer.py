@@ -29,6 +29,7 @@ from lengen.model.block import Block, built, make_norm
 from lengen.model.cache import KVCache
 from lengen.model.config import ModelConfig
 from lengen.model.generate import generate
+from lengen.model.memory import check_forward
 from lengen.model.inputs import check_keep, check_positions, check_tokens, input_problem
 from lengen.ops import token_rows
 from lengen.ops.linear import Linear
@@ -198,8 +199,6 @@ class Transformer(nn.Module):
         Equal to the full call up to fp32 rounding; with dropout in training mode only in
         distribution (dropout draws over fewer rows). Training uses it when a batch scores few
         of its tokens (:func:`lengen.train.step.forward_loss`)."""
-        # MERGE SPOT (reliab): `if self.check_inputs: check_forward(self.cfg, batch=B, length=T,
-        # training=self.training, device=tokens.device)` (lengen.model.memory) goes here
         pos = self.checked_positions(tokens, positions, cache, keep)   # [T] or [B, T]
         plan = self.row_plan(tokens, keep) if cache is None else NO_ROWS
         x = self.embed(tokens)                                          # [B, T, D]
@@ -221,6 +220,10 @@ class Transformer(nn.Module):
         in one device sync, unless ``check_inputs`` is off)."""
         check_tokens(tokens)
         B, T = tokens.shape
+        if self.check_inputs and cache is None and not torch.compiler.is_compiling():
+            # millions of tokens are refused up front, not by the allocator (lengen.model.memory)
+            check_forward(self.cfg, batch=B, length=T, training=self.training,
+                          device=tokens.device)
         if keep is not None:
             check_keep(keep, B, T, cache, tokens.device)
         if cache is not None and not self.cfg.causal:
