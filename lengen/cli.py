@@ -59,7 +59,8 @@ from lengen.train import train
 from lengen.train.distributed import env_world_size
 
 def _add_common_train(p):
-    p.add_argument("--config", metavar="FILE", help="YAML or JSON experiment config "
+    p.add_argument("--config", metavar="FILE", type=not_an_override("--config"),
+                   help="YAML or JSON experiment config "
                    "(sections: model, task, train, eval); overrides are applied on top")
     p.add_argument("overrides", nargs="*", metavar="key.path=value",
                    help="dotted overrides, e.g. model.attention=tra train.steps=500 "
@@ -73,8 +74,6 @@ def _add_threads(p):
 
 
 def cmd_train(args) -> int:
-    not_an_override("--config", args.config)
-    not_an_override("--run-dir", args.run_dir)
     resolved = resolve(load_config_file(args.config) if args.config else {}, args.overrides)
     name = resolved.config.name
     # an empty --run-dir is refused by train(), never replaced by the default
@@ -291,7 +290,6 @@ def cmd_bench(args) -> int:
 def cmd_sweep(args) -> int:
     from lengen.bench.seeds import run_seed_sweep  # start-up: only this command needs it
 
-    not_an_override("--config", args.config)
     base = load_config_file(args.config) if args.config else {}
     ray_options = {"address": args.ray_address} if args.backend == "ray" else None
     summary = run_seed_sweep(base, args.overrides, args.seeds, args.out, workers=args.workers,
@@ -417,7 +415,8 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
                        "--run-dir DIR ...) it trains data-parallel: train.batch_size is the "
                        "global batch, rank 0 writes the run directory.")
     _add_common_train(p)
-    p.add_argument("--run-dir", metavar="DIR", help="run directory (default runs/<name or time>)")
+    p.add_argument("--run-dir", metavar="DIR", type=not_an_override("--run-dir"),
+                   help="run directory (default runs/<name or time>)")
     resume = p.add_mutually_exclusive_group()
     resume.add_argument("--no-resume", action="store_true",
                         help="start from step 0; refused if the run directory already holds a "
@@ -653,7 +652,8 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
                                    "commas, e.g. model.posenc=rope,alibi) on every seed (init "
                                    "and data order), locally or on Ray, and print one table "
                                    "with the bench card's statistics (lengen/bench/seeds.py).")
-    p.add_argument("--config", metavar="FILE", help="base YAML or JSON config")
+    p.add_argument("--config", metavar="FILE", type=not_an_override("--config"),
+                   help="base YAML or JSON config")
     p.add_argument("overrides", nargs="*", metavar="key.path=value[,value...]",
                    help="overrides; a value list a,b,c makes an axis")
     p.add_argument("--seeds", type=int_at_least(0), nargs="+", default=[0, 1, 2], metavar="S",

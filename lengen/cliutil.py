@@ -72,11 +72,16 @@ def yaml_mapping(text: str) -> dict:
     return value
 
 
-def not_an_override(flag: str, value: str | None) -> None:
-    """``--run-dir train.steps=3`` means the override was swallowed as the flag's value."""
-    if value is not None and looks_like_override(value):
-        raise ConfigError(f"{flag} got '{value}', which looks like a key=value override; give "
-                          f"{flag} its value first (e.g. {flag} runs/x {value})")
+def not_an_override(flag: str):
+    """An argparse ``type`` for a path flag: ``--run-dir train.steps=3`` means the override was
+    swallowed as the flag's value, so it is refused while the command line is parsed."""
+    def check(value: str) -> str:
+        if looks_like_override(value):
+            raise argparse.ArgumentTypeError(
+                f"{flag} got '{value}', which looks like a key=value override; give {flag} its "
+                f"value first (e.g. {flag} runs/x {value})")
+        return value
+    return check
 
 
 def message(e: BaseException) -> str:
