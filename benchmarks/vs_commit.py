@@ -92,8 +92,9 @@ elif kind == "randomized":
 else:
     from lengen.recipes.index_warping.recipe import run_config
     cfg = run_config(kind, name, "cpu", 0)
-cfg = lengen.resolve(cfg).config
-task, net = prepare(cfg)
+resolved = lengen.resolve(cfg)
+task, net = prepare(resolved)
+cfg = getattr(resolved, "config", resolved)   # a Resolved since the build pipeline, else the config
 if hasattr(estimate, "use_threads"):
     estimate.use_threads = lambda *a, **k: None          # keep the thread count set above
 try:   # what use_threads also does for CPU work at commits that have it (lengen.train's policy)
