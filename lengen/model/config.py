@@ -211,8 +211,9 @@ class ModelConfig:
                               f"equals nor divides model.n_layers={self.n_layers}; give one entry "
                               f"per layer, or a pattern whose length divides n_layers")
         for i in range(self.n_layers if n else 0):
-            lc = self.layer_config(i)
-            if lc.window is not None and lc.chunk is not None:
+            over = self.layer_overrides(i)
+            if (over.get("window", self.window) is not None
+                    and over.get("chunk", self.chunk) is not None):
                 raise ConfigError(f"{self._layer_key(i, 'window')} and "
                                   f"{self._layer_key(i, 'chunk')} are both set; a layer is "
                                   f"either sliding-window or chunked")
