@@ -176,7 +176,7 @@ def test_qk_norm_equals_llama4_l2norm_after_rope():
     from transformers.models.llama4.modeling_llama4 import Llama4TextL2Norm
 
     from lengen.attention.base import qk_rms
-    x = torch.randn(2, 3, 5, 8, dtype=torch.float64)
+    x = 3 * torch.randn(2, 3, 5, 8)                         # it computes in float32
     torch.testing.assert_close(qk_rms(x), Llama4TextL2Norm(1e-6)(x))
 
 
@@ -198,3 +198,66 @@ def test_bad_layouts_are_refused(bad, says):
     with pytest.raises(ConfigError, match=None) as e:
         Transformer(small(**bad))
     assert says in str(e.value), str(e.value)
+
+
+def llama4_model(**over):
+    from lengen.model.presets import preset
+    torch.manual_seed(0)
+    m = Transformer(ModelConfig(vocab_size=13, **{**preset("llama4-irope")["model"], **over}))
+    with torch.no_grad():                  # sharper attention, so every mask and scale shows
+        for b in m.blocks:
+            b.attn.qkv.weight.mul_(10)
+    return m.eval()
+
+
+def test_llama4_preset_generates_with_a_cache_equal_to_recomputation():
+    m = llama4_model()
+    prompts = [torch.randint(0, 13, (n,)) for n in (3, 20)]
+    cached = m.generate(prompts, 30)
+    plain = m.generate(prompts, 30, use_cache=False)
+    for a, b in zip(cached, plain):
+        assert torch.equal(a, b)
+
+
+def test_llama4_export_equals_the_stock_class():
+    """The stock transformers Llama4ForCausalLM (no lengen code) gives lengen's logits, past the
+    chunk (16) and the temperature floor_scale (16) so that both act."""
+    pytest.importorskip("transformers")
+    from lengen.hf.llama4 import to_llama4
+    m = llama4_model()
+    hf = to_llama4(m)
+    assert type(hf).__name__ == "Llama4ForCausalLM"
+    assert hf.config.no_rope_layers == [1, 1, 1, 0] and hf.config.attention_chunk_size == 16
+    assert hf.config.use_qk_norm and hf.config.attn_temperature_tuning
+    x = torch.randint(0, 13, (2, 45))
+    with torch.no_grad():
+        torch.testing.assert_close(hf(x).logits, m(x, torch.arange(45.0)), atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("over, says", [
+    (dict(layers=[{"window": 16, "qk_norm": "rms", "repeat": 3}, {"posenc": "nope"}]),
+     "model.layers[0].window=16"),
+    (dict(layers=[{"chunk": 16, "repeat": 3},
+                  {"posenc": "nope", "attention_kwargs": {"logn": "ssmax"}}]),
+     "temperature tuning"),
+    (dict(layers=[{"chunk": 16, "attention_kwargs": {"logn": "llama4"}, "repeat": 3},
+                  {"posenc": "nope"}]), "on a RoPE layer"),
+    (dict(layers=[{"chunk": 16}, {"chunk": 8}, {"chunk": 16}, {"posenc": "nope"}]),
+     "chunk sizes"),
+    (dict(layers=[{"posenc": "alibi"}]), "model.layers[0].posenc=alibi"),
+])
+def test_llama4_export_refuses_what_llama4_cannot_express(over, says):
+    pytest.importorskip("transformers")
+    from lengen.errors import ExportError
+    from lengen.hf.llama4 import to_llama4
+    with pytest.raises(ExportError) as e:
+        to_llama4(llama4_model(**over))
+    assert says in str(e.value), str(e.value)
+
+
+def test_llama_export_refuses_a_layout():
+    pytest.importorskip("transformers")
+    from lengen.errors import ExportError
+    from lengen.hf.export import to_llama
+    with pytest.raises(ExportError, match="model.layers"):
+        to_llama(llama4_model())

@@ -87,7 +87,7 @@ def llama_refusals(model: Transformer) -> list[str]:
         why.append(f"{what} (Llama's attention is plain softmax attention)")
     if mc.posenc != "rope":
         why.append(f"model.posenc={mc.posenc} (Llama rotates every head with RoPE)")
-    else:
+    elif not mc.layers:                  # (a layout is refused above; layer 0 may not rotate)
         rope = model.posenc
         if rope.rot_dim != rope.head_dim:
             why.append(f"model.posenc_kwargs.rotary_fraction={rope.rotary_fraction} (Llama "
