@@ -261,3 +261,18 @@ def test_llama_export_refuses_a_layout():
     from lengen.hf.export import to_llama
     with pytest.raises(ExportError, match="model.layers"):
         to_llama(llama4_model())
+
+
+def test_hf_export_of_a_layout_round_trips(tmp_path):
+    """--to hf (LengenForCausalLM) carries model.layers in its config: saved, loaded, same logits."""
+    pytest.importorskip("transformers")
+    import lengen.hf  # noqa: F401  registers the class with AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
+
+    from lengen.hf.export import to_hf
+    m = llama4_model(layers=[{"window": 5, "qk_norm": "rms"}, {"posenc": "nope"}])
+    to_hf(m).save_pretrained(tmp_path)
+    back = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    x = torch.randint(0, 13, (2, 30))
+    with torch.no_grad():
+        torch.testing.assert_close(back(x).logits, m(x, torch.arange(30.0)))
