@@ -38,7 +38,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from lengen.errors import ExportError
-from lengen.hf.llama4 import to_llama4
+from lengen.hf.llama4 import block_refusals, identity_at_eval as _identity_at_eval, to_llama4
 from lengen.hf.modeling import LengenConfig, LengenForCausalLM
 from lengen.model import HFBackbone, Transformer
 from lengen.rundir.load import load_run
@@ -53,20 +53,6 @@ def to_hf(model: Transformer, task: dict | None = None):
     hf = LengenForCausalLM(LengenConfig(lengen_model=model.cfg.to_dict(), lengen_task=task))
     hf.model.load_state_dict(model.state_dict())
     return hf.eval()
-
-
-def _identity_at_eval(model: Transformer | HFBackbone) -> bool:
-    s = model.sampler
-    if getattr(s, "uses_batch", False) or getattr(s, "reads_tokens", False):
-        return False
-    for T in (1, 7, 64, 1000):
-        try:
-            pos = s.sample(T, training=False, generator=torch.Generator().manual_seed(T))
-        except (ValueError, RuntimeError):
-            return False
-        if tuple(pos.shape) != (T,) or not torch.equal(pos.float(), torch.arange(T).float()):
-            return False
-    return True
 
 
 def llama_refusals(model: Transformer) -> list[str]:
@@ -92,19 +78,7 @@ def llama_refusals(model: Transformer) -> list[str]:
         if rope.rot_dim != rope.head_dim:
             why.append(f"model.posenc_kwargs.rotary_fraction={rope.rotary_fraction} (Llama "
                        f"rotates the whole head: rotary_fraction=1)")
-    if not _identity_at_eval(model):
-        why.append(f"model.positions={mc.positions} with {mc.positions_kwargs} (Llama uses "
-                   f"positions 0, 1, ... at evaluation; this sampler does not)")
-    if mc.mlp != "swiglu":
-        why.append(f"model.mlp={mc.mlp} (Llama's MLP is SwiGLU)")
-    if mc.norm != "rms":
-        why.append(f"model.norm={mc.norm} (Llama uses RMSNorm)")
-    if mc.norm_position != "pre":
-        why.append(f"model.norm_position={mc.norm_position} (Llama is pre-norm)")
-    if not mc.final_norm:
-        why.append("model.final_norm=false (Llama always normalises before the head)")
-    if mc.embed_scale:
-        why.append("model.embed_scale=true (Llama does not scale its embeddings)")
+    why += block_refusals(model)
     return why
 
 

@@ -31,16 +31,48 @@ from lengen.model import Transformer
 RMS_EPS = 1e-6                     # lengen.model.block.RMSNorm's and lengen.attention.base's
 
 
+def identity_at_eval(model) -> bool:
+    """Whether the model's sampler gives positions 0, 1, ... at evaluation (what a transformers
+    checkpoint uses)."""
+    s = model.sampler
+    if getattr(s, "uses_batch", False) or getattr(s, "reads_tokens", False):
+        return False
+    for T in (1, 7, 64, 1000):
+        try:
+            pos = s.sample(T, training=False, generator=torch.Generator().manual_seed(T))
+        except (ValueError, RuntimeError):
+            return False
+        if tuple(pos.shape) != (T,) or not torch.equal(pos.float(), torch.arange(T).float()):
+            return False
+    return True
+
+
+def block_refusals(model: Transformer) -> list[str]:
+    """What a Llama and Llama 4 share outside attention that ``model`` does not have: positions
+    0, 1, ... at evaluation, SwiGLU, pre-RMSNorm, a final norm, no embedding scale (also
+    :func:`lengen.hf.export.llama_refusals`'s)."""
+    mc, why = model.cfg, []
+    if not identity_at_eval(model):
+        why.append(f"model.positions={mc.positions} with {mc.positions_kwargs} (Llama uses "
+                   f"positions 0, 1, ... at evaluation; this sampler does not)")
+    if mc.mlp != "swiglu":
+        why.append(f"model.mlp={mc.mlp} (Llama's MLP is SwiGLU)")
+    if mc.norm != "rms":
+        why.append(f"model.norm={mc.norm} (Llama uses RMSNorm)")
+    if mc.norm_position != "pre":
+        why.append(f"model.norm_position={mc.norm_position} (Llama is pre-norm)")
+    if not mc.final_norm:
+        why.append("model.final_norm=false (Llama always normalises before the head)")
+    if mc.embed_scale:
+        why.append("model.embed_scale=true (Llama does not scale its embeddings)")
+    return why
+
+
 def llama4_refusals(model: Transformer) -> list[str]:
     """What in ``model`` a stock ``Llama4ForCausalLM`` cannot express (empty: it maps)."""
-    from lengen.hf.export import llama_refusals
-
-    mc, why = model.cfg, []
-    # the block-level checks of a Llama (its attention, scheme and layout lines are per layer
-    # here)
-    why += [w for w in llama_refusals(model)
-            if not w.startswith(("model.attention", "model.posenc", "model.layers",
-                                 "model.window", "model.chunk", "model.qk_norm"))]
+    mc = model.cfg
+    why = (["model.causal=false (an encoder; Llama 4 is a causal decoder)"]
+           if not mc.causal else []) + block_refusals(model)
     rope_layers, chunks, qk, logn = [], set(), set(), set()
     for i, (lc, scheme) in enumerate(zip(mc.layer_configs(), model.block_posencs())):
         key = mc._layer_key
@@ -164,4 +196,4 @@ def to_llama4(model: Transformer):
     return out.eval()
 
 
-__all__ = ["llama4_config", "llama4_refusals", "llama4_state_dict", "to_llama4"]
+__all__ = ["block_refusals", "identity_at_eval", "llama4_config", "llama4_refusals", "llama4_state_dict", "to_llama4"]
