@@ -276,3 +276,18 @@ def test_hf_export_of_a_layout_round_trips(tmp_path):
     x = torch.randint(0, 13, (2, 30))
     with torch.no_grad():
         torch.testing.assert_close(back(x).logits, m(x, torch.arange(30.0)))
+
+
+def test_llama4_preset_trains_through_the_run_loop(tmp_path):
+    """The preset resolves as a config file's model section and lengen.train runs it (a few
+    steps on copy), writing a run that loads back to the same layout."""
+    import lengen
+    from lengen.model.presets import preset
+    cfg = preset("llama4-irope")
+    cfg["task"] = {"name": "copy"}
+    cfg["train"] = {"steps": 4, "batch_size": 4, "ckpt_every": 4, "tensorboard": False}
+    cfg["eval"] = {"sequences": 2}
+    lengen.train(cfg, str(tmp_path / "run"))
+    _cfg, _task, model = lengen.load_run(str(tmp_path / "run"))
+    assert [b.attn.chunk for b in model.blocks] == [16, 16, 16, None]
+    assert model.blocks[3].attn.logn.kind == "llama4"
