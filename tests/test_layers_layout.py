@@ -79,9 +79,9 @@ def small(**kw):
     return ModelConfig(**{**base, **kw})
 
 
-LLAMA4 = dict(posenc="rope", layers=[{"chunk": 5, "qk_norm": "rms", "repeat": 3},
-                                     {"posenc": "nope", "attention_kwargs": {"logn": "llama4",
-                                                                             "logn_floor_scale": 4}}])
+LLAMA4 = dict(posenc="rope", layers=[
+    {"chunk": 5, "qk_norm": "rms", "repeat": 3},
+    {"posenc": "nope", "attention_kwargs": {"logn": "llama4", "logn_floor_scale": 4}}])
 
 
 @pytest.mark.parametrize("layout", [
@@ -264,7 +264,8 @@ def test_llama_export_refuses_a_layout():
 
 
 def test_hf_export_of_a_layout_round_trips(tmp_path):
-    """--to hf (LengenForCausalLM) carries model.layers in its config: saved, loaded, same logits."""
+    """--to hf (LengenForCausalLM) carries model.layers in its config: saved, loaded, same
+    logits."""
     pytest.importorskip("transformers")
     import lengen.hf  # noqa: F401  registers the class with AutoModelForCausalLM
     from transformers import AutoModelForCausalLM

@@ -196,4 +196,5 @@ def to_llama4(model: Transformer):
     return out.eval()
 
 
-__all__ = ["block_refusals", "identity_at_eval", "llama4_config", "llama4_refusals", "llama4_state_dict", "to_llama4"]
+__all__ = ["block_refusals", "identity_at_eval", "llama4_config", "llama4_refusals",
+           "llama4_state_dict", "to_llama4"]

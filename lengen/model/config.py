@@ -246,11 +246,10 @@ class ModelConfig:
     def layer_config(self, layer_idx: int) -> "ModelConfig":
         """The model config of one layer: the model-level fields with the layer's overrides
         (and no ``layers``). Without ``layers`` the config itself."""
-        over = self.layer_overrides(layer_idx)
         if not self.layers:
             return self
-        lc = dataclasses.replace(self, layers=[], **copy.deepcopy(over))
-        return lc
+        over = copy.deepcopy(self.layer_overrides(layer_idx))
+        return dataclasses.replace(self, layers=[], **over)
 
     def layer_configs(self) -> list:
         """:meth:`layer_config` of every layer, in order."""
