@@ -500,11 +500,14 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
                                    "LengenForCausalLM, any lengen model, loadable with "
                                    "AutoModelForCausalLM after `import lengen.hf`; --to llama: a "
                                    "stock LlamaForCausalLM (no lengen needed), refused naming "
-                                   "what Llama cannot express. Needs lengen[hf].")
+                                   "what Llama cannot express; --to llama4: a stock "
+                                   "Llama4ForCausalLM for RoPE / NoPE layouts (model.layers). "
+                                   "Needs lengen[hf].")
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory made by lengen train")
     p.add_argument("out", metavar="OUT", help="a new (or empty) directory to write")
-    p.add_argument("--to", choices=("hf", "llama"), default="hf",
-                   help="hf (default): lengen's model in transformers; llama: plain Llama")
+    p.add_argument("--to", choices=("hf", "llama", "llama4"), default="hf",
+                   help="hf (default): lengen's model in transformers; llama: plain Llama; "
+                        "llama4: Llama 4's text model")
     p.set_defaults(fn=cmd_export)
 
     p = sub.add_parser("demo", help="the CPU-sized main job: TRA vs baselines on flip-flop",

@@ -44,6 +44,7 @@ from lengen.model.memory import check_fits
 from lengen.registry import SEED_RULE, check_kwargs, construct, fill_from_task
 from lengen.runtime import check_runtime
 from lengen.posenc.base import PositionalScheme
+from lengen.posenc import POSENC_POINT
 from lengen.samplers.base import PositionSampler
 from lengen.tasks import TASK_POINT
 from lengen.tasks.base import Task
@@ -382,6 +383,14 @@ def check_components(cfg: ExperimentConfig, *, vocab_explicit: bool = True):
                             what=what("model.positions_kwargs"))
         posenc = construct(parts["model.posenc_kwargs"][2], m.posenc_kwargs,
                            what=what("model.posenc_kwargs"), **m.posenc_args())
+        schemes = [posenc]
+        for i, lc in enumerate(m.layer_configs() if m.layers else []):   # model.layers' schemes
+            if (lc.posenc, lc.posenc_kwargs) != (m.posenc, m.posenc_kwargs):
+                schemes.append(construct(POSENC_POINT.get(lc.posenc), lc.posenc_kwargs,
+                                         what=f"model.layers ({m._layer_key(i, 'posenc')})",
+                                         **lc.posenc_args()))
+            if i == 0:
+                posenc = schemes[-1]     # layer 0's scheme is the one the model is handed
     if task.vocab_size > m.vocab_size:
         if vocab_explicit:
             raise vocab_error(m.vocab_size, task, cfg.task.name)
@@ -396,7 +405,8 @@ def check_components(cfg: ExperimentConfig, *, vocab_explicit: bool = True):
                           f"({'a causal decoder' if task.causal else 'a bidirectional encoder'}); "
                           f"set model.causal={str(task.causal).lower()}")
     try:
-        posenc.check_positions(sampler.max_position(task.max_input_length(splits)))
+        for scheme in schemes:
+            scheme.check_positions(sampler.max_position(task.max_input_length(splits)))
     except ConfigError:
         raise
     except ValueError as e:

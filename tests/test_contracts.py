@@ -25,7 +25,7 @@ def _grid():
     for kind, registry in REGISTRIES.items():
         for name in registry:
             for contract, combo in plan(kind, name):
-                key = (contract, tuple(sorted(combo.items())))
+                key = (contract, repr(sorted(combo.items())))
                 seen.setdefault(key, (contract, combo))
     return list(seen.values())
 

@@ -40,6 +40,15 @@ from lengen.ops.tile_bias import BiasHook
 from lengen.ops.token_rows import TokenRows
 
 IMPLS = ("auto", "naive", "lean")
+QK_NORMS = ("none", "rms")                   # = lengen.model.config.QK_NORMS
+QK_NORM_PLACES = ("after_rope", "before_rope")
+QK_NORM_EPS = 1e-6    # = the blocks' RMSNorm eps; Llama 4 uses its rms_norm_eps for both
+
+
+def qk_rms(x: torch.Tensor, eps: float = QK_NORM_EPS) -> torch.Tensor:
+    """x [.., hd] -> x * rsqrt(mean(x^2, -1) + eps), computed in float32 or wider."""
+    xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
 
 class Attention(nn.Module):
@@ -66,6 +75,9 @@ class Attention(nn.Module):
     uses_posenc = True
     #: an attention kind, not a token mixer (lengen.attention.mixer.TokenMixer sets True)
     is_token_mixer = False
+    #: the kind's ops take ``window`` / ``chunk`` (sliding-window and chunked local masks,
+    #: :func:`lengen.ops.common.local_mask`) through :meth:`local_args`; others refuse them
+    supports_window = False
 
     #: checks of the options every kind takes (log-length scaling, lengen.attention.scaling)
     KWARG_RULES = {"logn": Choice(*LOGN_KINDS), "logn_s": Float(), "logn_learn_s": Bool(),
@@ -74,8 +86,19 @@ class Attention(nn.Module):
     def __init__(self, *, d_model: int, n_heads: int, causal: bool = True, impl: str = "auto",
                  block_size: int = 256, layer_idx: int = 0, n_layers: int = 1,
                  logn: str = "none", logn_s: float = 0.43, logn_learn_s: bool = True,
-                 logn_floor_scale: float = 8192.0, logn_attn_scale: float = 0.1):
+                 logn_floor_scale: float = 8192.0, logn_attn_scale: float = 0.1,
+                 window: int | None = None, chunk: int | None = None, qk_norm: str = "none",
+                 qk_norm_position: str = "after_rope"):
         super().__init__()
+        if (window is not None or chunk is not None) and not self.supports_window:
+            raise ValueError(f"attention '{type(self).__name__}' has no sliding-window or chunked "
+                             f"mask (window={window}, chunk={chunk})")
+        if (window is not None or chunk is not None) and not causal:
+            raise ValueError("window / chunk masks need causal attention")
+        if qk_norm not in QK_NORMS or qk_norm_position not in QK_NORM_PLACES:
+            raise ValueError(f"qk_norm must be one of {', '.join(QK_NORMS)} and qk_norm_position "
+                             f"one of {', '.join(QK_NORM_PLACES)}, got {qk_norm!r}, "
+                             f"{qk_norm_position!r}")
         if d_model % n_heads:
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
         if impl not in IMPLS:
@@ -90,6 +113,8 @@ class Attention(nn.Module):
         self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
         self.causal, self.impl, self.block_size = causal, impl, block_size
         self.layer_idx, self.n_layers = layer_idx, n_layers
+        self.window, self.chunk = window, chunk
+        self.qk_norm, self.qk_norm_position = qk_norm, qk_norm_position
         # nn.Linear with oneDNN's CPU training path (lengen.ops.linear)
         self.qkv = Linear(d_model, 3 * d_model, bias=False)
         self.proj = Linear(d_model, d_model, bias=False)
@@ -140,7 +165,9 @@ class Attention(nn.Module):
         # nothing between made new q, k; else one copy into place, where unbind made two)
         q, k, v = split_heads(qkv, self.n_heads)
         q, k = self.prepare_qk(q, k)
+        q, k = self.norm_qk(q, k, "before_rope")
         q, k = posenc.rotate(q, k, pos)
+        q, k = self.norm_qk(q, k, "after_rope")
         q = self.logn(q, pos if key_pos is None else key_pos)     # log-length scaling, if set
         if cache is not None:
             y = self.decode(q, k, v, x, posenc, pos, key_pos, cache)
@@ -185,6 +212,21 @@ class Attention(nn.Module):
     def prepare_qk(self, q, k):
         """Hook for per-kind q/k transforms applied before positional rotation (e.g. q/k norm)."""
         return q, k
+
+    def norm_qk(self, q, k, place: str):
+        """Model-level q/k norm (``model.qk_norm``) at ``place`` (``before_rope`` /
+        ``after_rope``), for every kind: ``rms`` is x * rsqrt(mean(x^2) + 1e-6) over each head's
+        q and k, no weight (Llama 4's ``Llama4TextL2Norm``; Dehghani et al. 2023 with the
+        weight left out). Identity for ``none`` or the other place."""
+        if self.qk_norm == "none" or place != self.qk_norm_position:
+            return q, k
+        return qk_rms(q), qk_rms(k)
+
+    def local_args(self) -> dict:
+        """``window`` / ``chunk`` for the kind's ops, only those set (kinds with
+        ``supports_window`` add this to :meth:`op_args`)."""
+        return {k: v for k, v in (("window", self.window), ("chunk", self.chunk))
+                if v is not None}
 
     def op_args(self, q, x) -> tuple[tuple, dict]:
         """The kind's own inputs to its ops after q, k, v: (positional, keyword), e.g. FoT's

@@ -27,11 +27,12 @@ FUSED_MAX_HEAD_DIM = 32
 
 class SoftmaxAttention(Attention):
     reads_x = False                       # attend ignores x (lengen.attention.base)
+    supports_window = True                # window / chunk masks in all three ops
     ops = Ops(naive=softmax_attention_naive, lean=softmax_attention_chunked,
               fast_cpu=softmax_attention_fast_cpu)
 
     def op_args(self, q, x):
-        return (), {"causal": self.causal}
+        return (), {"causal": self.causal, **self.local_args()}
 
     def training_op(self, q, k, v, bias_fn, rows):
         """Without a bias: the per-row C kernel for causal float32 CPU training at head dims up
@@ -39,7 +40,10 @@ class SoftmaxAttention(Attention):
         "Fused rows"; CUDA tensors never take it, :func:`fused_applies`), else SDPA through the
         query-blocked op. With a bias: the tiled CPU op (SDPA would take its unfused math path
         to give the bias a gradient), and off the CPU one SDPA call over the full [H, T, T]
-        bias (a Triton kernel would be selected here)."""
+        bias (a Triton kernel would be selected here). A layer with a window or chunk mask
+        trains with the query-blocked op, which reads only each block's visible keys."""
+        if self.window is not None or self.chunk is not None:
+            return functools.partial(softmax_attention_chunked, block_size=self.block_size)
         if bias_fn is None:
             scale = q.shape[-1] ** -0.5                                # SDPA's default
             if (q.shape[-1] <= FUSED_MAX_HEAD_DIM

@@ -79,6 +79,7 @@ def plan(kind: str, name: str) -> list[tuple[str, dict]]:
         cls = points()["attention"].get(name)
         combos = [{"posenc": p, "attention": name} for p, c in POSENCS.items()
                   if combines(cls, c)]
+        combos += layout_combos(name, cls)
     else:
         combos = [{"posenc": p, "attention": "softmax", "positions": name} for p in ("rope", "nope")]
     out = []
@@ -87,6 +88,27 @@ def plan(kind: str, name: str) -> list[tuple[str, dict]]:
             out.append((contract, dict(combos[0], section=kind)))
         else:
             out += [(contract, c) for c in combos]
+    return out
+
+
+def layout_combos(name: str, cls) -> list[dict]:
+    """The per-layer options an attention kind takes (:mod:`lengen.model.config`), each run
+    through the same contracts: model-level q/k norm (kinds with queries and keys, TRA having its
+    own), sliding-window and chunked masks (kinds with ``supports_window``), and a mixed layout
+    (a RoPE layer with a local mask or q/k norm, then a global NoPE layer)."""
+    if cls.is_token_mixer:
+        return []
+    out = []
+    local = {"window": 3} if getattr(cls, "supports_window", False) else {}
+    if name != "tra":
+        out.append({"posenc": "rope", "attention": name, "qk_norm": "rms"})
+        local = {**local, "qk_norm": "rms"}
+    if getattr(cls, "supports_window", False):
+        out += [{"posenc": "rope", "attention": name, "window": 3},
+                {"posenc": "alibi", "attention": name, "chunk": 4}]
+    if local and combines(cls, POSENCS["rope"]) and combines(cls, POSENCS["nope"]):
+        out.append({"posenc": "rope", "attention": name,
+                    "layers": [local, {"posenc": "nope"}]})
     return out
 
 

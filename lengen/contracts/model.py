@@ -62,6 +62,7 @@ def build(posenc="nope", attention="softmax", positions="identity", *, seed=0, c
     """A tiny model (d_model 16, 2 heads, block size 5) whose zero-initialised tables and gates
     are replaced by random values, so every hook and gate changes the output."""
     torch.manual_seed(seed)
+    n_layers = max(n_layers, len(overrides.get("layers", ())))   # every layer of a layout
     cfg = dict(vocab_size=V, d_model=16, n_layers=n_layers, n_heads=2, posenc=posenc,
                attention=attention, positions=positions, causal=causal, dropout=0.0,
                init_std=0.3, attn_block_size=5,

@@ -1,4 +1,5 @@
-"""Writing lengen models as Hugging Face checkpoints: ``lengen export RUN OUT --to hf|llama``.
+"""Writing lengen models as Hugging Face checkpoints: ``lengen export RUN OUT --to
+hf|llama|llama4``.
 
 * ``hf``: :class:`lengen.hf.modeling.LengenForCausalLM` (every lengen model; loads after
   ``import lengen.hf``).
@@ -24,6 +25,8 @@
   ``post_attention_layernorm``; ``norm_f`` -> ``model.norm``; ``head`` -> ``lm_head``.
   HF's dynamic NTK keeps the largest length a module has seen between calls (a decoding-time
   cache policy); a single forward pass equals lengen's.
+* ``llama4``: a stock ``Llama4ForCausalLM`` (text model, dense MLPs) for per-layer RoPE / NoPE
+  layouts with chunked attention, q/k norm and temperature tuning (:mod:`lengen.hf.llama4`).
 * a run with a Hugging Face backbone (``model.backbone=hf``): its transformers model as it is,
   with either format (``llama`` only for a Llama), when its positions at evaluation are 0, 1, ...
 """
@@ -35,11 +38,12 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from lengen.errors import ExportError
+from lengen.hf.llama4 import block_refusals, identity_at_eval as _identity_at_eval, to_llama4
 from lengen.hf.modeling import LengenConfig, LengenForCausalLM
 from lengen.model import HFBackbone, Transformer
 from lengen.rundir.load import load_run
 
-EXPORT_FORMATS = ("hf", "llama")
+EXPORT_FORMATS = ("hf", "llama", "llama4")
 RMS_EPS = 1e-6                     # lengen.model.block.RMSNorm's eps
 _ROPE_DEFAULTS = {"base": 10000.0, "rotary_fraction": 1.0, "scaling": "none", "factor": 1.0}
 
@@ -51,49 +55,30 @@ def to_hf(model: Transformer, task: dict | None = None):
     return hf.eval()
 
 
-def _identity_at_eval(model: Transformer | HFBackbone) -> bool:
-    s = model.sampler
-    if getattr(s, "uses_batch", False) or getattr(s, "reads_tokens", False):
-        return False
-    for T in (1, 7, 64, 1000):
-        try:
-            pos = s.sample(T, training=False, generator=torch.Generator().manual_seed(T))
-        except (ValueError, RuntimeError):
-            return False
-        if tuple(pos.shape) != (T,) or not torch.equal(pos.float(), torch.arange(T).float()):
-            return False
-    return True
-
-
 def llama_refusals(model: Transformer) -> list[str]:
     """What in ``model`` a stock ``LlamaForCausalLM`` cannot express (empty: it maps exactly)."""
     mc, why = model.cfg, []
     if not mc.causal:
         why.append("model.causal=false (an encoder; Llama is a causal decoder)")
+    if mc.layers:
+        why.append("model.layers (a per-layer layout; Llama's layers are alike: see --to "
+                   "llama4 for RoPE / NoPE layouts)")
+    for key, default in (("window", None), ("chunk", None), ("qk_norm", "none")):
+        if getattr(mc, key) != default:
+            why.append(f"model.{key}={getattr(mc, key)} (Llama has no "
+                       f"{'q/k norm' if key == 'qk_norm' else 'local attention mask'})")
     if mc.attention != "softmax" or mc.attention_kwargs:
         what = (f"model.attention={mc.attention}" if mc.attention != "softmax" else
                 f"model.attention_kwargs={mc.attention_kwargs}")
         why.append(f"{what} (Llama's attention is plain softmax attention)")
     if mc.posenc != "rope":
         why.append(f"model.posenc={mc.posenc} (Llama rotates every head with RoPE)")
-    else:
+    elif not mc.layers:                  # (a layout is refused above; layer 0 may not rotate)
         rope = model.posenc
         if rope.rot_dim != rope.head_dim:
             why.append(f"model.posenc_kwargs.rotary_fraction={rope.rotary_fraction} (Llama "
                        f"rotates the whole head: rotary_fraction=1)")
-    if not _identity_at_eval(model):
-        why.append(f"model.positions={mc.positions} with {mc.positions_kwargs} (Llama uses "
-                   f"positions 0, 1, ... at evaluation; this sampler does not)")
-    if mc.mlp != "swiglu":
-        why.append(f"model.mlp={mc.mlp} (Llama's MLP is SwiGLU)")
-    if mc.norm != "rms":
-        why.append(f"model.norm={mc.norm} (Llama uses RMSNorm)")
-    if mc.norm_position != "pre":
-        why.append(f"model.norm_position={mc.norm_position} (Llama is pre-norm)")
-    if not mc.final_norm:
-        why.append("model.final_norm=false (Llama always normalises before the head)")
-    if mc.embed_scale:
-        why.append("model.embed_scale=true (Llama does not scale its embeddings)")
+    why += block_refusals(model)
     return why
 
 
@@ -188,7 +173,7 @@ def export_run(run_dir: str, out: str, to: str = "hf") -> str:
         hf = hf_backbone_export(model, to)
     else:
         hf = (to_hf(model, task={"name": cfg.task.name, "kwargs": cfg.task.kwargs}) if to == "hf"
-              else to_llama(model))
+              else to_llama(model) if to == "llama" else to_llama4(model))
     if not getattr(hf.config, "lengen_task", None):
         # the task the weights were trained on, recorded in every export's config.json so that
         # lengen eval --hf refuses to score them on another task (lengen.runs.evaluate_hf)
@@ -203,6 +188,9 @@ def hf_backbone_export(model: HFBackbone, to: str):
     lengen's and is not written, so a sampler whose evaluation positions are not 0, 1, ... is
     refused: the checkpoint would compute something else."""
     mt = model.hf.config.model_type
+    if to == "llama4":
+        raise ExportError(f"--to llama4 writes lengen's own layouts; this run's backbone is a "
+                          f"transformers {mt}: export it with --to hf (a stock {mt} checkpoint)")
     if to == "llama" and mt != "llama":
         raise ExportError(f"this run's backbone is a {mt} (model.hf_config.model_type={mt}), not "
                           f"a Llama; export it with --to hf (a stock {mt} checkpoint)")

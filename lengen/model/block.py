@@ -93,9 +93,11 @@ class Block(nn.Module):
     def __init__(self, cfg: ModelConfig, layer_idx: int):
         super().__init__()
         self.norm_position, self.layer_idx = cfg.norm_position, layer_idx
-        self.attn = built(f"attention kind '{cfg.attention}' (model.attention, "
-                          f"model.attention_kwargs={cfg.attention_kwargs})", build_attention,
-                          cfg.attention, cfg.attention_kwargs, **cfg.attention_args(layer_idx))
+        lc = cfg.layer_config(layer_idx)              # model.layers' overrides for this block
+        key = functools.partial(cfg._layer_key, layer_idx)  # model.x, or model.layers[i].x
+        self.attn = built(f"attention kind '{lc.attention}' ({key('attention')}, "
+                          f"{key('attention_kwargs')}={lc.attention_kwargs})", build_attention,
+                          lc.attention, lc.attention_kwargs, **cfg.attention_args(layer_idx))
         self.mlp = MLP(cfg)
         self.norm1, self.norm2 = make_norm(cfg), make_norm(cfg)
         if cfg.norm_position in ("sandwich", "pre_post"):

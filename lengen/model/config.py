@@ -17,12 +17,13 @@ are filled in from ``hf_config`` when the config is validated, and ``vocab_size`
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import asdict, dataclass
 
-from lengen.attention import ATTENTION_POINT, wide_qk_refusal
-from lengen.checks import (Bool, Choice, Float, Int, Mapping, Str, check_fields, did_you_mean,
-                           option, rules_of)
+from lengen.attention import ATTENTION_POINT, ATTENTIONS, wide_qk_refusal
+from lengen.checks import (Bool, Choice, Float, Int, Mapping, Seq, Str, check_fields,
+                           did_you_mean, option, rules_of)
 from lengen.errors import ConfigError
 from lengen.posenc import POSENC_POINT, POSENCS
 from lengen.posenc.base import PositionalScheme
@@ -36,6 +37,11 @@ ATTN_IMPLS = ("auto", "naive", "lean")     # = lengen.attention.base.IMPLS (test
 INITS = ("normal", "haiku")
 EMBED_DROPOUTS = ("always", "with_pe")
 BACKBONES = ("lengen", "hf")        # lengen's Transformer | a Hugging Face causal LM
+QK_NORMS = ("none", "rms")          # rms: x * rsqrt(mean(x^2) + eps) per head, no weight (Llama 4)
+QK_NORM_PLACES = ("after_rope", "before_rope")
+#: the keys a per-layer entry of ``model.layers`` may override (plus ``repeat``)
+LAYER_KEYS = ("posenc", "posenc_kwargs", "attention", "attention_kwargs", "window", "chunk",
+              "qk_norm", "qk_norm_position")
 
 
 _NAME = "a registry name (see `lengen list`) or an import path package.module:Name"
@@ -75,6 +81,24 @@ class ModelConfig:
     attention: str = option("softmax", Str(what=_NAME), "attention kind: a key of "
                             "lengen.attention.ATTENTIONS, a plugin name or an import path")
     attention_kwargs: dict = option({}, Mapping(), "keyword arguments of the attention kind")
+    window: int | None = option(None, Int(min=1, optional=True),
+                                "sliding-window attention: query i sees keys j with i - window "
+                                "< j <= i (causal kinds that declare supports_window: softmax)")
+    chunk: int | None = option(None, Int(min=1, optional=True),
+                               "chunked local attention (Llama 4's attention_chunk_size): query "
+                               "i sees keys j <= i with j // chunk == i // chunk")
+    qk_norm: str = option("none", Choice(*QK_NORMS),
+                          "none | rms: q and k RMS-normalised per head without a weight "
+                          "(Llama 4's L2Norm), for every attention kind (not token mixers)")
+    qk_norm_position: str = option("after_rope", Choice(*QK_NORM_PLACES),
+                                   "after_rope (Llama 4) | before_rope: where qk_norm acts")
+    layers: list = option([], Seq(Mapping()),
+                          "per-layer overrides, one mapping per layer of any of posenc, "
+                          "posenc_kwargs, attention, attention_kwargs, window, chunk, qk_norm, "
+                          "qk_norm_position; an entry's repeat: n stands for n copies; a list "
+                          "shorter than n_layers that divides it repeats (docs/methods.md, "
+                          "'Per-layer layouts'), e.g. [{chunk: 64, qk_norm: rms, repeat: 3}, "
+                          "{posenc: nope}]")
     positions: str = option("identity", Str(what=_NAME), "position sampler: a key of "
                             "lengen.samplers.SAMPLERS, a plugin name or an import path")
     positions_kwargs: dict = option({}, Mapping(), "keyword arguments of the position sampler")
@@ -110,6 +134,7 @@ class ModelConfig:
             raise ConfigError(f"model.d_model={self.d_model} must be divisible by model.n_heads="
                               f"{self.n_heads} (each head gets d_model / n_heads dimensions); "
                               f"change one of them")
+        self._check_layers()
         self._remember(registry=False)
 
     # -- what was checked, so a config is not checked again while no field changes -------------
@@ -162,6 +187,74 @@ class ModelConfig:
                               "model.vocab_size (filled in from the task); leave it out of "
                               "model.hf_config")
 
+    # -- per-layer layouts (model.layers) ------------------------------------------------------
+    def _check_layers(self) -> None:
+        """Each entry of ``layers``: known keys, values checked by the model-level field's rule
+        (errors name ``model.layers[i].key``), ``repeat`` a positive integer; the expanded list
+        has n_layers entries or a length that divides n_layers (then it repeats)."""
+        if self.layers and self.backbone != "lengen":
+            raise ConfigError("model.layers applies only with model.backbone=lengen")
+        for i, entry in enumerate(self.layers):
+            for key, value in list(entry.items()):
+                where = f"model.layers[{i}].{key}"
+                if key == "repeat":
+                    entry[key] = Int(min=1).check(value, where)
+                    continue
+                if key not in LAYER_KEYS:
+                    raise ConfigError(f"unknown key {where}. Valid keys in a layer: "
+                                      f"{', '.join(LAYER_KEYS)}, repeat."
+                                      f"{did_you_mean(key, LAYER_KEYS)}")
+                entry[key] = MODEL_RULES[key].check(value, where, _DEFAULTS[key])
+        n = len(self._expanded())
+        if n and self.n_layers % n:
+            raise ConfigError(f"model.layers describes {n} layers (repeat counted), which neither "
+                              f"equals nor divides model.n_layers={self.n_layers}; give one entry "
+                              f"per layer, or a pattern whose length divides n_layers")
+        for i in range(self.n_layers if n else 0):
+            over = self.layer_overrides(i)
+            if (over.get("window", self.window) is not None
+                    and over.get("chunk", self.chunk) is not None):
+                raise ConfigError(f"{self._layer_key(i, 'window')} and "
+                                  f"{self._layer_key(i, 'chunk')} are both set; a layer is "
+                                  f"either sliding-window or chunked")
+        if self.window is not None and self.chunk is not None:
+            raise ConfigError("model.window and model.chunk are both set; a layer is either "
+                              "sliding-window or chunked (set one, or per layer in model.layers)")
+
+    def _expanded(self) -> list:
+        """``layers`` with ``repeat`` unrolled: [(index in layers, overrides)]."""
+        out = []
+        for i, entry in enumerate(self.layers):
+            body = {k: v for k, v in entry.items() if k != "repeat"}
+            out += [(i, body)] * int(entry.get("repeat", 1))
+        return out
+
+    def _layer_key(self, layer_idx: int, key: str) -> str:
+        """The config key that sets ``key`` for layer ``layer_idx`` (for error messages)."""
+        expanded = self._expanded()
+        if expanded:
+            i, body = expanded[layer_idx % len(expanded)]
+            if key in body:
+                return f"model.layers[{i}].{key}"
+        return f"model.{key}"
+
+    def layer_overrides(self, layer_idx: int) -> dict:
+        """What ``layers`` sets for layer ``layer_idx`` (empty without ``layers``)."""
+        expanded = self._expanded()
+        return dict(expanded[layer_idx % len(expanded)][1]) if expanded else {}
+
+    def layer_config(self, layer_idx: int) -> "ModelConfig":
+        """The model config of one layer: the model-level fields with the layer's overrides
+        (and no ``layers``). Without ``layers`` the config itself."""
+        if not self.layers:
+            return self
+        over = copy.deepcopy(self.layer_overrides(layer_idx))
+        return dataclasses.replace(self, layers=[], **over)
+
+    def layer_configs(self) -> list:
+        """:meth:`layer_config` of every layer, in order."""
+        return [self.layer_config(i) for i in range(self.n_layers)]
+
     # -- arguments the model passes to registry classes itself (never from *_kwargs) ------------
     def posenc_args(self) -> dict:
         """Keyword arguments every positional scheme receives from the model."""
@@ -170,9 +263,18 @@ class ModelConfig:
 
     def attention_args(self, layer_idx: int) -> dict:
         """Keyword arguments every attention kind receives from the model (per layer)."""
-        return dict(d_model=self.d_model, n_heads=self.n_heads, causal=self.causal,
+        args = dict(d_model=self.d_model, n_heads=self.n_heads, causal=self.causal,
                     impl=self.attn_impl, block_size=self.attn_block_size, layer_idx=layer_idx,
                     n_layers=self.n_layers)
+        lc = self.layer_config(layer_idx)
+        # the local masks and q/k norm reach the kind only when set (lengen.attention.base),
+        # so a plugin kind that knows nothing of them keeps working
+        for key, default in (("window", None), ("chunk", None), ("qk_norm", "none")):
+            if getattr(lc, key) != default:
+                args[key] = getattr(lc, key)
+        if lc.qk_norm != "none" and lc.qk_norm_position != "after_rope":
+            args["qk_norm_position"] = lc.qk_norm_position
+        return args
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -196,8 +298,25 @@ class ModelConfig:
         """Check the registry names and ``*_kwargs`` of the positional scheme, the attention kind
         and the position sampler (the same checks as a config file's, :mod:`lengen.registry`),
         store the coerced kwargs, and return ``{section: (kind, name, class, framework
-        arguments)}`` for :func:`lengen.config.check_components`."""
+        arguments)}`` for :func:`lengen.config.check_components` (the model-level ones). Each
+        entry of ``layers`` is checked the same way (errors name ``model.layers[i].key``), then
+        every layer's window, chunk and qk_norm against its kind (:func:`layer_refusal`)."""
         fields_valid = self.checked()
+        parts = self._registry_parts("model.")
+        for i, entry in enumerate(self.layers):
+            over = {k: v for k, v in entry.items() if k != "repeat"}
+            if not over:
+                continue
+            lc = dataclasses.replace(self, layers=[], **copy.deepcopy(over))
+            lc._registry_parts(f"model.layers[{i}].")
+            for k in over:                   # canonical names, coerced kwargs
+                entry[k] = getattr(lc, k)
+        self._check_layout()
+        if fields_valid:                 # names canonical and kwargs coerced: valid as they are
+            self._remember(registry=True)
+        return parts
+
+    def _registry_parts(self, prefix: str) -> dict:
         # a plugin is stored by its import path, so whatever rebuilds the run (resume, eval,
         # spawned sweep workers, Ray tasks) imports the same class without its entry point
         self.posenc = POSENC_POINT.canonical(self.posenc)
@@ -217,11 +336,58 @@ class ModelConfig:
         for section, (kind, name, cls, framework) in parts.items():
             sources = {k: FRAMEWORK_ARG_SOURCES.get(k, "the model") for k in framework}
             attr = section.split(".")[1]
-            setattr(self, attr, check_kwargs(cls, getattr(self, attr), section=section, kind=kind,
-                                             name=name, framework=sources))
-        if fields_valid:                 # names canonical and kwargs coerced: valid as they are
-            self._remember(registry=True)
+            setattr(self, attr, check_kwargs(cls, getattr(self, attr),
+                                             section=prefix + attr, kind=kind, name=name,
+                                             framework=sources))
         return parts
+
+    def _check_layout(self) -> None:
+        """Every layer's window / chunk / qk_norm against its attention kind
+        (:func:`layer_refusal`), and one embedding hook for the model: a scheme that adds to the
+        embeddings (sin/cos, learned) is the model's, so the layers may not disagree on the
+        scheme when one of them is such a scheme."""
+        configs = self.layer_configs() if self.layers else [self]
+        for i, lc in enumerate(configs):
+            why = layer_refusal(ATTENTION_POINT.get(lc.attention), lc,
+                                lambda key, i=i: self._layer_key(i, key))
+            if why:
+                raise ConfigError(why)
+        schemes = {(lc.posenc, repr(sorted(lc.posenc_kwargs.items()))) for lc in configs}
+        adds = [lc.posenc for lc in configs
+                if POSENC_POINT.get(lc.posenc).embed is not PositionalScheme.embed]
+        if len(schemes) > 1 and adds:
+            raise ConfigError(f"model.layers: positional scheme '{adds[0]}' adds to the "
+                              f"embeddings once for the whole model, so every layer must use it "
+                              f"(with the same posenc_kwargs) or none may; the layers name "
+                              f"{', '.join(sorted({s for s, _ in schemes}))}. Use schemes that "
+                              f"act inside attention (rope, alibi, nope, ...) per layer")
+
+
+def layer_refusal(attention_cls, lc: "ModelConfig", key=lambda k: f"model.{k}") -> str | None:
+    """Why a layer's ``window`` / ``chunk`` / ``qk_norm`` cannot run with its attention kind, or
+    None. ``key(name)`` gives the config key that set ``name`` (for the message). Local masks
+    need a causal kind declaring ``supports_window``; q/k norm needs queries and keys (not a
+    token mixer) and is TRA's own ``attention_kwargs.qk_norm`` there."""
+    for name in ("window", "chunk"):
+        if getattr(lc, name) is None:
+            continue
+        if not getattr(attention_cls, "supports_window", False):
+            ok = ", ".join(n for n, c in ATTENTIONS.items() if getattr(c, "supports_window", False))
+            return (f"{key(name)}={getattr(lc, name)}: attention kind '{lc.attention}' has no "
+                    f"{'sliding-window' if name == 'window' else 'chunked'} mask; kinds with "
+                    f"one: {ok}")
+        if not lc.causal:
+            return (f"{key(name)}={getattr(lc, name)} needs a causal decoder (model.causal=true)"
+                    f": the mask keeps keys j <= i")
+    if lc.qk_norm != "none":
+        if attention_cls.is_token_mixer:
+            return (f"{key('qk_norm')}={lc.qk_norm}: attention kind '{lc.attention}' is a token "
+                    f"mixer with no queries and keys; use qk_norm=none there")
+        if attention_cls is ATTENTIONS.get("tra"):
+            return (f"{key('qk_norm')}={lc.qk_norm}: TRA normalises q and k itself "
+                    f"(model.attention_kwargs.qk_norm, default true); leave model qk_norm at "
+                    f"none with tra")
+    return None
 
 
 def acts_in_attention(posenc_cls) -> bool:
@@ -264,6 +430,10 @@ FRAMEWORK_ARG_SOURCES = {
     "head_dim": "model.d_model / model.n_heads", "causal": "model.causal",
     "impl": "model.attn_impl", "block_size": "model.attn_block_size",
     "layer_idx": "the layer's index (0 .. model.n_layers - 1)", "n_layers": "model.n_layers",
+    "window": "model.window (or model.layers[i].window)",
+    "chunk": "model.chunk (or model.layers[i].chunk)",
+    "qk_norm": "model.qk_norm (or model.layers[i].qk_norm)",
+    "qk_norm_position": "model.qk_norm_position",
 }
 
 
@@ -273,7 +443,8 @@ FRAMEWORK_ARG_SOURCES = {
 HF_MODEL_TYPES = {"llama": "rope", "gpt2": "table"}
 #: fields of lengen's own transformer, which must keep their defaults with backbone=hf
 LENGEN_ONLY = ("mlp", "norm", "norm_position", "final_norm", "dropout", "tie_embeddings",
-               "embed_scale", "causal", "posenc", "posenc_kwargs", "attention",
+               "embed_scale", "causal", "posenc", "posenc_kwargs", "attention", "window", "chunk",
+               "qk_norm", "qk_norm_position", "layers",
                "attention_kwargs", "attn_impl", "attn_block_size", "init_std", "init",
                "embed_dropout")
 #: the sizes a Hugging Face backbone fills in from its config (lengen's memory estimates and

@@ -84,6 +84,19 @@ section: the HF causal-LM example's defaults that the index-warping paper says i
 5e-5, no weight decay, betas (0.9, 0.999), eps 1e-8, no warmup, gradient clipping at 1.0), batch
 64. HF decays the learning rate linearly to 0; lengen's schedules are cosine or constant, so the
 preset leaves lengen's cosine (``min_lr_frac=0``: also to 0).
+
+``llama4-irope``: Llama 4's interleaved-RoPE ("iRoPE") text layout at cpu scale (Meta's Llama 4
+release; Hugging Face ``transformers`` ``models/llama4``): 4 blocks, d_model 128, 4 heads, SwiGLU
+MLP of width 256, pre-RMSNorm and a final norm, untied head; layers 0-2 RoPE with chunked local
+attention (``chunk``, Llama 4's ``attention_chunk_size``: query i sees keys j <= i of its own
+chunk) and q/k RMS-normalised without a weight after RoPE (``qk_norm=rms``, Llama 4's
+``use_qk_norm`` / ``Llama4TextL2Norm``), layer 3 (every 4th, ``no_rope_layers``) NoPE with global
+causal attention and attention temperature tuning (``attention_kwargs.logn=llama4``). Scaled down
+from the release (chunk 8192, ``floor_scale`` 8192, RoPE base 500000) so that both mechanisms act
+on cpu-scale lengths: chunk 16 and ``logn_floor_scale`` 16 (``attn_scale`` 0.1 as released), RoPE
+base 10000. Not reproduced: the mixture-of-experts MLPs (every layer is dense here) and Llama 4's
+interleaved (complex) RoPE channel order, which is lengen's half-split order up to a fixed
+permutation of each head's q/k channels (the export applies it).
 """
 from __future__ import annotations
 
@@ -123,6 +136,14 @@ HF_CLM_TRAIN = dict(optimizer="adamw", lr=5e-5, weight_decay=0.0, betas=[0.9, 0.
                     warmup_steps=0, schedule="cosine", min_lr_frac=0.0, grad_clip=1.0,
                     batch_size=64)
 
+LLAMA4_CHUNK = 16
+LLAMA4_IROPE = dict(d_model=128, n_layers=4, n_heads=4, d_ff=256, mlp="swiglu", norm="rms",
+                    norm_position="pre", final_norm=True, causal=True, posenc="rope",
+                    layers=[{"chunk": LLAMA4_CHUNK, "qk_norm": "rms", "repeat": 3},
+                            {"posenc": "nope",
+                             "attention_kwargs": {"logn": "llama4",
+                                                  "logn_floor_scale": LLAMA4_CHUNK,
+                                                  "logn_attn_scale": 0.1}}])
 
 # Literal registry: name -> {"model": {...}, "train": {...}}
 PRESETS: dict[str, dict] = {
@@ -133,6 +154,7 @@ PRESETS: dict[str, dict] = {
     "zhou2024-25m": _zhou2024("25m"),
     "zhou2024-268m": _zhou2024("268m"),
     "gpt2-base": {"model": GPT2_BASE, "train": HF_CLM_TRAIN},
+    "llama4-irope": {"model": LLAMA4_IROPE, "train": {}},
 }
 
 
@@ -146,4 +168,4 @@ def preset(name: str, **model_overrides) -> dict:
 
 __all__ = ["PRESETS", "DELETANG2023_LSTM", "RUOSS2023_ENCODER", "RUOSS2023_TRAIN",
            "RUOSS2023_LRS", "ZHOU2024_BLOCK", "ZHOU2024_SIZES", "ZHOU2024_TRAIN", "GPT2_BASE",
-           "HF_CLM_TRAIN", "preset"]
+           "HF_CLM_TRAIN", "LLAMA4_IROPE", "preset"]

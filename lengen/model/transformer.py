@@ -75,7 +75,7 @@ def config_sampler(cfg: ModelConfig):
 def check_given(cfg: ModelConfig, posenc, sampler) -> None:
     """A scheme or sampler handed to the model must be of the class ``cfg`` names (an instance
     built from ``cfg``; its keyword arguments cannot be compared), never silently another one."""
-    for given, point, name, arg in ((posenc, POSENC_POINT, cfg.posenc, "posenc"),
+    for given, point, name, arg in ((posenc, POSENC_POINT, cfg.layer_config(0).posenc, "posenc"),
                                     (sampler, SAMPLER_POINT, cfg.positions, "sampler")):
         if given is not None and type(given) is not point.get(name):
             raise ArgumentError(f"{arg} must be the {point.kind} '{name}' of {point.key}, "
@@ -103,20 +103,30 @@ class Transformer(nn.Module):
         check_given(cfg, posenc, sampler)
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
 
-        def scheme():
-            return built(f"positional scheme '{cfg.posenc}' (model.posenc, model.posenc_kwargs="
-                         f"{cfg.posenc_kwargs})", build_posenc, cfg.posenc, cfg.posenc_kwargs,
-                         **cfg.posenc_args())
+        def scheme(lc):
+            return built(f"positional scheme '{lc.posenc}' (model.posenc, model.posenc_kwargs="
+                         f"{lc.posenc_kwargs})", build_posenc, lc.posenc, lc.posenc_kwargs,
+                         **lc.posenc_args())
 
         # schemes and the sampler are built on a forked RNG, so a seed's weights do not depend on
         # whether they were built here or handed in: what their constructors draw is never kept
         # (the generic init and reset_parameters below set every parameter)
         with torch.random.fork_rng(devices=[]):
-            # layer 0's scheme; its embed hook serves the model
-            self.posenc = posenc if posenc is not None else scheme()
-            # a per-layer scheme: blocks 1.. get instances of their own (None: all share posenc)
-            self.layer_posencs = (nn.ModuleList(scheme() for _ in range(cfg.n_layers - 1))
-                                  if self.posenc.per_layer else None)
+            # layer 0's scheme; its embed hook serves the model (model.layers may not disagree
+            # on a scheme that adds to the embeddings: ModelConfig._check_layout)
+            lcs = cfg.layer_configs()
+            self.posenc = posenc if posenc is not None else scheme(lcs[0])
+            # blocks 1.. get instances of their own where the scheme is built per layer or
+            # model.layers gives them another one (None: all share posenc); layers that name
+            # the same scheme with the same kwargs share one instance, as a plain model's do
+            self.layer_posencs = None
+            keys = [(lc.posenc, repr(sorted(lc.posenc_kwargs.items()))) for lc in lcs]
+            if self.posenc.per_layer or len(set(keys)) > 1:
+                shared = {keys[0]: self.posenc}
+                self.layer_posencs = nn.ModuleList(
+                    scheme(lc) if self.posenc.per_layer else
+                    shared.setdefault(key, scheme(lc)) if key not in shared else shared[key]
+                    for lc, key in zip(lcs[1:], keys[1:]))
             self.sampler = sampler if sampler is not None else config_sampler(cfg)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
@@ -159,7 +169,8 @@ class Transformer(nn.Module):
     def check_length(self, length: int) -> None:
         """Raise ValueError now if inputs of ``length`` tokens cannot be encoded (e.g. a learned
         table that is too small), instead of failing, or silently clamping, mid-training."""
-        self.posenc.check_positions(self.sampler.max_position(length))
+        for scheme in self.unique_posencs():
+            scheme.check_positions(self.sampler.max_position(length))
 
     def sample_positions(self, length: int, *, batch_size: int | None = None, device=None,
                          generator=None, batch=None, lengths: torch.Tensor | None = None,

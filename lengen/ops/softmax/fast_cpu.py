@@ -26,6 +26,7 @@ import torch
 from lengen.ops.cpu_tiles import (LOG2E, TiledAttention, exp2_floor, future_mask,
                                   numerators)
 from lengen.ops.fused_rows import fused_applies, fused_attention
+from lengen.ops.softmax.chunked import softmax_attention_chunked
 from lengen.ops.softmax.naive import softmax_attention_naive
 from lengen.ops.tile_bias import TileTerms, bias_inputs
 
@@ -85,7 +86,7 @@ class _SoftmaxFastCPU(torch.autograd.Function):
 
 def softmax_attention_fast_cpu(q, k, v, *, causal=True, bias_fn=None, scale=None,
                                return_weights=False, col_bias=None, budget: int | None = None,
-                               qblock: int | None = None, rows=None):
+                               qblock: int | None = None, rows=None, window=None, chunk=None):
     """Drop-in for ``softmax_attention_naive`` (q, k, v: [B, H, T, hd]) plus an optional per-key
     bias ``col_bias`` [B, H, Tk]. ``bias_fn(0, T)`` is called once; its gradient flows back. A
     ``bias_fn`` with a tiled form (:func:`lengen.ops.tile_bias.tiled_bias`) is evaluated per tile
@@ -96,7 +97,18 @@ def softmax_attention_fast_cpu(q, k, v, *, causal=True, bias_fn=None, scale=None
     (:mod:`lengen.ops.fused_rows`) when it is available and no tile size is given; ``budget`` /
     ``qblock`` select the tiled path. ``rows`` (bool [B, T]): the query rows whose outputs are
     read; the C kernel skips the others (:func:`lengen.ops.fused_rows.fused_attention`), the
-    tiled path computes them all."""
+    tiled path computes them all. ``window`` / ``chunk`` (local masks) are routed to the
+    query-blocked op (:func:`lengen.ops.softmax.chunked.softmax_attention_chunked`), which reads
+    only each block's visible keys (the same maths; tested equal in
+    tests/test_layers_layout.py), or to the reference when weights are wanted."""
+    if window is not None or chunk is not None:
+        if return_weights:
+            return softmax_attention_naive(q, k, v, causal=causal, bias_fn=bias_fn, scale=scale,
+                                           return_weights=True, window=window, chunk=chunk)
+        if col_bias is not None:
+            raise NotImplementedError("col_bias with window / chunk masks")
+        return softmax_attention_chunked(q, k, v, causal=causal, bias_fn=bias_fn, scale=scale,
+                                         block_size=qblock or 256, window=window, chunk=chunk)
     if return_weights or q.dtype not in (torch.float32, torch.float64):
         if col_bias is not None:
             raise NotImplementedError("col_bias needs float32/float64 and no return_weights")
