@@ -11,11 +11,12 @@ import importlib.util
 import os
 import shutil
 import sys
+import warnings
 
 import torch
 
 from lengen.checks import check_device_available
-from lengen.errors import ConfigError
+from lengen.errors import ConfigError, LengenWarning
 
 DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -82,6 +83,11 @@ def check_compile(device: str, key: str = "train.compile") -> None:
         raise ConfigError(f"{key}=true on cpu needs a C++ compiler for torch.compile's CPU backend "
                           f"(none of $CXX, g++, c++, clang++ found); install one (e.g. apt-get "
                           f"install g++) or {fix}")
+    if dev.type == "cpu":
+        warnings.warn(f"{key}=true on cpu: under torch.compile lengen's CPU kernels step aside (they "
+                      f"keep Python state a compiled graph would recompile on) and the compiler "
+                      f"traces the reference attention ops, which is usually slower than the "
+                      f"eager CPU path; compiling pays on cuda", LengenWarning, stacklevel=2)
     if dev.type == "cuda":
         if importlib.util.find_spec("triton") is None:
             raise ConfigError(f"{key}=true on cuda needs Triton (pip install triton, or "

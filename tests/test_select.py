@@ -25,6 +25,20 @@ def test_cpu_trains_with_the_tiled_ops():
     assert ForgettingAttention.ops.training(fake("cpu")) is fot_attention_fast_cpu
 
 
+def test_torch_compile_traces_the_reference_not_the_tiled_ops(monkeypatch):
+    """Under torch.compile (train.compile=true) the tiled CPU ops, whose Python caches are keyed
+    by tensor identity, would recompile the graph at every step: the reference is traced."""
+    from lengen.attention.softmax import SoftmaxAttention
+    from lengen.ops.softmax.fast_cpu import softmax_attention_fast_cpu
+
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    assert ThresholdRelativeAttention.ops.training(fake("cpu")) is tra_attention_naive
+    assert ForgettingAttention.ops.training(fake("cpu")) is fot_attention_naive
+    layer = SoftmaxAttention(d_model=16, n_heads=2).train()
+    q = torch.zeros(1, 2, 8, 8)
+    assert layer.training_op(q, q, q, lambda s, e: None, None) is not softmax_attention_fast_cpu
+
+
 def test_cuda_without_kernel_support_falls_back_to_the_reference():
     bias = lambda s, e: None  # noqa: E731
     assert ThresholdRelativeAttention.ops.training(fake("cuda"), bias) is tra_attention_naive

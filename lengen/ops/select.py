@@ -19,12 +19,19 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+
+import torch
 from dataclasses import dataclass
 from typing import Callable
 
 
 def triton_available() -> bool:
     return importlib.util.find_spec("triton") is not None
+
+
+def compiling() -> bool:
+    """Whether torch.compile is tracing this call (the tiled CPU ops are then left out)."""
+    return torch.compiler.is_compiling()
 
 
 def with_rows(op, rows=None):
@@ -52,8 +59,10 @@ class Ops:
     def training(self, q, bias_fn=None, rows=None):
         """The op ``impl='auto'`` trains with for q's device; ``rows`` (bool [B, T], the query
         rows whose outputs are read) goes to the CPU op, which may skip the others (the other
-        ops compute every row)."""
-        if q.device.type == "cpu" and self.fast_cpu is not None:
+        ops compute every row). Under ``torch.compile`` (``train.compile``) the CPU op is left
+        out: its tiles keep Python caches keyed by tensor identity, which would recompile the
+        graph at every step; the dense reference is what the compiler fuses."""
+        if q.device.type == "cpu" and self.fast_cpu is not None and not compiling():
             return with_rows(self.fast_cpu, rows)
         if (self.triton is not None and q.device.type == "cuda" and bias_fn is None
                 and q.shape[-1] <= 128 and triton_available()):
@@ -62,4 +71,4 @@ class Ops:
         return self.naive
 
 
-__all__ = ["Ops", "triton_available", "with_rows"]
+__all__ = ["Ops", "compiling", "triton_available", "with_rows"]
