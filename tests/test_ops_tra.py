@@ -191,3 +191,20 @@ def test_tra_qk_norm_scale_option():
     assert b.q_scale.grad is not None and b.q_scale.grad.abs().sum() > 0
     with pytest.raises(ValueError, match="qk_norm_scale"):
         ThresholdRelativeAttention(d_model=16, n_heads=2, qk_norm=False, qk_norm_scale=True)
+
+
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_tra_normalises_q_and_k_once_and_only_when_asked(qk_norm):
+    """TRA's ``attention_kwargs.qk_norm`` is its own (before RoPE); the model-level q/k norm of
+    the Attention base stays off for it, so ``qk_norm=false`` (the equations as printed) leaves
+    q and k as projected, and ``true`` normalises them exactly once."""
+    from lengen.attention.tra import ThresholdRelativeAttention, rms_normalize
+
+    layer = ThresholdRelativeAttention(d_model=16, n_heads=2, qk_norm=qk_norm)
+    g = torch.Generator().manual_seed(0)
+    q, k = (3 * torch.randn(2, 2, 5, 8, generator=g) for _ in range(2))
+    q1, k1 = layer.prepare_qk(q, k)
+    for place in ("before_rope", "after_rope"):
+        q1, k1 = layer.norm_qk(q1, k1, place)
+    want = (rms_normalize(q), rms_normalize(k)) if qk_norm else (q, k)
+    torch.testing.assert_close((q1, k1), want, rtol=0, atol=0)

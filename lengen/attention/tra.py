@@ -46,7 +46,9 @@ class ThresholdRelativeAttention(Attention):
         if qk_norm_scale and not qk_norm:
             raise ValueError("attention_kwargs.qk_norm_scale=true needs qk_norm=true (it is the "
                              "learned scale of that norm)")
-        self.qk_norm, self.gate_bias_init = qk_norm, gate_bias_init
+        # TRA's own q/k norm (before RoPE, with optional scales): kept apart from the base's
+        # model-level ``self.qk_norm`` ('none' here: model.qk_norm is refused for tra)
+        self.tra_qk_norm, self.gate_bias_init = qk_norm, gate_bias_init
         self.gate = nn.Linear(self.d_model, self.n_heads, bias=True)   # W_f, b of eq. (8)
         # optional learned per-channel scales of the q/k RMS norms (shared by the heads), a
         # choice the paper leaves open; 1 at init, so the layer starts as without them
@@ -62,7 +64,7 @@ class ThresholdRelativeAttention(Attention):
                 nn.init.ones_(p)
 
     def prepare_qk(self, q, k):
-        if not self.qk_norm:
+        if not self.tra_qk_norm:
             return q, k
         q, k = rms_normalize(q), rms_normalize(k)
         if self.q_scale is not None:
