@@ -193,6 +193,8 @@ def test_qk_norm_equals_llama4_l2norm_after_rope():
     (dict(layers=[{"posenc": "learned"}, {"posenc": "rope"}]), "adds to the embeddings"),
     (dict(layers=[{"posenc_kwargs": {"bse": 3}}]), "model.layers[0].posenc_kwargs"),
     (dict(layers=[{"attention": "nosuch"}]), "nosuch"),
+    (dict(causal=False, n_layers=2, layers=[{}, {"attention": "tra"}]),
+     "model.layers[1].attention='tra' is defined only for causal decoders"),
 ])
 def test_bad_layouts_are_refused(bad, says):
     with pytest.raises(ConfigError, match=None) as e:

@@ -365,9 +365,14 @@ class ModelConfig:
 
 def layer_refusal(attention_cls, lc: "ModelConfig", key=lambda k: f"model.{k}") -> str | None:
     """Why a layer's ``window`` / ``chunk`` / ``qk_norm`` cannot run with its attention kind, or
-    None. ``key(name)`` gives the config key that set ``name`` (for the message). Local masks
+    None. ``key(name)`` gives the config key that set ``name`` (for the message). A causal-only
+    kind (TRA, FoT, CoPE ...) needs a decoder, whichever layer names it. Local masks
     need a causal kind declaring ``supports_window``; q/k norm needs queries and keys (not a
     token mixer) and is TRA's own ``attention_kwargs.qk_norm`` there."""
+    if attention_cls.requires_causal and not lc.causal:
+        return (f"{key('attention')}='{lc.attention}' is defined only for causal decoders, and "
+                f"model.causal is false (the task or the config asks for an encoder); choose "
+                f"another attention kind for that layer, or a decoder task")
     for name in ("window", "chunk"):
         if getattr(lc, name) is None:
             continue
