@@ -25,6 +25,7 @@ CHECKPOINTS = "checkpoints"            # lengen.rundir.checkpoint
 WEIGHTS = "model.safetensors"          # lengen.train.loop (final weights)
 WEIGHTS_RECORD = "model.json"          # lengen.rundir.checkpoint.save_final_weights: its sha256
 PROVENANCE = "provenance.json"         # lengen.provenance: commit, dirty state, start times
+BENCH_VALIDATION = "val.json"          # lengen.bench.run: a bench run's held-out validation rows
 EVAL_FILES = ("eval.json", "eval.csv")  # lengen.rundir.layout.write_rows (training's evaluation)
 TENSORBOARD = "tb"                     # train.tensorboard=true
 WANDB_ID = "wandb.json"                # train.wandb=true: the W&B run id a resumed run continues
@@ -32,7 +33,8 @@ WANDB_FOLDER = "wandb"                 # train.wandb=true without WANDB_DIR: wan
 #: a directory holding any of these holds a run
 RUN_MARKERS = (CONFIG, METRICS, CHECKPOINTS, WEIGHTS) + EVAL_FILES + (TENSORBOARD,)
 #: what a run writes (no other command may write these names there)
-RUN_FILES = RUN_MARKERS + (WEIGHTS_RECORD, PROVENANCE, WANDB_ID, WANDB_FOLDER)
+RUN_FILES = RUN_MARKERS + (WEIGHTS_RECORD, PROVENANCE, BENCH_VALIDATION, WANDB_ID,
+                           WANDB_FOLDER)
 #: the folders lengen fills, where no symbolic link is followed (lengen.fileio.refuse_links_inside)
 OWNED_FOLDERS = (CHECKPOINTS, TENSORBOARD, PREVIOUS)
 

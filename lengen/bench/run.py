@@ -32,7 +32,10 @@ from lengen.errors import ConfigError
 from lengen.fileio import save_json_atomic
 from lengen.recipes.common import select
 from lengen.recipes.estimate import report_total, time_training_steps, use_worker_threads
+from lengen.eval.evaluate import evaluate
+from lengen.rundir.checkpoint import load_weights, verify_final_weights
 from lengen.rundir.load import prepare
+from lengen.runfiles import BENCH_VALIDATION
 from lengen.sweep import RunSpec, run_one, run_sweep, training_span
 
 #: the baselines of the committed scorecard: label -> model overrides. Randomized RoPE draws
@@ -185,14 +188,10 @@ def build_specs(variants, scale: str = "cpu", *, cells=None, seeds=None, lrs=Non
 def _validate(spec: RunSpec, run_dir: str) -> list[dict]:
     """The run's held-out validation rows (:func:`lengen.bench.battery.validation_config`),
     computed once from its final weights and kept in ``val.json`` beside ``eval.json``."""
-    from lengen.eval.evaluate import evaluate
-    from lengen.rundir.checkpoint import load_weights
-    from lengen.rundir.load import prepare
-
     cell, scale = spec.tags["cell"], spec.tags["scale"]
     vconf = validation_config(cell, spec.config, scale)
     key = {"eval": vconf.get("eval"), "task": vconf.get("task")}
-    path = os.path.join(run_dir, "val.json")
+    path = os.path.join(run_dir, BENCH_VALIDATION)
     try:
         with open(path) as f:
             kept = json.load(f)
@@ -203,6 +202,7 @@ def _validate(spec: RunSpec, run_dir: str) -> list[dict]:
     resolved = resolve(vconf)
     cfg = resolved.config
     task, model = prepare(resolved)
+    verify_final_weights(run_dir)                # the checksum the run recorded
     load_weights(model, os.path.join(run_dir, "model.safetensors"))
     device = torch.device(cfg.train.device)
     model.to(device).eval()
@@ -210,7 +210,7 @@ def _validate(spec: RunSpec, run_dir: str) -> list[dict]:
                     n_sequences=cfg.eval.sequences, batch_size=cfg.eval.batch_size,
                     seed=cfg.eval.seed, device=device)
     rows = [{k: r.get(k) for k in ("split", "metric", "value", "length")} for r in rows]
-    save_json_atomic({"key": key, "rows": rows}, path)
+    save_json_atomic({"key": key, "rows": rows}, path, root=run_dir)   # never through a link
     return rows
 
 
