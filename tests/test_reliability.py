@@ -555,3 +555,19 @@ def test_reliability(row, request):
 def test_every_class_is_covered():
     assert {cls for cls, _, _ in TABLE} == set(CLASSES)
     assert all(cls in CLASSES for cls, _, _ in TABLE)
+
+
+def test_a_gpu_sized_scale_on_a_cpu_warns(monkeypatch):
+    """``lengen reproduce ... --scale paper`` on a machine without a GPU starts runs of seconds
+    per step: it says so (issue 55, first contact)."""
+    import warnings
+
+    from lengen.errors import LengenWarning
+    from lengen.recipes.common import default_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.warns(LengenWarning, match="sized for a GPU"):
+        assert default_device("paper") == "cpu"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert default_device("cpu") == "cpu"

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 
 import torch
 
 from lengen.analysis.tables import markdown_table
 from lengen.cliutil import int_at_least
+from lengen.errors import LengenWarning
 from lengen.fileio import write_text_atomic
 from lengen.rundir.layout import read_stored_config
 from lengen.runs import evaluate_run
@@ -54,8 +56,16 @@ def add_corpus_arguments(q) -> None:
 
 def default_device(scale: str) -> str:
     """cuda at the GPU-sized scales (paper, width, gpu) when a GPU is present, else cpu (cpu and
-    smoke scales are sized for a CPU)."""
-    return "cuda" if scale in ("paper", "width", "gpu") and torch.cuda.is_available() else "cpu"
+    smoke scales are sized for a CPU). A GPU-sized scale on a machine without one warns: its
+    models are the papers' widths and lengths, seconds per step on a CPU."""
+    if scale not in ("paper", "width", "gpu"):
+        return "cpu"
+    if torch.cuda.is_available():
+        return "cuda"
+    warnings.warn(f"--scale {scale} is sized for a GPU and none is visible: its runs will take "
+                  f"seconds per step on this CPU (hours to days in all); run --estimate first, "
+                  f"or use --scale cpu", LengenWarning, stacklevel=2)
+    return "cpu"
 
 
 def select(given, valid, default, what: str) -> list:
