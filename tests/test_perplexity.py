@@ -239,7 +239,10 @@ def test_eval_memory_grows_linearly_in_the_length():
     # one process per spec: in a shared one, memory an earlier spec left mapped can hide a later
     # spec's 512-token peak (a token mixer read 0 MiB there)
     peaks = {spec: peak_mib([spec], [512, 2048])[spec] for spec in specs}
-    ratios = {spec: p[2048] / p[512] for spec, p in peaks.items()}
+    # a peak of a few MiB moves by about one MiB from run to run (PaTH's 512-token peak read 2.3
+    # to 3.7 MiB): a floor of 4 MiB under the ratio keeps that noise out, and a quadratic path
+    # still reads ~x16 of its 512-token peak (~x8 even from 2 MiB)
+    ratios = {spec: p[2048] / max(p[512], 4.0) for spec, p in peaks.items()}
     assert all(ratios[f"{kind}:auto"] < 6 for kind in ATTENTIONS), peaks
     assert ratios["softmax:naive"] > 10, peaks
 
