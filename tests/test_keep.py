@@ -269,13 +269,12 @@ def test_a_kind_without_query_rows_gets_none(monkeypatch):
 
 
 @pytest.mark.parametrize("packed", [True, False])
-@pytest.mark.parametrize("attention", sorted(ATTENTIONS))
+@pytest.mark.parametrize("attention", sorted(a for a, c in ATTENTIONS.items()
+                                              if c.supports_keep))      # the others: below
 def test_the_last_output_projection_runs_on_the_kept_rows(attention, packed, monkeypatch):
     """Built-in kinds take ``keep`` and select the kept rows before their output projection:
     the last block's ``proj`` sees K rows (the others the full batch), and the result stays the
     full forward's (``agree``)."""
-    if not ATTENTIONS[attention].supports_keep:
-        pytest.skip("a kind without keep has its rows taken after it (tested below)")
     if not packed:
         monkeypatch.setattr(rows, "PACK_SHARE", 0.0)
     posenc = "nope" if attention in ("fot", "tra", "cope") else "rope"
