@@ -96,21 +96,6 @@ def untrusted_source(source: str):
         _source.reset(token)
 
 
-@contextlib.contextmanager
-def user_source():
-    """Within this block the config is the user's own again (e.g. overrides typed in this
-    command, resolved while a stored config is being read)."""
-    token = _source.set(None)
-    try:
-        yield
-    finally:
-        _source.reset(token)
-
-
-def current_source() -> str | None:
-    return _source.get()
-
-
 def remote_code_refused(path: str, e: BaseException) -> ConfigError | None:
     """transformers' refusal of a directory that ships code (``auto_map``) as a ConfigError
     naming the directory and the flag, or None when ``e`` is another error."""
@@ -145,4 +130,4 @@ def check_import_allowed(path: str, what: str, entry_point_paths) -> None:
 __all__ = ["ALLOW_IMPORTS_ENV", "TRUST_REMOTE_CODE_ENV", "ALLOW_IMPORTS_FLAG",
            "TRUST_REMOTE_CODE_FLAG", "PluginImportRefused", "allow_plugin_imports",
            "allow_remote_code", "plugin_imports_allowed", "remote_code_refused", "trust_remote_code", "untrusted_source",
-           "user_source", "current_source", "check_import_allowed"]
+           "check_import_allowed"]

@@ -96,11 +96,12 @@ class PaTHAttention(Attention):
 
     def attend_cached(self, q, k, v, x, bias_fn, q_offset, cache):
         pre = self.w_proj(x)                                            # [B, T, D]
-        before = cache.get("wpre")                                      # [B, 1, Tc, D]
-        if before is not None and self.w_conv is not None:
-            before = before[:, 0, -(self.conv_size - 1):] if self.conv_size > 1 else None
-        w, beta = self.transforms(x, before if self.w_conv is not None else None)
-        cache.append("wpre", pre[:, None])
+        conv = self.w_conv is not None and self.conv_size > 1
+        before = cache.get("wpre") if conv else None   # [B, <= conv_size - 1, D]: the conv's window
+        w, beta = self.transforms(x, before)
+        if conv:                              # only the window is kept, not every token so far
+            kept = pre if before is None else torch.cat([before, pre], dim=1)
+            cache.put("wpre", kept[:, -(self.conv_size - 1):])
         old = cache.get("pk")                                           # [B, H, q_offset, hd]
         keys = k if old is None else torch.cat([old, k[:, :, q_offset:]], dim=2)
         out = path_attention_chunked(q, keys, v, w, beta, bias_fn=bias_fn,

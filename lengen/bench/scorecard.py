@@ -25,7 +25,6 @@ import csv
 import io
 import json
 import os
-import subprocess
 import time
 
 import numpy as np
@@ -36,6 +35,7 @@ from lengen.bench.battery import (CELLS, CHOMSKY, LR_FACTORS, VERSION, check_ver
                                   effective_threshold, train_top)
 from lengen.errors import ConfigError
 from lengen.fileio import save_json_atomic, savefig_atomic, write_text_atomic
+from lengen.provenance import source_commit
 from lengen.recipes.randomized_pe.published import PAPER_TABLE4
 from lengen.recipes.tra_flipflop.published import PAPER_TABLE1
 
@@ -289,13 +289,10 @@ def _cell_text(s) -> str:
 
 
 def _commit() -> str:
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    try:
-        out = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"],
-                             capture_output=True, text=True, timeout=10)
-        return out.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
+    """The lengen commit the card was written at (short hash), as every run records it
+    (:func:`lengen.provenance.source_commit`)."""
+    commit = source_commit()
+    return commit if commit.startswith("version") else commit[:7]
 
 
 def load_baselines(baselines, scale: str, own: set) -> tuple[list[dict], str]:

@@ -38,13 +38,13 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from lengen.errors import ExportError
-from lengen.hf.llama4 import block_refusals, identity_at_eval as _identity_at_eval, to_llama4
+from lengen.hf.llama4 import (RMS_EPS, block_refusals, identity_at_eval as _identity_at_eval,
+                              to_llama4)
 from lengen.hf.modeling import LengenConfig, LengenForCausalLM
 from lengen.model import HFBackbone, Transformer
 from lengen.rundir.load import load_run
 
 EXPORT_FORMATS = ("hf", "llama", "llama4")
-RMS_EPS = 1e-6                     # lengen.model.block.RMSNorm's eps
 _ROPE_DEFAULTS = {"base": 10000.0, "rotary_fraction": 1.0, "scaling": "none", "factor": 1.0}
 
 

@@ -25,7 +25,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 
+@functools.cache
 def triton_available() -> bool:
+    """Whether triton is installed (asked once per process: training asks at every layer)."""
     return importlib.util.find_spec("triton") is not None
 
 

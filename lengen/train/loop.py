@@ -37,7 +37,8 @@ from tqdm.auto import tqdm
 from lengen.config import ExperimentConfig, vocab_error
 from lengen.fileio import save_json_atomic
 from lengen.provenance import RECORD_NAME, start_record
-from lengen.errors import ArgumentError, ConfigError, LengenError, RunDirError
+from lengen.errors import (ArgumentError, ConfigError, LengenError, RunDirError,
+                           is_out_of_memory)
 from lengen.eval.evaluate import check_evaluation_work, evaluate, sequences_evaluated
 from lengen.eval.perplexity import eval_logits_at_once
 from lengen.model import HFBackbone, ModelConfig, Transformer
@@ -405,8 +406,6 @@ def plugin_failure(cfg, e: BaseException, where: str) -> BaseException:
     reports a contract its entry breaks; ``e`` itself when the run uses no plugin, or when it is
     already one of lengen's own errors or an out-of-memory error (a bug in lengen is reported as
     unexpected, with --debug for the traceback)."""
-    from lengen.errors import is_out_of_memory
-
     plugins = [(key, name) for key, name in (
         ("model.posenc", cfg.model.posenc), ("model.attention", cfg.model.attention),
         ("model.positions", cfg.model.positions), ("task.name", cfg.task.name))
