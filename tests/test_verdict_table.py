@@ -79,13 +79,18 @@ def test_every_pre_registered_rule_precedes_its_data(claims):
 
 
 def test_the_error_analyses_and_n20_have_verdicts(claims):
-    carry = _verdicts(claims, "zhou-fig9-carry-no-more-errors")["addition-cpu-seeds"]
-    one = _verdicts(claims, "zhou-figC10-one-wrong-digit")["addition-cpu-seeds"]
+    carry_all = _verdicts(claims, "zhou-fig9-carry-no-more-errors")
+    one_all = _verdicts(claims, "zhou-figC10-one-wrong-digit")
+    carry, one = carry_all["addition-cpu-seeds"], one_all["addition-cpu-seeds"]
     n20 = _verdicts(claims, "zhou-fig13-reach-grows-with-n")["addition-n20-cpu"]
     # audit #1: seeds 0, 3, 5 were chosen where FIRE learned, so one arm's threshold on them
     # says nothing (it read reproduced / not reproduced on FIRE's fitted seeds 0 and 3)
     for v in (carry, one):
         assert v.verdict == "untested" and v.reason.startswith("seeds chosen by FIRE's")
+    # the fixed-seed grid (seeds 0-4, FIRE fits on 0 and 3) is the claims' current reading
+    grid = "addition-cpu-recipe/seeds0-4"
+    assert carry_all[grid].verdict == "reproduced" and carry_all[grid].seeds == [0, 3]
+    assert one_all[grid].verdict == "not reproduced" and one_all[grid].seeds == [0, 3]
     assert n20.verdict == "untested" and "seeds chosen by" in n20.reason
 
 

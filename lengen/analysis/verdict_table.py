@@ -347,8 +347,9 @@ def _ours(v: Verdict, runs: dict) -> str:
     return "; ".join(parts)
 
 
-def _counts(v: Verdict) -> str:
-    return "; ".join(f"{k} {v.fitted[k]}/{v.n[k]}" for k in v.n)
+def _counts(v: Verdict, runs: dict) -> str:
+    return "; ".join(f"{k} {v.n[k]} runs, no fit bar" if any(r.fitted is None for r in runs[k])
+                     else f"{k} {v.fitted[k]}/{v.n[k]}" for k in v.n)
 
 
 def _cell(s) -> str:
@@ -378,7 +379,7 @@ def render(claims: list[dict], root: str = RESULTS) -> str:
         for r in c["readings"]:
             v, runs = judge_reading(c, r, root)
             row = [c["id"], c["paper"], c["where"], c["claim"], f"`{r['folder']}/`",
-                   _counts(v), _ours(v, runs), c.get("published", ""), v.rule,
+                   _counts(v, runs), _ours(v, runs), c.get("published", ""), v.rule,
                    f"*{v.verdict}*", v.reason + (f" ({r['note']})" if r.get("note") else ""),
                    r.get("registration", "exploratory")
                    + (f" ({r['registration_note']})" if r.get("registration_note") else "")]
@@ -393,7 +394,7 @@ def render(claims: list[dict], root: str = RESULTS) -> str:
             "|---|---|---|---|---|---|---|"]
     for c, r, v, runs in superseded:
         out.append("| " + " | ".join(_cell(x) for x in (
-            c["id"], f"`{r['folder']}/`", _counts(v), _ours(v, runs), f"*{v.verdict}*",
+            c["id"], f"`{r['folder']}/`", _counts(v, runs), _ours(v, runs), f"*{v.verdict}*",
             v.reason, r.get("superseded_note", ""))) + " |")
     descriptive = getattr(claims, "descriptive", [])
     if descriptive:
