@@ -11,8 +11,9 @@ before the rule was committed is not governed by it, even when its results were 
 later); (4) every row of every data file comes from a commit that is a strict descendant of
 ``rule_commit`` (``git blame -M -C -C``: a row last changed, or copied from another file, in a
 commit at or before the rule fails, so that rows first committed under another folder, or a rule
-amended after some of its rows, are caught where the file's first commit alone would pass). A reading that fails is *exploratory*, not *pre-registered* (:func:`label`); a
-reading labelled *pre-registered* in ``results/claims.yaml`` that fails is an error.
+amended after some of its rows, are caught where the file's first commit alone would pass).
+A reading that fails is *exploratory*, not *pre-registered* (:func:`label`); a reading labelled
+*pre-registered* in ``results/claims.yaml`` that fails is an error.
 
     python -m lengen.analysis.registration       # exit 1 with one line per failing reading
 """

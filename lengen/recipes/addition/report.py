@@ -36,7 +36,7 @@ from lengen.fileio import write_csv_atomic
 from lengen.recipes.common import write_md
 from lengen.recipes.addition.figures import write_figures
 from lengen.recipes.addition.published import BEYOND, CLAIMS, PAPER_REACH
-from lengen.recipes.addition.scores import (FIT, READINGS, REACH, _mean, _std, best, by_seed,
+from lengen.recipes.addition.scores import (FIT, READINGS, REACH, _mean, _std, best,
                                             curves_by_run, pooled, reach, reading_range,
                                             run_scores, trials)
 from lengen.recipes.addition.specs import (FIGURES, PE_LABELS, PES, SCALES, SETTINGS,
@@ -180,8 +180,8 @@ def _budget(scale: str, setting: str) -> Budget:
 def _runs(scores, setting: str, N: int, field: str, reading: str, scale: str) -> list[Run]:
     """Every finished run of ``setting`` at ``N`` (data order 0), fitted = passes ``reading``."""
     b = _budget(scale, setting)
-    return [Run(int(r["seed"]), float(r[field]), bool(r[reading]), b)
-            for r in trials(scores, setting, N)]
+    return [Run(int(r["seed"]), math.nan if r[field] is None else float(r[field]),
+                bool(r[reading]), b) for r in trials(scores, setting, N)]
 
 
 def _lr_note(scale: str, *settings) -> str | None:
