@@ -179,6 +179,10 @@ def test_fit_where_must_keep_the_arm_filter(tmp_path):
     # without the arm's filter, fit.where reads both arms' fit rows by seed
     with pytest.raises(ClaimError, match="add the arm's filter"):
         _judge(tmp_path, rows, fit=dict(ok, where="split == 'iid'"), **single)
+    # a filter that names the arm's column but keeps both arms: two fit rows for one run
+    with pytest.raises(ClaimError, match="one fit per run"):
+        _judge(tmp_path, rows, fit=dict(ok, where="split == 'iid' and arm in ['a', 'b']"),
+               **single)
 
 
 def test_nan_seeds_and_values_raise_with_the_claim_file_and_seed(tmp_path):
