@@ -114,3 +114,39 @@ def test_a_rule_commit_that_does_not_touch_the_rule_file(repo):
 
 def test_no_rule_commit_is_exploratory(repo):
     assert registration.label({"folder": "f", "arms": []}, str(repo)) == "exploratory"
+
+
+def test_rows_committed_before_the_rule_under_another_folder_fail(repo):
+    # audit #22: the data file is new after the rule, but its rows were committed earlier in
+    # another folder (copied in with one new row): its first commit alone would pass
+    def rows(seeds):     # rows as long as a real csv's (git blame's copy detection needs them)
+        return "".join(f"fire-lr0.003-st8000-d64-L2-b128-s{s},fire,{s},96.3,100.0,32.4,True\n"
+                       for s in seeds)
+    head = "run,setting,seed,em_1_10,em_6_10,ood,fits\n"
+    _commit(repo, {"results/old/scores.csv": head + rows([0, 1])}, "2026-01-02T00:00:00+00:00")
+    rule = _commit(repo, {RULE: "rule\n"}, "2026-01-03T00:00:00+00:00")
+    # unlike the old file (no rename): the old rows among many new ones
+    _commit(repo, {"results/f/scores.csv": head + rows(range(2, 8)) + rows([0, 1])},
+            "2026-01-04T00:00:00+00:00")
+    assert registration.strictly_before(rule, registration.first_commit(
+        "results/f/scores.csv", str(repo)), str(repo))          # the first-commit check passes
+    problems = registration.check_reading(_reading(rule), str(repo))
+    assert len(problems) == 1 and "2 row(s) of results/f/scores.csv come from commit(s) not " \
+        "after the rule" in problems[0], problems
+
+
+def test_a_rule_amended_after_some_rows_fails(repo):
+    _commit(repo, {RULE: "rule\n"}, "2026-01-02T00:00:00+00:00")
+    _commit(repo, {"results/f/scores.csv": SCORES}, "2026-01-03T00:00:00+00:00")
+    amended = _commit(repo, {RULE: "rule, amended: seed 2 too\n"}, "2026-01-04T00:00:00+00:00")
+    # the amendment's reading: its file was first committed before it, and so were its rows
+    _commit(repo, {"results/f/more.csv": "seed,score\n2,3.0\n"}, "2026-01-05T00:00:00+00:00")
+    r = dict(_reading(amended), arms=[{"label": "A", "file": "f/more.csv"},
+                                      {"label": "B", "file": "f/scores.csv"}])
+    problems = registration.check_reading(r, str(repo))
+    assert any("f/scores.csv first committed" in p for p in problems), problems
+    # rows appended to an old file after the amendment pass; the rows before it do not
+    _commit(repo, {"results/f/more.csv": "seed,score\n2,3.0\n3,4.0\n"}, "2026-01-06T00:00:00+00:00")
+    assert registration.early_rows("results/f/more.csv", amended, str(repo)) == {}
+    early = registration.early_rows("results/f/scores.csv", amended, str(repo))
+    assert sum(len(v) for v in early.values()) == 2

@@ -253,7 +253,7 @@ def claims_of(rows, reading="fits") -> dict:
             if c["reading"] == reading}
 
 
-def test_claims_compare_means_over_the_seeds_both_arms_pass(monkeypatch):
+def test_claims_are_paired_over_the_seeds_both_arms_pass(monkeypatch):
     """Every verdict comes from the runs that pass a reading, paired by seed (n >= 2), never a
     best trial: FIRE's best seed is above every KerpleLog run, but its mean is not."""
     monkeypatch.setitem(add.SCALES, "smoke", dict(add.SCALES["smoke"], N=3, M=5))
@@ -284,7 +284,9 @@ def test_claims_compare_means_over_the_seeds_both_arms_pass(monkeypatch):
     rows2 = [dict(x, value=0.0) if x["run"] == "fire-0" else x for x in rows]
     c2 = claims_of(rows2)
     assert c2["others_degrade:kerple_log"]["n"] == 2
-    assert c2["variance"]["verdict"] == "not reproduced"
+    # single-arm/v1: 2 of 3 trials fit, more than half (it read not reproduced by its own rule)
+    assert c2["variance"]["verdict"] == "direction only"
+    assert c2["variance"]["rule"] == "single-arm/v1"
     assert c2["randomized:fire"]["verdict"] == "untested"          # only seed 1 left
 
 
@@ -370,9 +372,9 @@ def test_variance_covers_the_init_by_data_order_grid(monkeypatch):
     v = claims_of(rows)["variance"]
     assert "passes on 3 of 3" in v["ours"] and v["verdict"] == "reproduced"   # 50..80
     rows += rows_for("fire-s1-d1", "fire", DEAD, seed=1, data_seed=1, group="heatmap")
-    assert claims_of(rows)["variance"]["verdict"] == "not reproduced"   # a trial did not fit
-    # one trial that fits beside one that does not: too few to read a spread, but the failed
-    # trial already contradicts "near 100 % in distribution in every trial"
+    # a trial did not fit: 3 of 4 meet the bar, more than half (single-arm/v1)
+    assert claims_of(rows)["variance"]["verdict"] == "direction only"
+    # one trial that fits beside one that does not: half is not more than half
     two = seeds_of("fire", {0: ood_curve(50), 1: DEAD})
     assert claims_of(two)["variance"]["verdict"] == "not reproduced"
     assert claims_of(seeds_of("fire", {0: ood_curve(50)}))["variance"]["verdict"] == "untested"
@@ -492,3 +494,22 @@ def test_estimate_runs_and_counts_the_grid(capsys):
     assert res["runs"] == 2 and res["total_seconds"] > 0
     assert set(res["seconds_per_kind"]) == {("fire", 3), ("coupling", 3)}
     assert "estimated total: 2 runs" in capsys.readouterr().out
+
+
+def test_claims_come_from_the_engines_rules_at_equal_budgets(monkeypatch):
+    """audit #2: the report judged with compare_* (an unpaired 'all passing runs' rule beside
+    the paired one, budgets never compared); it now calls judge_* and names the rule per row.
+    Coupling at its own 12,000 steps against FIRE at the scale's steps is untested however far
+    above it is; a different lr alone is stated, not refused (each setting's searched lr)."""
+    own = {"coupling": dict(lr=1e-3, steps=12_000), "kerple_log": dict(lr=3e-4)}
+    monkeypatch.setitem(add.SCALES, "smoke", dict(add.SCALES["smoke"], N=3, M=5,
+                                                  per_setting=own))
+    rows = (seeds_of("fire", {0: ood_curve(10), 1: ood_curve(12), 2: ood_curve(11)})
+            + seeds_of("coupling", {0: ood_curve(90), 1: ood_curve(95), 2: ood_curve(99)})
+            + seeds_of("kerple_log", {0: ood_curve(1), 1: ood_curve(2), 2: ood_curve(3)}))
+    c = claims_of(rows)
+    assert c["coupling"]["verdict"] == "untested" and c["coupling"]["rule"] == "paired-gap/v1"
+    assert "unequal budgets" in c["coupling"]["why"] and "12000 steps" in c["coupling"]["why"]
+    k = c["others_degrade:kerple_log"]
+    assert k["verdict"] == "reproduced" and "lr per arm" in k["why"]
+    assert "unpaired" not in k and "all passing runs" not in k["ours"]

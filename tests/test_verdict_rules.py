@@ -3,8 +3,8 @@ each broken once on constructed runs, gives the verdict and the reason the rule 
 import pytest
 
 from lengen.analysis.verdicts import (DIRECTION, NOT_REPRODUCED, PAIRED_GAP, PASS_COUNT,
-                                      REPRODUCED, RULES, SINGLE_ARM, UNTESTED, Run, judge_pair,
-                                      judge_pass, judge_single)
+                                      PASS_COUNT_V1, REPRODUCED, RULES, SINGLE_ARM, UNTESTED,
+                                      Budget, Run, judge_pair, judge_pass, judge_single)
 
 
 def runs(values, fitted=None, budget="8000 x 128"):
@@ -16,7 +16,8 @@ BASE = {0: 10.0, 1: 20.0, 2: 15.0}          # std 5
 
 
 def test_every_rule_is_described():
-    assert set(RULES) == {PAIRED_GAP, PASS_COUNT, SINGLE_ARM}
+    assert set(RULES) == {PAIRED_GAP, PASS_COUNT, PASS_COUNT_V1, SINGLE_ARM}
+    assert PASS_COUNT == "pass-count/v2" and "Superseded" in RULES[PASS_COUNT_V1]
 
 
 @pytest.mark.parametrize("other, sign, verdict, reason", [
@@ -39,6 +40,42 @@ def test_pair_unequal_budgets_is_untested_whatever_the_gap():
                    budget="12000 steps"), 1, names=("FIRE", "coupling"))
     assert v.verdict == UNTESTED
     assert v.reason == "unequal budgets (FIRE: 8000 steps vs coupling: 12000 steps)"
+
+
+@pytest.mark.parametrize("a, b, problem", [
+    # the same budget spelled two ways is one budget (audit #5: budgets compared as text)
+    ("8000 x 128", "8,000 steps x 128 (README)", None),
+    ("8000 x 128, lr 3e-3", "8000 x 128, lr 0.003", None),
+    ("8000 x 128, lr 3e-3", "8000 x 128, lr 1e-3", "unequal budgets"),
+    ("8000 x 128", "8000 x 64", "unequal budgets"),
+    ("8000 x 128", "8000 steps", "batch recorded for A only"),
+    ("", "8000 x 128", "no budget (steps) recorded for A"),
+])
+def test_budgets_compare_as_numbers(a, b, problem):
+    v = judge_pair(runs(BASE, budget=a), runs({0: 30.0, 1: 40.0, 2: 35.0}, budget=b), 1)
+    if problem is None:
+        assert v.verdict == REPRODUCED, v.reason
+    else:
+        assert v.verdict == UNTESTED and v.reason.startswith(problem), v.reason
+
+
+def test_lr_per_arm_is_stated_on_the_verdict():
+    a, b = runs(BASE, budget="8000 x 128, lr 1e-3"), runs({0: 30.0, 1: 40.0, 2: 35.0},
+                                                          budget="8000 x 128, lr 3e-3")
+    assert judge_pair(a, b, 1).verdict == UNTESTED
+    v = judge_pair(a, b, 1, lr_per_arm="each PE at its searched lr")
+    assert v.verdict == REPRODUCED and "lr per arm: each PE at its searched lr" in v.reason
+    # never within one arm
+    mixed = a[:2] + [Run(2, 15.0, True, "8000 x 128, lr 3e-3")]
+    assert "mixed budgets within A" in judge_pair(mixed, b, 1, lr_per_arm="x").reason
+
+
+def test_a_budget_is_never_free_text():
+    assert Budget.parse("12000 x 64, lr 3e-4 (the recipe cpu scale)") == Budget(
+        12000, 64, 3e-4, "the recipe cpu scale")
+    assert Budget.parse("1500 steps") == Budget(1500)
+    with pytest.raises(ValueError, match="STEPS"):
+        Budget.parse("the recipe cpu scale")
 
 
 def test_pair_mixed_budgets_within_an_arm():
@@ -79,17 +116,25 @@ def test_pair_no_runs_and_bad_sign():
         judge_pair(runs(BASE), runs(BASE), 0)
 
 
-@pytest.mark.parametrize("a, b, verdict", [
-    ({0, 1, 2}, set(), REPRODUCED),
-    ({0, 1}, set(), DIRECTION),          # seed 2: A does not learn either
-    ({0, 1, 2}, {1}, DIRECTION),
-    ({0}, {1}, NOT_REPRODUCED),
-    (set(), set(), UNTESTED),
+@pytest.mark.parametrize("a, b, verdict, v1", [
+    ({0, 1, 2}, set(), REPRODUCED, REPRODUCED),
+    ({0, 1}, set(), DIRECTION, DIRECTION),          # seed 2: A does not learn either
+    ({0, 1, 2}, {1}, DIRECTION, DIRECTION),
+    # audit #18: one passing run of A is no direction under v2 (v1 said direction only)
+    ({0}, set(), UNTESTED, DIRECTION),
+    ({0}, {1}, UNTESTED, NOT_REPRODUCED),
+    (set(), set(), UNTESTED, UNTESTED),
 ])
-def test_pass_count(a, b, verdict):
+def test_pass_count(a, b, verdict, v1):
     seeds = {0: 0.0, 1: 0.0, 2: 0.0}
     v = judge_pass(runs(seeds, fitted=a), runs(seeds, fitted=b))
     assert v.verdict == verdict and v.rule == PASS_COUNT
+    old = judge_pass(runs(seeds, fitted=a), runs(seeds, fitted=b), version=PASS_COUNT_V1)
+    assert old.verdict == v1 and old.rule == PASS_COUNT_V1
+    if len(a) == 1:
+        assert "passes on fewer than 2 seeds" in v.reason
+    with pytest.raises(ValueError, match="version"):
+        judge_pass(runs(seeds), runs(seeds), version="pass-count/v9")
 
 
 def test_pass_count_needs_two_common_seeds_and_equal_budgets():
@@ -122,3 +167,38 @@ def test_single_arm_states_counts_and_interval():
         judge_single(runs(BASE), "=>", 90)
     with pytest.raises(ValueError, match="among"):
         judge_single(runs(BASE), ">=", 90, among="some")
+
+
+def test_single_arm_on_seeds_chosen_by_an_outcome_is_untested():
+    # audit #1: every fitted run meets the bar, but the seeds were picked where the arm fitted
+    v = judge_single(runs({0: 95.0, 3: 97.0}), ">=", 90, seeds_chosen_by="FIRE's fit")
+    assert v.verdict == UNTESTED and v.reason == "seeds chosen by FIRE's fit"
+    assert judge_single(runs({0: 95.0, 3: 97.0}), ">=", 90).verdict == REPRODUCED
+
+
+def test_an_arm_without_a_fit_bar_needs_its_reason():
+    # audit #10: fitted None used to count as fitted silently
+    free = [Run(s, v, None, "1200 steps") for s, v in {0: 0.96, 1: 0.97}.items()]
+    with pytest.raises(ValueError, match="no_fit_bar"):
+        judge_single(free, "<=", 1.05, among="all")
+    v = judge_single(free, "<=", 1.05, among="all", no_fit_bar="perplexity")
+    assert v.verdict == REPRODUCED and "no fit bar for arm (perplexity): every run counts" in \
+        v.reason
+    with pytest.raises(ValueError, match="no_fit_bar"):
+        judge_pair(free, free, 1)
+    assert judge_pair(free, [Run(s, 2.0, None, "1200 steps") for s in (0, 1)], 1,
+                      no_fit_bar={"A": "ppl", "B": "ppl"}).verdict == REPRODUCED
+    with pytest.raises(ValueError, match="pass"):
+        judge_pass(free, free)
+
+
+def test_a_nan_value_on_a_counted_run_raises():
+    # audit #29: a NaN gave "not reproduced" (every comparison with NaN is False)
+    bad = runs({0: 95.0, 1: float("nan")})
+    with pytest.raises(ValueError, match="seed 1: the value is NaN"):
+        judge_single(bad, ">=", 90)
+    with pytest.raises(ValueError, match="NaN"):
+        judge_pair(runs(BASE), runs({0: 1.0, 1: float("nan"), 2: 3.0}), 1)
+    # on a run that did not fit it does not count, so it is no error
+    assert judge_single(runs({0: 95.0, 1: float("nan"), 2: 96.0}, fitted={0, 2}), ">=",
+                        90).verdict == REPRODUCED

@@ -8,14 +8,19 @@ descendant of ``rule_commit`` (so the results were committed after the rule, nev
 ``provenance.csv`` of a sweep has: :mod:`lengen.provenance`), in a data file itself or in the
 ``provenance.csv`` beside it, every run started after ``rule_commit``'s commit time (a run started
 before the rule was committed is not governed by it, even when its results were committed
-later). A reading that fails is *exploratory*, not *pre-registered* (:func:`label`); a
-reading labelled *pre-registered* in ``results/claims.yaml`` that fails is an error.
+later); (4) every row of every data file comes from a commit that is a strict descendant of
+``rule_commit`` (``git blame -M -C -C``: a row last changed, or copied from another file, in a
+commit at or before the rule fails, so that rows first committed under another folder, or a rule
+amended after some of its rows, are caught where the file's first commit alone would pass).
+A reading that fails is *exploratory*, not *pre-registered* (:func:`label`); a reading labelled
+*pre-registered* in ``results/claims.yaml`` that fails is an error.
 
     python -m lengen.analysis.registration       # exit 1 with one line per failing reading
 """
 from __future__ import annotations
 
 import csv
+import functools
 import os
 import subprocess
 import sys
@@ -39,6 +44,7 @@ def first_commit(path: str, repo: str = REPO) -> str | None:
     return out[-1] if out else None
 
 
+@functools.lru_cache(maxsize=4096)
 def strictly_before(a: str, b: str, repo: str = REPO) -> bool:
     """Is commit ``a`` an ancestor of ``b`` and not ``b`` itself?"""
     a, b = _git("rev-parse", a, repo=repo), _git("rev-parse", b, repo=repo)
@@ -51,6 +57,41 @@ def strictly_before(a: str, b: str, repo: str = REPO) -> bool:
 def commit_time(commit: str, repo: str = REPO) -> datetime:
     """The commit's committer time (timezone-aware)."""
     return datetime.fromisoformat(_git("show", "-s", "--format=%cI", commit, repo=repo))
+
+
+def row_commits(path: str, repo: str = REPO) -> tuple[tuple[int, str], ...]:
+    """(line number, commit) for every line of ``path`` as committed at HEAD, from ``git blame
+    --line-porcelain -M -C -C``: the commit that last gave the line its content, following
+    moves within the file and copies from other files of the commit that created it."""
+    return _row_commits(path, repo, _git("rev-parse", "HEAD", repo=repo))
+
+
+@functools.lru_cache(maxsize=256)
+def _row_commits(path: str, repo: str, head: str) -> tuple[tuple[int, str], ...]:
+    out = _git("blame", "--line-porcelain", "-M", "-C", "-C", head, "--", path, repo=repo)
+    rows = []
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and len(parts[0]) == 40 and all(c in "0123456789abcdef"
+                                                          for c in parts[0]):
+            rows.append((int(parts[2]), parts[0]))
+    return tuple(rows)
+
+
+def early_rows(path: str, rule_commit: str, repo: str = REPO) -> dict[str, list[int]]:
+    """Commit -> the line numbers of ``path`` (its header, line 1 of a csv, left out) whose
+    content comes from that commit when it is not a strict descendant of ``rule_commit``."""
+    out: dict[str, list[int]] = {}
+    verdict: dict[str, bool] = {}
+    skip = 1 if path.endswith(".csv") else 0
+    for line, commit in row_commits(path, repo):
+        if line <= skip:
+            continue
+        if commit not in verdict:
+            verdict[commit] = strictly_before(rule_commit, commit, repo)
+        if not verdict[commit]:
+            out.setdefault(commit, []).append(line)
+    return out
 
 
 START = "started_utc"
@@ -108,6 +149,13 @@ def check_reading(reading: dict, repo: str = REPO) -> list[str]:
         elif not strictly_before(rule_commit, first, repo):
             problems.append(f"{where}: {f} first committed in {first[:7]}, not after the rule "
                             f"({rule_commit})")
+        else:
+            early = early_rows(f, rule_commit, repo)
+            if early:
+                n = sum(len(v) for v in early.values())
+                problems.append(f"{where}: {n} row(s) of {f} come from commit(s) not after the "
+                                f"rule ({', '.join(c[:7] for c in sorted(early))}; rule "
+                                f"{rule_commit})")
     ruled = commit_time(rule_commit, repo)
     for f, times in run_starts(files, repo).items():
         early = [t for t in times if t <= ruled]

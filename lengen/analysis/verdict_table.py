@@ -7,8 +7,15 @@ each judged from committed csv rows by one rule of :mod:`lengen.analysis.verdict
 ``results/claims.yaml`` is data, not code: per claim the paper, figure / table, the published
 numbers, the rule, and one or more *readings* (a folder's runs). A reading names, per arm, the
 csv file(s), a pandas query selecting the arm's rows, the value column, the fit bar (an
-expression over the same or other rows of the same run) and the budget (a column or a literal
-with its source). The first reading marked ``current`` gives the claim's verdict; the others are
+expression over the same or other rows of the same run; ``fit.where`` must keep the arm's own
+filter) or ``no_fit_bar`` with the reason the task has none, and the budget as numbers (a literal
+``STEPS [steps] [x BATCH] [, lr LR] [(source)]`` or a column of another file; where the arm's
+rows have ``steps`` / ``batch`` / ``lr`` columns they give the numbers, and a literal that
+disagrees with them is an error). A reading may state ``lr_per_arm`` (why each arm runs at its
+own lr). Bad data is an error naming the claim, the file and the seed, never a verdict: a NaN
+seed or a NaN value on a run that counts, two rows for one seed (or one seed and length of a
+pivot), ``agg: mean`` over rows of more than one run (``run:`` names the run column). The first
+reading marked ``current`` gives the claim's verdict; the others are
 listed as superseded, with the verdict the same rule gives them. ``registration`` says whether
 the rule was committed before the runs (``pre-registered``, checked against git by
 :mod:`lengen.analysis.registration`) or not (``exploratory``).
@@ -18,22 +25,27 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import sys
 
 import pandas as pd
 import yaml
 
-from lengen.analysis.verdicts import (PAIRED_GAP, PASS_COUNT, RULES, SINGLE_ARM, Run, Verdict,
-                                      judge_pair, judge_pass, judge_single)
+from lengen.analysis.verdicts import (PAIRED_GAP, PASS_COUNT, PASS_COUNT_V1, RULES, SINGLE_ARM,
+                                      Budget, Run, Verdict, judge_pair, judge_pass, judge_single)
 
 RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "results")
 KEYS = {"id", "paper", "where", "claim", "published", "rule", "sign", "op", "threshold",
         "among", "metric", "readings", "note"}
 READING_KEYS = {"folder", "current", "arms", "seeds_chosen_by", "registration", "rule_file",
-                "rule_commit", "superseded_note", "note"}
-ARM_KEYS = {"label", "file", "select", "value", "agg", "fit", "budget", "seed", "scale", "pivot"}
-RULE_NAMES = {"paired-gap": PAIRED_GAP, "pass-count": PASS_COUNT, "single-arm": SINGLE_ARM}
+                "rule_commit", "superseded_note", "note", "lr_per_arm", "registration_note"}
+ARM_KEYS = {"label", "file", "select", "value", "agg", "fit", "budget", "seed", "scale", "pivot",
+            "no_fit_bar", "run"}
+#: a claim's ``rule`` -> the versioned rule (an unversioned name is the current version)
+RULE_NAMES = {"paired-gap": PAIRED_GAP, "pass-count": PASS_COUNT, "single-arm": SINGLE_ARM,
+              PAIRED_GAP: PAIRED_GAP, PASS_COUNT: PASS_COUNT, PASS_COUNT_V1: PASS_COUNT_V1,
+              SINGLE_ARM: SINGLE_ARM}
 
 
 class ClaimError(ValueError):
@@ -60,20 +72,36 @@ def _values(rows: pd.DataFrame, value: str) -> pd.Series:
     return rows[value] if value in rows.columns else rows.eval(value)
 
 
-def _per_seed(rows: pd.DataFrame, value: str, agg: str, seed: str, where: str) -> dict:
-    """seed -> list of values (agg 'one': one per row, so several rows stay several runs)."""
+def _per_seed(rows: pd.DataFrame, value: str, agg: str, seed: str, where: str,
+              run: str | None = None) -> dict:
+    """seed -> list of values (agg 'one': one per row, so several rows stay several runs and the
+    rule refuses them; agg 'mean': the mean over the rows of ONE run, ``run`` naming the column
+    that identifies it; rows of two runs on one seed are an error, never averaged)."""
     if rows.empty:
         raise ClaimError(f"{where}: no rows")
+    if agg not in ("one", "mean"):
+        raise ClaimError(f"{where}: agg must be 'one' or 'mean', got {agg!r}")
+    if seed not in rows.columns:
+        raise ClaimError(f"{where}: no seed column {seed!r} (columns: {sorted(rows.columns)})")
+    if rows[seed].isna().any():
+        raise ClaimError(f"{where}: {int(rows[seed].isna().sum())} row(s) with a NaN seed")
     g = pd.DataFrame({"seed": rows[seed].values,
                       "v": pd.to_numeric(_values(rows, value)).astype(float).values})
+    if agg == "mean":
+        if not run or run not in rows.columns:
+            raise ClaimError(f"{where}: agg 'mean' needs run: the column naming each run (so "
+                             f"that two runs on one seed are refused, not averaged), got {run!r}")
+        g["run"] = rows[run].values
     out = {}
     for s, part in g.groupby("seed", sort=True):
         if agg == "one":
             out[s] = part.v.tolist()
-        elif agg == "mean":
-            out[s] = [float(part.v.mean())]
         else:
-            raise ClaimError(f"{where}: agg must be 'one' or 'mean', got {agg!r}")
+            if part.run.nunique() > 1:
+                raise ClaimError(f"{where}: seed {s} has {part.run.nunique()} runs "
+                                 f"({sorted(map(str, part.run.unique()))}): agg 'mean' averages "
+                                 "the rows of one run, never several runs")
+            out[s] = [float(part.v.mean())]
     return out
 
 
@@ -83,15 +111,94 @@ FIT_KEYS = {"where", "value", "agg", "op", "bar"}
 
 
 def _pivot(df: pd.DataFrame, spec: dict, seed: str) -> pd.DataFrame:
-    """Long rows (one per length) -> one row per seed with columns ``L<length>``."""
+    """Long rows (one per length) -> one row per seed with columns ``L<length>``. Two rows for
+    one seed and length are an error (never the first of them)."""
+    dup = df.duplicated([seed, spec["columns"]], keep=False)
+    if dup.any():
+        keys = sorted({(str(a), str(b)) for a, b in
+                       df.loc[dup, [seed, spec["columns"]]].itertuples(index=False)})
+        raise ClaimError(f"pivot: several rows for (seed, {spec['columns']}) {keys[:5]}: one "
+                         "row per seed and column")
     p = df.pivot_table(index=seed, columns=spec["columns"], values=spec["values"],
                        aggfunc="first")
     p.columns = [f"L{c}" for c in p.columns]
     return p.reset_index()
 
 
+BUDGET_COLUMNS = {"steps": "steps", "batch": "batch", "lr": "lr"}   # field -> csv column
+
+
+def _fit_rows(df: pd.DataFrame, base: pd.DataFrame, fit: dict, seed: str, select: str | None,
+              where: str) -> pd.DataFrame:
+    """The rows ``fit.where`` selects from the arm's file: they must be this arm's runs. Every
+    column the arm's ``select`` names that is constant over the arm's rows (its model, task,
+    lr, ...) and that ``fit.where`` does not name must have the same value on the fit rows, so
+    that a filter without the arm's own condition (which would read another arm's fit by seed)
+    is refused."""
+    rows = df.query(fit["where"])
+    if rows.empty:
+        raise ClaimError(f"{where}: fit.where {fit['where']!r} matches no row")
+    named = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", fit["where"]))
+    arm_filter = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", select or ""))
+    for col in base.columns:
+        if col not in arm_filter or col == seed or col in named or col not in rows.columns:
+            continue
+        vals = base[col].dropna().unique()
+        if len(vals) == 1 and not (rows[col] == vals[0]).all():
+            raise ClaimError(f"{where}: fit.where {fit['where']!r} selects rows with "
+                             f"{col} != {vals[0]!r}, the arm's {col}: add the arm's filter")
+    return rows
+
+
+def _budgets(arm: dict, base: pd.DataFrame, seed: str, seeds, root: str,
+             where: str) -> dict:
+    """seed -> :class:`Budget`. From the literal (``STEPS [steps] [x BATCH] [, lr LR]
+    [(source)]``) or another file's column joined on a key, then from the arm's own ``steps``,
+    ``batch`` and ``lr`` columns where it has them: a literal that disagrees with a column is an
+    error; a field the literal leaves out is taken from the column."""
+    budget = arm.get("budget", "")
+    out = {}
+    if isinstance(budget, dict):        # steps from a column of another file, joined on a key
+        other = _frame(budget["file"], root).groupby(budget["on"])[budget["column"]].max()
+        keys = base.groupby(seed)[budget["on"]].apply(list)
+        for s in seeds:
+            steps = sorted({float(other[k]) for k in keys[s]})
+            if len(steps) > 1:
+                raise ClaimError(f"{where}: seed {s} has runs at {steps} steps in "
+                                 f"{budget['file']}")
+            text = f"{steps[0]:g}{budget.get('unit', '')}"
+            try:
+                b = Budget.parse(text)
+            except ValueError as e:
+                raise ClaimError(f"{where}: budget unit: {e}") from None
+            out[s] = Budget(b.steps, b.batch, b.lr, f"{budget['file']}: {budget['column']}")
+    else:
+        try:
+            b = Budget.parse(budget) if str(budget).strip() else Budget()
+        except ValueError as e:
+            raise ClaimError(f"{where}: {e}") from None
+        out = {s: b for s in seeds}
+    for field, col in BUDGET_COLUMNS.items():
+        if col not in base.columns:
+            continue
+        per_seed = base.groupby(seed)[col].apply(lambda x: sorted(set(x.dropna().astype(float))))
+        for s in seeds:
+            vals = per_seed.get(s, [])
+            if len(vals) > 1:
+                raise ClaimError(f"{where}: seed {s} has rows at {col} {vals} in {arm['file']}")
+            if not vals:
+                continue
+            stated = getattr(out[s], field)
+            if stated is not None and stated != vals[0]:
+                raise ClaimError(f"{where}: the budget says {field} {stated:g} but {arm['file']} "
+                                 f"has {col} {vals[0]:g} for seed {s}")
+            out[s] = Budget(**{**{k: getattr(out[s], k) for k in Budget.FIELDS},
+                               field: vals[0]}, source=out[s].source)
+    return out
+
+
 def arm_runs(arm: dict, root: str = RESULTS, where: str = "arm") -> list[Run]:
-    """The runs of one arm: one :class:`Run` per selected csv row (``agg: mean``: per seed)."""
+    """The runs of one arm: one :class:`Run` per selected csv row (``agg: mean``: per run)."""
     _unknown(arm, ARM_KEYS, where)
     df = _frame(arm["file"], root)
     seed = arm.get("seed", "seed")
@@ -99,11 +206,20 @@ def arm_runs(arm: dict, root: str = RESULTS, where: str = "arm") -> list[Run]:
     base = df.query(sel) if sel else df
     if base.empty:
         raise ClaimError(f"{where}: select {sel!r} matches no row of {arm['file']}")
+    long = base
     if "pivot" in arm:
-        base = _pivot(base, arm["pivot"], seed)
+        try:
+            base = _pivot(base, arm["pivot"], seed)
+        except ClaimError as e:
+            raise ClaimError(f"{where}: {arm['file']}: {e}") from None
     agg = arm.get("agg", "one")
-    values = _per_seed(base, arm["value"], agg, seed, where)
+    values = _per_seed(base, arm["value"], agg, seed, where, arm.get("run"))
     fit = arm.get("fit")
+    if fit is None and not arm.get("no_fit_bar"):
+        raise ClaimError(f"{where}: no fit bar: give fit (value, bar) or no_fit_bar with the "
+                         "reason the task has none")
+    if fit is not None and arm.get("no_fit_bar"):
+        raise ClaimError(f"{where}: fit and no_fit_bar both given")
     fitted: dict = {}
     if fit is not None:
         if not isinstance(fit, dict) or set(fit) - FIT_KEYS or not {"value", "bar"} <= set(fit):
@@ -112,25 +228,28 @@ def arm_runs(arm: dict, root: str = RESULTS, where: str = "arm") -> list[Run]:
         # fit.where selects the run's fit rows from the whole file (e.g. its IID split)
         if "pivot" in arm and fit.get("where"):
             raise ClaimError(f"{where}: fit.where cannot be used with pivot")
-        rows = df.query(fit["where"]) if fit.get("where") else base
-        fv = _per_seed(rows, fit["value"], fit.get("agg", agg), seed, where + " fit")
+        rows = _fit_rows(df, base, fit, seed, sel, where) if fit.get("where") else base
+        fv = _per_seed(rows, fit["value"], fit.get("agg", agg), seed, where + " fit",
+                       arm.get("run"))
         op = _OPS[fit.get("op", ">=")]
         fitted = {s: [op(x, float(fit["bar"])) for x in xs] for s, xs in fv.items()}
-    budget = arm.get("budget", "")
-    if isinstance(budget, dict):        # from a column of another file, joined on a key
-        other = _frame(budget["file"], root).groupby(budget["on"])[budget["column"]].max()
-        keys = base.groupby(seed)[budget["on"]].apply(list)
-        bud = {s: " / ".join(sorted({f"{other[k]:g}" for k in keys[s]})) + budget.get("unit", "")
-               for s in values}
-    else:
-        bud = {s: str(budget) for s in values}
+    bud = _budgets(arm, long, seed, values, root, where)
     scale = float(arm.get("scale", 1.0))
     runs = []
     for s, xs in values.items():
-        fs = fitted.get(s, [False]) if fit is not None else [None]
-        for i, x in enumerate(xs):
-            f = fs[i] if len(fs) == len(xs) else (fs[0] if len(fs) == 1 else False)
+        if fit is None:
+            fs = [None] * len(xs)
+        else:
+            fs = fitted.get(s)
+            if fs is None or len(fs) != len(xs):
+                raise ClaimError(f"{where}: seed {s} has {len(xs)} value row(s) and "
+                                 f"{0 if fs is None else len(fs)} fit row(s) in {arm['file']}: "
+                                 "one fit per run")
+        for x, f in zip(xs, fs):
             key = int(s) if isinstance(s, (int, float)) and float(s).is_integer() else s
+            if math.isnan(x) and f is not False:
+                raise ClaimError(f"{where}: {arm['file']}, seed {key}: value {arm['value']!r} "
+                                 "is NaN on a run that counts (fitted, or no fit bar)")
             runs.append(Run(key, x * scale, f, bud[s]))
     return runs
 
@@ -138,25 +257,31 @@ def arm_runs(arm: dict, root: str = RESULTS, where: str = "arm") -> list[Run]:
 def judge_reading(claim: dict, reading: dict, root: str = RESULTS) -> tuple[Verdict, dict]:
     """The rule's verdict on one reading, and each arm's runs."""
     _unknown(reading, READING_KEYS, f"{claim['id']}: reading")
-    rule = claim["rule"]
+    rule = RULE_NAMES.get(claim["rule"])
+    if rule is None:
+        raise ClaimError(f"{claim['id']}: rule must be one of {sorted(RULE_NAMES)}, "
+                         f"got {claim['rule']!r}")
     arms = reading["arms"]
-    runs = {a["label"]: arm_runs(a, root, f"{claim['id']}/{reading['folder']}/{a['label']}")
-            for a in arms}
+    where = f"{claim['id']}/{reading['folder']}"
+    runs = {a["label"]: arm_runs(a, root, f"{where}/{a['label']}") for a in arms}
     labels = [a["label"] for a in arms]
     chosen = reading.get("seeds_chosen_by")
-    if rule == "paired-gap":
-        v = judge_pair(runs[labels[0]], runs[labels[1]], int(claim.get("sign", 1)),
-                       names=tuple(labels), seeds_chosen_by=chosen)
-    elif rule == "pass-count":
-        v = judge_pass(runs[labels[0]], runs[labels[1]], names=tuple(labels),
-                       seeds_chosen_by=chosen)
-    elif rule == "single-arm":
-        if chosen:
-            raise ClaimError(f"{claim['id']}: seeds_chosen_by has no meaning for one arm")
-        v = judge_single(runs[labels[0]], claim.get("op", ">="), float(claim["threshold"]),
-                         among=claim.get("among", "fitted"), name=labels[0])
-    else:
-        raise ClaimError(f"{claim['id']}: rule must be one of {sorted(RULE_NAMES)}, got {rule!r}")
+    no_bar = {a["label"]: a["no_fit_bar"] for a in arms if a.get("no_fit_bar")}
+    lr_per_arm = reading.get("lr_per_arm")
+    try:
+        if rule == PAIRED_GAP:
+            v = judge_pair(runs[labels[0]], runs[labels[1]], int(claim.get("sign", 1)),
+                           names=tuple(labels), seeds_chosen_by=chosen, no_fit_bar=no_bar,
+                           lr_per_arm=lr_per_arm)
+        elif rule in (PASS_COUNT, PASS_COUNT_V1):
+            v = judge_pass(runs[labels[0]], runs[labels[1]], names=tuple(labels),
+                           seeds_chosen_by=chosen, version=rule, lr_per_arm=lr_per_arm)
+        else:
+            v = judge_single(runs[labels[0]], claim.get("op", ">="), float(claim["threshold"]),
+                             among=claim.get("among", "fitted"), name=labels[0],
+                             seeds_chosen_by=chosen, no_fit_bar=no_bar.get(labels[0]))
+    except ValueError as e:
+        raise ClaimError(f"{where}: {e}") from None
     return v, runs
 
 
@@ -222,8 +347,9 @@ def _ours(v: Verdict, runs: dict) -> str:
     return "; ".join(parts)
 
 
-def _counts(v: Verdict) -> str:
-    return "; ".join(f"{k} {v.fitted[k]}/{v.n[k]}" for k in v.n)
+def _counts(v: Verdict, runs: dict) -> str:
+    return "; ".join(f"{k} {v.n[k]} runs, no fit bar" if any(r.fitted is None for r in runs[k])
+                     else f"{k} {v.fitted[k]}/{v.n[k]}" for k in v.n)
 
 
 def _cell(s) -> str:
@@ -253,9 +379,10 @@ def render(claims: list[dict], root: str = RESULTS) -> str:
         for r in c["readings"]:
             v, runs = judge_reading(c, r, root)
             row = [c["id"], c["paper"], c["where"], c["claim"], f"`{r['folder']}/`",
-                   _counts(v), _ours(v, runs), c.get("published", ""), v.rule,
+                   _counts(v, runs), _ours(v, runs), c.get("published", ""), v.rule,
                    f"*{v.verdict}*", v.reason + (f" ({r['note']})" if r.get("note") else ""),
-                   r.get("registration", "exploratory")]
+                   r.get("registration", "exploratory")
+                   + (f" ({r['registration_note']})" if r.get("registration_note") else "")]
             if r.get("current"):
                 out.append("| " + " | ".join(_cell(x) for x in row) + " |")
             else:
@@ -267,7 +394,7 @@ def render(claims: list[dict], root: str = RESULTS) -> str:
             "|---|---|---|---|---|---|---|"]
     for c, r, v, runs in superseded:
         out.append("| " + " | ".join(_cell(x) for x in (
-            c["id"], f"`{r['folder']}/`", _counts(v), _ours(v, runs), f"*{v.verdict}*",
+            c["id"], f"`{r['folder']}/`", _counts(v, runs), _ours(v, runs), f"*{v.verdict}*",
             v.reason, r.get("superseded_note", ""))) + " |")
     descriptive = getattr(claims, "descriptive", [])
     if descriptive:

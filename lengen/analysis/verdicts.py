@@ -2,29 +2,20 @@
 
 The project's rule for a claim about a paper (README, "A claim about a paper needs fitted runs
 and seeds"): a run that did not fit its training distribution says nothing about
-generalization, so it is left out; arms are compared by their means over the same seeds, never
-a best-of-n against one run; every verdict states n and how many runs passed. The recipes'
-reports and the results folders' scripts judge claims with these functions, so a verdict means
-the same everywhere:
+generalization, so it is left out; arms are compared over the same seeds at the same budget,
+never a best-of-n against one run; every verdict states n and how many runs passed. The three
+rules below (:data:`RULES`, each with a versioned name printed beside every verdict it gives)
+take every run an arm made (fitted or not, with its budget and seed) and apply every condition
+themselves, so that no caller can drop one: ``results/claims.yaml`` names the runs,
+:mod:`lengen.analysis.verdict_table` applies these rules and writes ``results/VERDICTS.md``, and
+the recipes' reports (``lengen reproduce addition``'s ``claims.md``) call the same functions.
 
-* :func:`compare_means`: "arm B's score is above (or below) arm A's" over the seeds where both
-  arms passed (paired; n >= 2 needed): *reproduced* when the mean differs in the paper's
-  direction by more than the larger of the two arms' sample standard deviations over those
-  seeds, *direction only* when it differs in that direction by less, *not reproduced*
-  otherwise (a tie included), *untested* with fewer than two such seeds;
-* :func:`compare_groups`: the same rule over all passing runs of each arm (unpaired: each arm's
-  passing seeds, from the same set of seeds run on both; n >= 2 per arm);
-* :func:`compare_pass_counts`: "A makes the model learn, B (A without it) does not", over the
-  seeds both arms ran (n >= 2 needed): *reproduced* when A passes on >= 2 of them and B on
-  none, *direction only* when A passes on more of them than B, *not reproduced* when B passes
-  on as many or more and some run passes, *untested* when no run passes.
-
-The verdicts are plain strings (:data:`VERDICTS`), each result a dict ready for a csv row.
+The verdicts are plain strings (:data:`VERDICTS`).
 """
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import re
 from dataclasses import dataclass, field
 
 REPRODUCED, DIRECTION, NOT_REPRODUCED, UNTESTED = ("reproduced", "direction only",
@@ -52,106 +43,111 @@ def _check_sign(sign) -> int:
     return sign
 
 
-def _by_size(a: list, b: list, sign: int) -> dict:
-    """The size rule on two lists of scores (each n >= 2)."""
-    ma, mb, sa, sb = mean(a), mean(b), std(a), std(b)
-    diff = mb - ma
-    bar = max(sa, sb)
-    effect = sign * diff
-    verdict = REPRODUCED if effect > bar else DIRECTION if effect > 0 else NOT_REPRODUCED
-    return dict(base_mean=ma, base_std=sa, other_mean=mb, other_std=sb, diff=diff,
-                larger_std=bar, verdict=verdict)
-
-
-def compare_means(base: Mapping, other: Mapping, sign: int) -> dict:
-    """Paired rule (module docstring). ``base`` / ``other``: seed -> score of that arm's run on
-    that seed, for the runs that passed (a seed missing from either is left out). ``sign``: +1
-    when the paper says ``other`` scores above ``base``, -1 below. Returns the seeds used, n,
-    both arms' mean and std over them, the difference (other - base), the bar and the
-    verdict."""
-    sign = _check_sign(sign)
-    seeds = sorted(set(base) & set(other))
-    out = dict(seeds=seeds, n=len(seeds))
-    if len(seeds) < 2:
-        return dict(out, verdict=UNTESTED)
-    return dict(out, **_by_size([base[s] for s in seeds], [other[s] for s in seeds], sign))
-
-
-def compare_groups(base: Mapping, other: Mapping, sign: int) -> dict:
-    """Unpaired rule (module docstring): every passing run of each arm. ``base`` / ``other``:
-    seed -> score of the passing runs; n >= 2 per arm needed."""
-    sign = _check_sign(sign)
-    out = dict(base_seeds=sorted(base), other_seeds=sorted(other), n_base=len(base),
-               n_other=len(other))
-    if len(base) < 2 or len(other) < 2:
-        return dict(out, verdict=UNTESTED)
-    return dict(out, **_by_size([base[s] for s in sorted(base)],
-                                [other[s] for s in sorted(other)], sign))
-
-
-def compare_pass_counts(base: Mapping, other: Mapping) -> dict:
-    """"``base`` makes the model learn and ``other`` (base without it) does not", over the
-    seeds both arms ran (module docstring). ``base`` / ``other``: seed -> whether that arm's
-    run on that seed passed (every finished run, passing or not)."""
-    seeds = sorted(set(base) & set(other))
-    nb = sum(bool(base[s]) for s in seeds)
-    no = sum(bool(other[s]) for s in seeds)
-    out = dict(seeds=seeds, n=len(seeds), base_passed=nb, other_passed=no)
-    if len(seeds) < 2 or nb + no == 0:
-        return dict(out, verdict=UNTESTED)
-    if nb >= 2 and no == 0:
-        return dict(out, verdict=REPRODUCED)
-    return dict(out, verdict=DIRECTION if nb > no else NOT_REPRODUCED)
-
-
-__all__ = ["VERDICTS", "REPRODUCED", "DIRECTION", "NOT_REPRODUCED", "UNTESTED", "mean", "std",
-           "compare_means", "compare_groups", "compare_pass_counts"]
+__all__ = ["VERDICTS", "REPRODUCED", "DIRECTION", "NOT_REPRODUCED", "UNTESTED", "mean", "std"]
 
 
 # ---- the one rule family for every paper's claim (issue 54) ------------------------------------
-#
-# The functions above compare dicts of already-passing scores and are kept for the recipes'
-# reports. The three rules below take every run an arm made (fitted or not, with its budget and
-# seed) and apply every condition themselves, so that no caller can drop one: results/claims.yaml
-# names the runs, lengen.analysis.verdict_table applies these rules and writes
-# results/VERDICTS.md. Each rule has a versioned name printed beside every verdict it gives.
 
 PAIRED_GAP = "paired-gap/v1"
-PASS_COUNT = "pass-count/v1"
+PASS_COUNT_V1 = "pass-count/v1"
+PASS_COUNT = "pass-count/v2"
 SINGLE_ARM = "single-arm/v1"
+_BUDGET_TEXT = (
+    "every run of both arms has the same budget: steps and batch (and lr, unless the claim "
+    "states that each arm runs at its own searched lr) compared as numbers, read from the "
+    "csv where it records them")
 RULES = {
     PAIRED_GAP: (
         "Arm B above (or below) arm A. Conditions, in order; the first broken one gives "
-        "*untested* with the reason: (1) every run of both arms has the same budget; (2) the "
+        f"*untested* with the reason: (1) {_BUDGET_TEXT}; (2) the "
         "seeds were not chosen by either arm's outcome; (3) only fitted runs count (the claim's "
-        "fit bar) and only seeds where BOTH arms fitted (paired), n >= 2 such seeds; (4) one row "
+        "fit bar, or a stated reason why the task has none) and only seeds where BOTH arms "
+        "fitted (paired), n >= 2 such seeds; (4) one row "
         "per arm and seed (never a best-of-n). Then, with d_s = sign * (B_s - A_s) on each "
         "common seed: *reproduced* when every d_s > 0 AND mean d > the larger within-arm sample "
         "std over those seeds; *direction only* when mean d > 0 otherwise; *not reproduced* when "
         "mean d <= 0."),
     PASS_COUNT: (
-        "A makes the model learn and B (A without it) does not. (1) equal budgets; (2) seeds not "
-        "chosen by either arm's outcome; (3) the seeds both arms ran, n >= 2 (every finished run "
-        "counts: passing is the outcome); (4) one row per arm and seed. *untested* when no run "
-        "passes; *reproduced* when A passes and B fails on every common seed; *direction only* "
-        "when A passes on more common seeds than B; *not reproduced* otherwise."),
+        f"A makes the model learn and B (A without it) does not. (1) {_BUDGET_TEXT}; (2) seeds "
+        "not chosen by either arm's outcome; (3) the seeds both arms ran, n >= 2 (every finished "
+        "run counts: passing is the outcome); (4) one row per arm and seed; (5) A passes on "
+        ">= 2 of those seeds, else *untested* (one passing run is no direction). *reproduced* "
+        "when A passes and B fails on every common seed; *direction only* when A passes on more "
+        "common seeds than B; *not reproduced* otherwise."),
+    PASS_COUNT_V1: (
+        "Superseded by pass-count/v2 (kept to read verdicts given under it): as v2 without "
+        "condition (5), so a single passing run of A against none of B gave *direction only*."),
     SINGLE_ARM: (
-        "One arm's metric meets a threshold ('X reaches >= 90%', 'X fails OOD: < 50'). Runs "
-        "counted: the fitted ones when the claim is about generalization (among: fitted), every "
-        "run otherwise; one row per seed; n >= 2 counted runs, else *untested*. *reproduced* "
-        "when every counted run meets it, *direction only* when more than half do, *not "
-        "reproduced* otherwise. The range (min-max) of the counted runs is the interval given."),
+        "One arm's metric meets a threshold ('X reaches >= 90%', 'X fails OOD: < 50'). "
+        "(1) one budget over the arm's runs; (2) the seeds were not chosen by an arm's outcome "
+        "(a threshold met on the seeds where the arm fitted says nothing about the other "
+        "seeds). Runs counted: the fitted ones when the claim is about generalization (among: "
+        "fitted), every run otherwise; one row per seed; n >= 2 counted runs, else *untested*. "
+        "*reproduced* when every counted run meets it, *direction only* when more than half do, "
+        "*not reproduced* otherwise. The range (min-max) of the counted runs is the interval "
+        "given."),
 }
+
+_NUM = r"\d[\d,]*(?:\.\d+)?(?:e-?\d+)?"
+_BUDGET_RE = re.compile(rf"^\s*(?P<steps>{_NUM})\s*(?:steps)?\s*(?:x\s*(?P<batch>{_NUM}))?"
+                        rf"\s*(?:,?\s*lr\s*(?P<lr>{_NUM}))?\s*(?P<source>\(.*\))?\s*$")
+
+
+def _number(text: str | None) -> float | None:
+    return None if text is None else float(text.replace(",", ""))
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A run's training budget as numbers: steps, batch size and learning rate (``None``: not
+    recorded). ``source`` says where the numbers come from (a README line, a csv column)."""
+    steps: float | None = None
+    batch: float | None = None
+    lr: float | None = None
+    source: str = ""
+
+    FIELDS = ("steps", "batch", "lr")
+
+    @classmethod
+    def parse(cls, text: str) -> "Budget":
+        """``STEPS [steps] [x BATCH] [, lr LR] [(source)]``, e.g. ``8000 x 128, lr 3e-3
+        (README: the fitted budget)``; anything else is refused, so that a budget is never a
+        free text that two arms could spell differently."""
+        m = _BUDGET_RE.match(str(text))
+        if not m:
+            raise ValueError(f"budget {text!r}: write it as 'STEPS [steps] [x BATCH] [, lr LR] "
+                             "[(source)]', e.g. '8000 x 128, lr 3e-3 (README: the fitted budget)'")
+        return cls(_number(m["steps"]), _number(m["batch"]), _number(m["lr"]),
+                   (m["source"] or "").strip("() "))
+
+    def known(self) -> dict:
+        return {k: getattr(self, k) for k in self.FIELDS if getattr(self, k) is not None}
+
+    def __str__(self) -> str:
+        k = self.known()
+        if not k:
+            return "no budget recorded"
+        parts = [f"{k['steps']:g} steps" if "steps" in k else "steps ?"]
+        if "batch" in k:
+            parts.append(f"x {k['batch']:g}")
+        text = " ".join(parts)
+        return text + (f", lr {k['lr']:g}" if "lr" in k else "")
 
 
 @dataclass(frozen=True)
 class Run:
     """One run of one arm: its seed, the claim's metric, whether it fitted its training
-    distribution by the claim's bar (``None``: the claim has no fit bar), and its budget."""
+    distribution by the claim's bar (``None``: the claim has no fit bar, and must say why), and
+    its budget (a :class:`Budget`, or its text for :meth:`Budget.parse`)."""
     seed: object
     value: float
     fitted: bool | None = None
-    budget: str = ""
+    budget: Budget | str = ""
+
+    def __post_init__(self):
+        if not isinstance(self.budget, Budget):
+            object.__setattr__(self, "budget", Budget.parse(self.budget) if str(self.budget)
+                               .strip() else Budget())
 
 
 @dataclass
@@ -171,14 +167,32 @@ def _fmt(x) -> str:
     return "nan" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.4g}"
 
 
-def _budget_problem(arms: dict[str, list[Run]]) -> str | None:
-    per_arm = {name: sorted({r.budget for r in runs}) for name, runs in arms.items()}
-    for name, budgets in per_arm.items():
+def _budget_problem(arms: dict[str, list[Run]], lr_per_arm: str | None = None) -> str | None:
+    """Unequal budgets, compared field by field as numbers. Steps must be recorded for every
+    run; batch and lr are compared where every arm records them (a field recorded for one arm
+    and not another is a problem: the budgets cannot be shown equal). ``lr_per_arm``: the
+    claim's reason why each arm runs at its own lr (then lr may differ between arms, never
+    within one)."""
+    per_arm = {}
+    for name, runs in arms.items():
+        budgets = sorted({tuple(sorted(r.budget.known().items())) for r in runs})
         if len(budgets) > 1:
-            return f"mixed budgets within {name} ({' / '.join(budgets)})"
-    values = {b[0] for b in per_arm.values() if b}
-    if len(values) > 1:
-        return "unequal budgets (" + " vs ".join(f"{n}: {b[0]}" for n, b in per_arm.items()) + ")"
+            return ("mixed budgets within " + name + " ("
+                    + " / ".join(str(Budget(**dict(b))) for b in budgets) + ")")
+        per_arm[name] = dict(budgets[0]) if budgets else {}
+    missing = [n for n, b in per_arm.items() if "steps" not in b]
+    if missing:
+        return "no budget (steps) recorded for " + " and ".join(missing)
+    for k in Budget.FIELDS:
+        have = [n for n, b in per_arm.items() if k in b]
+        if have and len(have) < len(per_arm):
+            return (f"{k} recorded for {', '.join(have)} only: the budgets cannot be shown "
+                    "equal")
+        if k == "lr" and lr_per_arm:
+            continue
+        if len({b.get(k) for b in per_arm.values()}) > 1:
+            return "unequal budgets (" + " vs ".join(
+                f"{n}: {Budget(**b)}" for n, b in per_arm.items()) + ")"
     return None
 
 
@@ -191,6 +205,28 @@ def _duplicate_seeds(arms: dict[str, list[Run]]) -> str | None:
     return None
 
 
+def _check_fit_bars(arms: dict[str, list[Run]], no_fit_bar) -> str:
+    """An arm whose runs carry no fit (``fitted`` None) counts every run only when the claim
+    says why the task has no fit bar (``no_fit_bar``: arm -> reason); the reasons, for the
+    verdict's text."""
+    no_fit_bar = dict(no_fit_bar or {})
+    by_reason: dict[str, list] = {}
+    for name, runs in arms.items():
+        if any(r.fitted is None for r in runs):
+            if not no_fit_bar.get(name):
+                raise ValueError(f"arm {name!r} has runs without a fit bar: give the claim a fit "
+                                 "bar, or no_fit_bar with the reason the task has none")
+            if any(r.fitted is not None for r in runs):
+                raise ValueError(f"arm {name!r} mixes runs with and without a fit bar")
+            by_reason.setdefault(no_fit_bar[name], []).append(name)
+    return "; ".join(f"no fit bar for {', '.join(names)} ({why}): every run counts"
+                     for why, names in by_reason.items())
+
+
+def _with(note: str, text: str) -> str:
+    return f"{text} [{note}]" if note else text
+
+
 def _fitted_count(runs: list[Run]) -> int:
     return sum(r.fitted is not False for r in runs)
 
@@ -200,27 +236,40 @@ def _common(arms, names, fitted_only: bool) -> list:
     return sorted(set.intersection(*sets), key=str)
 
 
+def _no_nan(arms: dict[str, list[Run]], counted) -> None:
+    for name, runs in arms.items():
+        for r in runs:
+            if counted(r) and isinstance(r.value, float) and math.isnan(r.value):
+                raise ValueError(f"arm {name!r}, seed {r.seed}: the value is NaN on a run that "
+                                 "counts (fitted, or no fit bar)")
+
+
 def judge_pair(base: list[Run], other: list[Run], sign: int, *, names=("A", "B"),
-               seeds_chosen_by: str | None = None) -> Verdict:
+               seeds_chosen_by: str | None = None, no_fit_bar: dict | None = None,
+               lr_per_arm: str | None = None) -> Verdict:
     """Rule :data:`PAIRED_GAP` (see :data:`RULES`): ``other`` (B) against ``base`` (A); ``sign``
-    +1 when the paper says B scores above A, -1 below."""
+    +1 when the paper says B scores above A, -1 below. ``no_fit_bar``: arm name -> why its runs
+    have no fit bar (required for runs whose ``fitted`` is None); ``lr_per_arm``: why the arms'
+    lr may differ."""
     sign = _check_sign(sign)
     a, b = names
     arms = {a: list(base), b: list(other)}
+    note = _check_fit_bars(arms, no_fit_bar)
+    _no_nan(arms, lambda r: r.fitted is not False)
     v = Verdict(UNTESTED, "", PAIRED_GAP, n={k: len(r) for k, r in arms.items()},
                 fitted={k: _fitted_count(r) for k, r in arms.items()})
     problem = (("no runs for " + " and ".join(k for k, r in arms.items() if not r))
                if not all(arms.values()) else
-               _budget_problem(arms) or _duplicate_seeds(arms)
+               _budget_problem(arms, lr_per_arm) or _duplicate_seeds(arms)
                or (f"seeds chosen by {seeds_chosen_by}" if seeds_chosen_by else None))
     if problem:
-        v.reason = problem
+        v.reason = _with(note, problem)
         return v
     seeds = _common(arms, names, fitted_only=True)
     v.seeds = seeds
     if len(seeds) < 2:
-        v.reason = (f"{len(seeds)} seed(s) where both arms fitted (n >= 2 needed; "
-                    f"{a} fitted {v.fitted[a]} of {v.n[a]}, {b} {v.fitted[b]} of {v.n[b]})")
+        v.reason = _with(note, f"{len(seeds)} seed(s) where both arms fitted (n >= 2 needed; "
+                         f"{a} fitted {v.fitted[a]} of {v.n[a]}, {b} {v.fitted[b]} of {v.n[b]})")
         return v
     va = {r.seed: r.value for r in base}
     vb = {r.seed: r.value for r in other}
@@ -239,20 +288,30 @@ def judge_pair(base: list[Run], other: list[Run], sign: int, *, names=("A", "B")
         v.verdict, v.reason = DIRECTION, f"{head}: {why}"
     else:
         v.verdict, v.reason = NOT_REPRODUCED, head + ": not in the paper's direction"
+    if lr_per_arm:
+        note = "; ".join(x for x in (note, f"lr per arm: {lr_per_arm}") if x)
+    v.reason = _with(note, v.reason)
     return v
 
 
 def judge_pass(with_: list[Run], without: list[Run], *, names=("with", "without"),
-               seeds_chosen_by: str | None = None) -> Verdict:
-    """Rule :data:`PASS_COUNT`: ``with_`` (A) passes and ``without`` (B) does not. A run's
-    ``fitted`` is its pass."""
+               seeds_chosen_by: str | None = None, version: str = PASS_COUNT,
+               lr_per_arm: str | None = None) -> Verdict:
+    """Rule :data:`PASS_COUNT` (or, with ``version`` :data:`PASS_COUNT_V1`, the superseded
+    rule): ``with_`` (A) passes and ``without`` (B) does not. A run's ``fitted`` is its pass, so
+    every run needs one."""
+    if version not in (PASS_COUNT, PASS_COUNT_V1):
+        raise ValueError(f"version must be {PASS_COUNT!r} or {PASS_COUNT_V1!r}, got {version!r}")
     a, b = names
     arms = {a: list(with_), b: list(without)}
-    v = Verdict(UNTESTED, "", PASS_COUNT, n={k: len(r) for k, r in arms.items()},
+    for k, rs in arms.items():
+        if any(r.fitted is None for r in rs):
+            raise ValueError(f"arm {k!r}: pass-count needs each run's pass (its fit bar)")
+    v = Verdict(UNTESTED, "", version, n={k: len(r) for k, r in arms.items()},
                 fitted={k: sum(bool(x.fitted) for x in r) for k, r in arms.items()})
     problem = (("no runs for " + " and ".join(k for k, r in arms.items() if not r))
                if not all(arms.values()) else
-               _budget_problem(arms) or _duplicate_seeds(arms)
+               _budget_problem(arms, lr_per_arm) or _duplicate_seeds(arms)
                or (f"seeds chosen by {seeds_chosen_by}" if seeds_chosen_by else None))
     if problem:
         v.reason = problem
@@ -268,6 +327,8 @@ def judge_pass(with_: list[Run], without: list[Run], *, names=("with", "without"
     head = f"n = {len(seeds)} common seeds; {a} passes on {na}, {b} on {nb}"
     if na + nb == 0:
         v.reason = head + ": no run passes"
+    elif version == PASS_COUNT and na < 2:
+        v.reason = head + f": {a} passes on fewer than 2 seeds"
     elif na == len(seeds) and nb == 0:
         v.verdict, v.reason = REPRODUCED, head + ": on every seed"
     elif na > nb:
@@ -282,24 +343,31 @@ _OPS = {">=": lambda x, t: x >= t, ">": lambda x, t: x > t, "<=": lambda x, t: x
 
 
 def judge_single(runs: list[Run], op: str, threshold: float, *, among: str = "fitted",
-                 name: str = "arm") -> Verdict:
+                 name: str = "arm", seeds_chosen_by: str | None = None,
+                 no_fit_bar: str | None = None) -> Verdict:
     """Rule :data:`SINGLE_ARM`: every counted run's value ``op`` ``threshold``. ``among``:
-    'fitted' (only fitted runs count) or 'all'."""
+    'fitted' (only fitted runs count) or 'all'. ``seeds_chosen_by``: the outcome that chose
+    the seeds (then *untested*); ``no_fit_bar``: why the runs have no fit bar (required when a
+    run's ``fitted`` is None)."""
     if op not in _OPS:
         raise ValueError(f"op must be one of {sorted(_OPS)}, got {op!r}")
     if among not in ("fitted", "all"):
         raise ValueError(f"among must be 'fitted' or 'all', got {among!r}")
     runs = list(runs)
+    note = _check_fit_bars({name: runs}, {name: no_fit_bar} if no_fit_bar else None)
+    counts = (lambda r: True) if among == "all" else (lambda r: r.fitted is not False)
+    _no_nan({name: runs}, counts)
     v = Verdict(UNTESTED, "", SINGLE_ARM, n={name: len(runs)}, fitted={name: _fitted_count(runs)})
-    problem = _budget_problem({name: runs}) or _duplicate_seeds({name: runs})
+    problem = (_budget_problem({name: runs}) or _duplicate_seeds({name: runs})
+               or (f"seeds chosen by {seeds_chosen_by}" if seeds_chosen_by else None))
     if problem:
-        v.reason = problem
+        v.reason = _with(note, problem)
         return v
-    counted = [r for r in runs if among == "all" or r.fitted is not False]
+    counted = [r for r in runs if counts(r)]
     v.seeds = [r.seed for r in counted]
     if len(counted) < 2:
-        v.reason = (f"{len(counted)} counted run(s) (n >= 2 needed; {v.fitted[name]} of "
-                    f"{len(runs)} fitted)")
+        v.reason = _with(note, f"{len(counted)} counted run(s) (n >= 2 needed; "
+                         f"{v.fitted[name]} of {len(runs)} fitted)")
         return v
     xs = [r.value for r in counted]
     v.means, v.stds = {name: mean(xs)}, {name: std(xs)}
@@ -312,9 +380,9 @@ def judge_single(runs: list[Run], op: str, threshold: float, *, among: str = "fi
         v.verdict = DIRECTION
     else:
         v.verdict = NOT_REPRODUCED
-    v.reason = head
+    v.reason = _with(note, head)
     return v
 
 
-__all__ += ["PAIRED_GAP", "PASS_COUNT", "SINGLE_ARM", "RULES", "Run", "Verdict", "judge_pair",
-            "judge_pass", "judge_single"]
+__all__ += ["PAIRED_GAP", "PASS_COUNT", "PASS_COUNT_V1", "SINGLE_ARM", "RULES", "Budget", "Run",
+            "Verdict", "judge_pair", "judge_pass", "judge_single"]
