@@ -325,5 +325,5 @@ def estimate_time(scale: str = "cpu", *, settings=None, trials=None,
 
 __all__ = ["SCALES", "SETTINGS", "FIGURES", "PES", "PE_LABELS", "ERROR_SETTINGS", "EVAL_SEED",
            "build_specs", "run_config", "run_name", "default_device", "run_addition",
-           "run_addition_recipe", "grid_part", "read_back_other_parts", "estimate_time", "eval_lengths", "caption", "is_divergence",
-           "analysis_settings", "write_report"]
+           "run_addition_recipe", "grid_part", "read_back_other_parts", "estimate_time",
+           "eval_lengths", "caption", "is_divergence", "analysis_settings", "write_report"]
