@@ -67,8 +67,8 @@ class Attention(nn.Module):
     supports_wide_qk = True
     #: reads the positional scheme's hooks (a token mixer, lengen.attention.mixer, does not)
     uses_posenc = True
-    #: an attention kind, not a token mixer (lengen.attention.mixer.TokenMixer sets True)
-    is_token_mixer = False
+    #: derived, never set: a layer has queries and keys exactly when it reads the scheme
+    is_token_mixer = not uses_posenc
     #: the kind's ops take ``window`` / ``chunk`` (sliding-window and chunked local masks,
     #: :func:`lengen.ops.common.local_mask`) through :meth:`local_args`; others refuse them
     supports_window = False
