@@ -38,11 +38,15 @@ def utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
 
 
-def _git(root: str, *args: str) -> str | None:
+def git(root: str, *args: str, check: bool = False) -> str | None:
+    """The output of ``git -C root args`` (30 s at most); None when git fails or is missing, or
+    with ``check`` the error raised instead (``subprocess.CalledProcessError``, ``OSError``)."""
     try:
         r = subprocess.run(["git", "-C", root, *args], capture_output=True, text=True,
-                           timeout=30)
+                           timeout=30, check=check)
     except (OSError, subprocess.SubprocessError):
+        if check:
+            raise
         return None
     return r.stdout if r.returncode == 0 else None
 
@@ -50,7 +54,7 @@ def _git(root: str, *args: str) -> str | None:
 @functools.lru_cache(maxsize=None)
 def is_checkout(root: str = SOURCE_ROOT) -> bool:
     """Is ``root`` the top of a git working tree (not merely a folder inside another repo's)?"""
-    top = _git(root, "rev-parse", "--show-toplevel")
+    top = git(root, "rev-parse", "--show-toplevel")
     return top is not None and os.path.realpath(top.strip()) == os.path.realpath(root)
 
 
@@ -67,7 +71,7 @@ def source_commit(root: str = SOURCE_ROOT) -> str:
     """The commit lengen runs from (full hash), or ``'version X'`` when not a git checkout.
     Cached per process: the commit does not change under a running process."""
     if is_checkout(root):
-        head = _git(root, "rev-parse", "HEAD")
+        head = git(root, "rev-parse", "HEAD")
         if head and head.strip():
             return head.strip()
     return f"version {package_version()}"
@@ -78,7 +82,7 @@ def source_dirty(root: str = SOURCE_ROOT) -> bool | None:
     when lengen does not run from a checkout. Not cached: a file may be edited mid-sweep."""
     if not is_checkout(root):
         return None
-    out = _git(root, "status", "--porcelain")
+    out = git(root, "status", "--porcelain")
     return None if out is None else bool(out.strip())
 
 
@@ -111,5 +115,5 @@ def start_record(run_dir: str, step: int, root: str = SOURCE_ROOT) -> dict:
     return dict(old, starts=old["starts"] + [entry])
 
 
-__all__ = ["RECORD_NAME", "RECORD_COLUMNS", "utc_now", "is_checkout", "package_version",
+__all__ = ["RECORD_NAME", "RECORD_COLUMNS", "utc_now", "git", "is_checkout", "package_version",
            "source_commit", "source_dirty", "run_record", "read_record", "start_record"]

@@ -8,6 +8,15 @@ every number with a decimal point or a percent sign in a page's prose must occur
 names in a code span (`results/<folder>/`, `benchmarks/RESULTS.md`, ...), or in the page's
 ``<!-- not results: N N ... -->`` list (sizes, settings, published figures with their source
 given beside them). Pages included from results/ READMEs are checked by results/check_numbers.py.
+
+The two checks divide the work: lengen/analysis/numbers.py (results/check_numbers.py,
+tests/test_results_numbers.py) ties every number of a *results paragraph* of README.md and
+docs/*.md to an expression over results/; this one reads every decimal or percent number in the
+prose of every page (docs/**, README.md), results paragraph or not, against the files the page
+names (results/ and benchmarks/). What a printed number is and what prose holds none (code,
+comments, links, dates, hashes) is numbers.py's (``RESULT``, ``prose_text``). numbers.py alone
+would not do here: it leaves other paragraphs unchecked (a benchmarks/ figure in docs/*.md) and
+reads the pages under docs/recipes/ and docs/tutorials/ as results READMEs.
 """
 from __future__ import annotations
 
@@ -21,10 +30,11 @@ import sys
 
 import pytest
 
+from lengen.analysis.numbers import RESULT, prose_text
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = os.path.join(ROOT, "docs")
 DATA_EXT = (".csv", ".md", ".json", ".jsonl", ".txt", ".log")
-RESULT = re.compile(r"(?<![\w.\-/])(\d+\.\d+|\d+(?:\.\d+)?(?=\s?%))(?![\w.]\d)")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None
@@ -38,14 +48,6 @@ def test_site_builds_strict(tmp_path):
                        text=True, timeout=600)
     assert p.returncode == 0, f"mkdocs build --strict failed:\n{p.stdout[-3000:]}\n{p.stderr[-5000:]}"
     assert (tmp_path / "site" / "api" / "lengen" / "index.html").exists()
-
-
-def prose(text: str) -> str:
-    """A page's text without what holds no result: fenced and inline code, comments, links."""
-    text = re.sub(r"```.*?```", " ", text, flags=re.S)
-    text = re.sub(r"<!--.*?-->", " ", text, flags=re.S)
-    text = re.sub(r"`[^`]*`", " ", text)
-    return re.sub(r"\]\([^)]*\)", "]", text)
 
 
 def named_sources(text: str) -> list[str]:
@@ -72,7 +74,7 @@ def unsourced_numbers(text: str) -> list[str]:
         allowed |= set(block.split())
     sources = " ".join(numbers_in(f) for f in named_sources(text))
     bad = []
-    for num in RESULT.findall(prose(text)):
+    for num in RESULT.findall(prose_text(text)):
         if num in allowed:
             continue
         variants = {num}

@@ -22,12 +22,10 @@ import sys
 
 import torch
 
+from lengen import load_run
 from lengen.eval.addition_errors import addition_error_analysis
 from lengen.fileio import save_json_atomic
-from lengen.recipes.addition.recipe import analysis_settings
-from lengen.recipes.addition.report import write_report
-from lengen.recipes.addition.specs import SETTINGS
-from lengen.rundir.load import load_run
+from lengen.recipes.addition import SETTINGS, analysis_settings, write_report
 from lengen.runs import build_sampler_checked, evaluate_run
 
 HERE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "results", "addition-cpu-recipe")   # the results folder this script reads and writes

@@ -27,8 +27,7 @@ import torch
 
 import lengen
 from lengen.eval.addition_errors import addition_error_analysis
-from lengen.recipes.addition.scores import pooled
-from lengen.recipes.addition.specs import EVAL_SEED, SCALES
+from lengen.recipes.addition import EVAL_SEED, SCALES, pooled
 
 HERE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "results", "addition-cpu-seeds")   # the results folder this script reads and writes
 SEARCH = os.path.join(HERE, "..", "addition-fig3-search", "search-cpu.jsonl")

@@ -25,7 +25,7 @@ import sys
 import torch
 
 import lengen
-from lengen.eval.evaluate import evaluate
+from lengen.eval import evaluate
 from lengen.samplers.randomized import sorted_subset
 
 

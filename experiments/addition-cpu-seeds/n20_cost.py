@@ -16,7 +16,7 @@ import torch
 
 import lengen
 from lengen.recipes import estimate
-from lengen.recipes.addition.specs import run_config
+from lengen.recipes.addition import run_config
 from lengen.rundir.load import prepare
 
 HERE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "results", "addition-cpu-seeds")   # the results folder this script reads and writes

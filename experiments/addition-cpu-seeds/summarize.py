@@ -18,7 +18,7 @@ import os
 import pandas as pd
 
 from lengen.analysis.tables import markdown_table
-from lengen.recipes.addition.scores import pooled
+from lengen.recipes.addition import pooled
 
 HERE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "results", "addition-cpu-seeds")   # the results folder this script reads and writes
 OLD = os.path.join(HERE, "..", "addition-cpu", "results.csv")

@@ -32,9 +32,9 @@ import os
 import pandas as pd
 import torch
 
-from lengen.recipes.addition.specs import SCALES, run_config
+from lengen import build_task
+from lengen.recipes.addition import SCALES, run_config
 from lengen.samplers import build_sampler
-from lengen.tasks import build_task
 
 HERE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "results", "addition-cpu")   # the results folder this script reads and writes
 BATCHES, EVAL_DRAWS = 2000, 2000

@@ -15,7 +15,7 @@ import os
 import sys
 import time
 
-from lengen.recipes.addition.specs import run_config
+from lengen.recipes.addition import run_config
 from lengen.sweep import RunSpec, run_one
 
 

@@ -21,7 +21,7 @@ import sys
 
 from lengen.eval.length_sweep import length_scores
 from lengen.fileio import write_csv_atomic, write_text_atomic
-from lengen.recipes.index_warping.specs import SCALES
+from lengen.recipes.index_warping import SCALES
 
 HERE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "results", "index-warping-cpu")   # the results folder this script reads and writes
 TASKS = ("copy", "reverse", "sort")

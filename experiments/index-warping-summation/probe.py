@@ -17,7 +17,7 @@ import statistics
 import sys
 import time
 
-from lengen.recipes.index_warping.recipe import run_config
+from lengen.recipes.index_warping import run_config
 from lengen.sweep import RunSpec, run_one
 
 M = 8                                     # summation's longest training K (the paper's)

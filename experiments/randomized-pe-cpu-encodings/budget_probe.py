@@ -21,7 +21,7 @@ import os
 import sys
 import time
 
-from lengen.recipes.randomized_pe.recipe import run_config
+from lengen.recipes.randomized_pe import run_config
 from lengen.sweep import RunSpec, run_one
 
 TRACK = ["len=20", "len=40", "len=41", "len=201", "len=500"]

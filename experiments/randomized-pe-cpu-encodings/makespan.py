@@ -13,7 +13,7 @@ import json
 import sys
 
 from lengen.recipes.estimate import makespan
-from lengen.recipes.randomized_pe.recipe import build_specs
+from lengen.recipes.randomized_pe import build_specs
 
 
 def main(sweeps: list[str], workers: int = 2) -> None:

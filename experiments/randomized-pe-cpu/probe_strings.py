@@ -18,7 +18,7 @@ import sys
 import time
 
 import lengen
-from lengen.recipes.randomized_pe.recipe import run_config
+from lengen.recipes.randomized_pe import run_config
 
 TRAIN_LENGTHS = ["len=10", "len=20", "len=30", "len=40"]
 

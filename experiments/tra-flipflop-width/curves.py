@@ -25,9 +25,9 @@ import sys
 
 import pandas as pd
 
-from lengen.recipes.tra_flipflop.specs import IID_SOLVED as FIT     # % IID: "fits"
-from lengen.recipes.tra_flipflop.specs import SPLITS as _SPLITS
-from lengen.recipes.tra_models import MODELS as _MODELS
+from lengen.recipes.tra_flipflop import IID_SOLVED as FIT     # % IID: "fits"
+from lengen.recipes.tra_flipflop import MODELS as _MODELS
+from lengen.recipes.tra_flipflop import SPLITS as _SPLITS
 
 MODELS = list(_MODELS)
 SPLITS = list(_SPLITS)

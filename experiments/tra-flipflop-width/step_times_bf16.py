@@ -1,8 +1,8 @@
 """Step time of the Table 1 models at the paper's scale (512 tokens) on a GPU: fp32 vs bf16 autocast,
 batch 64 and 32 (section 3 of step-times-h100.txt). python step_times_bf16.py [MODEL ...]"""
 import time, torch
-from lengen.config import resolve
-from lengen.recipes.tra_flipflop.recipe import model_config
+from lengen import resolve
+from lengen.recipes.tra_flipflop import model_config
 from lengen.recipes.estimate import time_training_steps
 from lengen.rundir.load import prepare
 import sys

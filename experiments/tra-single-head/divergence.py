@@ -30,10 +30,7 @@ def worker(seed: int, stop: int, run_dir: str) -> None:
     import torch
 
     import lengen
-    try:
-        from lengen.recipes.tra_flipflop.recipe import model_config
-    except ImportError:                                   # before the recipes became packages
-        from lengen.recipes.tra_flipflop import model_config
+    from lengen.recipes.tra_flipflop import model_config   # a module before the recipes became packages
     cfg = model_config("TRA", "cpu", seed, n_layers=2, n_heads=1, name=f"appA-s{seed}")
     cfg["model"]["d_ff"] = 512                # what both commits trained (see the README)
     cfg["train"].update(steps=1500, ckpt_every=100, threads=1, log_every=10)
@@ -50,9 +47,9 @@ def survival_rows(run_dir: str, seed: int):
     import torch
 
     import lengen
-    from lengen.recipes.tra_flipflop.recipe import model_config
-    from lengen.tasks.flipflop import generate_flipflop, to_batch
+    from lengen.recipes.tra_flipflop import model_config
     from lengen.rundir.checkpoint import load_weights
+    from lengen.tasks.flipflop import generate_flipflop, to_batch
     sys.path.insert(0, HERE)
     from run import survival
 

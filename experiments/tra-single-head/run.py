@@ -21,9 +21,9 @@ import time
 import torch
 
 import lengen
-from lengen.recipes.tra_flipflop.recipe import model_config
-from lengen.tasks.flipflop import generate_flipflop, to_batch
+from lengen.recipes.tra_flipflop import model_config
 from lengen.rundir.checkpoint import load_weights
+from lengen.tasks.flipflop import generate_flipflop, to_batch
 
 VARIANTS = {
     "default": {},                                                  # qk_norm, gate bias 0

@@ -9,8 +9,7 @@ import os
 
 import pandas as pd
 
-from lengen.recipes.tra_wikitext.recipe import MODELS
-from lengen.recipes.tra_wikitext.report import write_report
+from lengen.recipes.tra_wikitext import MODELS, write_report
 
 HERE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "results", "tra-wikitext-cpu-2seeds")   # the results folder this script reads and writes
 

@@ -253,9 +253,10 @@ def _flatten(value) -> list:
     return [value]
 
 
-def _prose(text: str) -> str:
+def prose_text(text: str) -> str:
     """The README's text with what holds no result blanked: comments, fenced and inline code,
-    link targets, commit hashes, dates and clock times (kept the same length)."""
+    link targets, commit hashes, dates and clock times (kept the same length). Also what
+    tests/test_docs.py reads a docs page's numbers from."""
     def blank(m):
         return re.sub(r"[^\n]", " ", m.group())
     text = re.sub(r"<!--.*?-->|```.*?```", blank, text, flags=re.DOTALL)
@@ -415,7 +416,7 @@ def check_readme(readme: str, baseline: dict | None = None, untied: list | None 
     rel = os.path.relpath(readme, REPO)
     with open(readme) as f:
         text = f.read()
-    prose = _prose(text)
+    prose = prose_text(text)
     spans = _results_spans(text, whole)
     if not whole:                           # checks 2-4 only inside results paragraphs
         keep = np.zeros(len(prose), dtype=bool)

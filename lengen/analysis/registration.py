@@ -26,12 +26,9 @@ import subprocess
 import sys
 from datetime import datetime, timezone
 
+from lengen.provenance import git
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def _git(*args: str, repo: str = REPO) -> str:
-    return subprocess.run(["git", "-C", repo, *args], check=True, capture_output=True,
-                          text=True).stdout.strip()
 
 
 def have_history(repo: str = REPO) -> bool:
@@ -40,23 +37,23 @@ def have_history(repo: str = REPO) -> bool:
 
 def first_commit(path: str, repo: str = REPO) -> str | None:
     """The commit that first added ``path`` (following renames), or None if never committed."""
-    out = _git("log", "--format=%H", "--follow", "--", path, repo=repo).splitlines()
+    out = git(repo, "log", "--format=%H", "--follow", "--", path, check=True).strip().splitlines()
     return out[-1] if out else None
 
 
 @functools.lru_cache(maxsize=4096)
 def strictly_before(a: str, b: str, repo: str = REPO) -> bool:
     """Is commit ``a`` an ancestor of ``b`` and not ``b`` itself?"""
-    a, b = _git("rev-parse", a, repo=repo), _git("rev-parse", b, repo=repo)
+    a, b = (git(repo, "rev-parse", c, check=True).strip() for c in (a, b))
     if a == b:
         return False
-    r = subprocess.run(["git", "-C", repo, "merge-base", "--is-ancestor", a, b])
-    return r.returncode == 0
+    return git(repo, "merge-base", "--is-ancestor", a, b) is not None   # exit 0: ancestor
 
 
 def commit_time(commit: str, repo: str = REPO) -> datetime:
     """The commit's committer time (timezone-aware)."""
-    return datetime.fromisoformat(_git("show", "-s", "--format=%cI", commit, repo=repo))
+    iso = git(repo, "show", "-s", "--format=%cI", commit, check=True)
+    return datetime.fromisoformat(iso.strip())
 
 
 def row_commits(path: str, repo: str = REPO) -> tuple[tuple[int, str], ...]:
@@ -135,7 +132,8 @@ def check_reading(reading: dict, repo: str = REPO) -> list[str]:
     rule_file, rule_commit = reading["rule_file"], reading["rule_commit"]
     where = reading["folder"]
     try:
-        touched = _git("show", "--format=", "--name-only", rule_commit, repo=repo).splitlines()
+        touched = git(repo, "show", "--format=", "--name-only", rule_commit,
+                      check=True).strip().splitlines()
     except subprocess.CalledProcessError:
         return [f"{where}: rule_commit {rule_commit} is not in this repository's history"]
     problems = []

@@ -34,6 +34,7 @@ from lengen.attention.scaling import LOGN_KINDS, LogLengthScaling
 from lengen.checks import Bool, Choice, Float
 from lengen.ops.heads import split_heads
 from lengen.ops.linear import Linear
+from lengen.ops.norm import qk_rms
 from lengen.ops.rows import NO_ROWS, RowPlan
 from lengen.ops.select import Ops
 from lengen.ops.tile_bias import BiasHook
@@ -42,13 +43,6 @@ from lengen.ops.token_rows import TokenRows
 IMPLS = ("auto", "naive", "lean")
 QK_NORMS = ("none", "rms")                   # = lengen.model.config.QK_NORMS
 QK_NORM_PLACES = ("after_rope", "before_rope")
-QK_NORM_EPS = 1e-6    # = the blocks' RMSNorm eps; Llama 4 uses its rms_norm_eps for both
-
-
-def qk_rms(x: torch.Tensor, eps: float = QK_NORM_EPS) -> torch.Tensor:
-    """x [.., hd] -> x * rsqrt(mean(x^2, -1) + eps), computed in float32 or wider."""
-    xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
-    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
 
 class Attention(nn.Module):
@@ -73,8 +67,8 @@ class Attention(nn.Module):
     supports_wide_qk = True
     #: reads the positional scheme's hooks (a token mixer, lengen.attention.mixer, does not)
     uses_posenc = True
-    #: an attention kind, not a token mixer (lengen.attention.mixer.TokenMixer sets True)
-    is_token_mixer = False
+    #: derived, never set: a layer has queries and keys exactly when it reads the scheme
+    is_token_mixer = not uses_posenc
     #: the kind's ops take ``window`` / ``chunk`` (sliding-window and chunked local masks,
     #: :func:`lengen.ops.common.local_mask`) through :meth:`local_args`; others refuse them
     supports_window = False

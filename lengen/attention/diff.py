@@ -32,7 +32,7 @@ from lengen.checks import Float
 from lengen.ops.diff import diff_attention_chunked, diff_attention_naive
 from lengen.ops.diff.fast_cpu import diff_attention_fast_cpu
 from lengen.ops.norm import rms_norm
-from lengen.ops.select import Ops, compiling, with_rows
+from lengen.ops.select import Ops, cpu_training_op
 
 
 def default_lambda_init(layer_idx: int) -> float:
@@ -94,8 +94,8 @@ class DifferentialAttention(Attention):
         """The fast op on CPU (``rows``, the query rows whose outputs are read, bound: its C
         kernel skips the others), and elsewhere when there is no bias (fused SDPA); the dense
         reference for a bias off the CPU."""
-        if q.device.type == "cpu" and not compiling():      # (Ops.training: not under compile)
-            return with_rows(self.ops.fast_cpu, rows)
+        if (op := cpu_training_op(self.ops.fast_cpu, q, rows)) is not None:
+            return op
         if q.device.type == "cpu":
             return self.ops.naive
         return self.ops.fast_cpu if bias_fn is None else self.ops.naive

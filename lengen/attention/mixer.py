@@ -46,8 +46,8 @@ class TokenMixer(nn.Module):
     supports_wide_qk = False
     #: reads no positional scheme (validation refuses schemes that rotate q/k or add a bias)
     uses_posenc = False
-    #: a token mixer, not an attention kind (lengen.attention.base.Attention sets False)
-    is_token_mixer = True
+    #: derived, never set (as on lengen.attention.base.Attention): no queries and keys
+    is_token_mixer = not uses_posenc
     #: a causal recurrence: there is no encoder form
     requires_causal = True
     reads_x = True

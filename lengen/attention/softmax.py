@@ -14,7 +14,7 @@ import functools
 
 from lengen.attention.base import Attention
 from lengen.ops.fused_rows import fused_applies, fused_attention
-from lengen.ops.select import Ops, compiling, with_rows
+from lengen.ops.select import Ops, cpu_training_op
 from lengen.ops.softmax import softmax_attention_chunked, softmax_attention_naive
 from lengen.ops.softmax.fast_cpu import softmax_attention_fast_cpu
 
@@ -50,8 +50,8 @@ class SoftmaxAttention(Attention):
                     and fused_applies(q, k, v, scale, None, None, self.causal)):
                 return functools.partial(fused_softmax, rows=rows)
             return functools.partial(softmax_attention_chunked, block_size=self.block_size)
-        if q.device.type == "cpu" and not compiling():      # (Ops.training: not under compile)
-            return with_rows(softmax_attention_fast_cpu, rows)
+        if (op := cpu_training_op(softmax_attention_fast_cpu, q, rows)) is not None:
+            return op
         return functools.partial(softmax_attention_chunked, block_size=q.shape[-2])
 
 

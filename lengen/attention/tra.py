@@ -29,8 +29,9 @@ from lengen.ops.tra.fast_cpu import tra_attention_fast_cpu
 
 
 def rms_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """x * rsqrt(mean(x^2) + eps) over the last dim, no learned scale (``F.rms_norm``; in CPU
-    training with its backward in one C pass per row, :mod:`lengen.ops.norm`)."""
+    """x * rsqrt(mean(x^2) + eps) over the last dim, no learned scale: ``rms_norm`` of
+    :mod:`lengen.ops.norm` without a weight (``F.rms_norm``; in CPU training the C kernel, which
+    agrees with it to fp32 rounding; the model-level ``qk_rms`` there stays plain torch)."""
     return rms_norm(x, None, eps)
 
 

@@ -184,8 +184,8 @@ def summarize(rows: list[dict], *, baseline: bool = False) -> list[dict]:
                 continue
             counted = _counted(mine)
             finished = [r for r in counted if r["status"] != "failed"]
-            k, n = stats.fit_rate(r.get("fitted") for r in finished)
-            m, lo, hi = stats.bootstrap_mean([r["ood"] for r in finished if r.get("fitted")])
+            k, n, m, lo, hi = stats.fit_summary((r.get("fitted") for r in finished),
+                                                [r["ood"] for r in finished if r.get("fitted")])
             curve = mean_curve(finished)
             thr = effective_threshold(cell)
             eff = (stats.effective_length({x: c[0] for x, c in curve.items()}, thr)
@@ -231,8 +231,9 @@ def aggregates(rows: list[dict]) -> list[dict]:
 
 def comparisons(rows: list[dict], users: list[str], baselines: list[str]) -> dict:
     """Each user variant against each baseline: ``poi`` rows (probability of improvement
-    across the cells both ran, with its interval, and its verdict by the same rule as a cell:
-    the interval's lower end above 1/2 = X beats Y, upper end below 1/2 = Y beats X) and
+    across the cells both ran, with its interval, and its verdict by the PoI half of a cell's
+    rule, :func:`lengen.bench.stats.poi_verdict`: the interval's lower end above 1/2 = X beats
+    Y, upper end below 1/2 = Y beats X) and
     ``cells`` rows (per cell, :func:`lengen.bench.stats.separation` on the fitted seeds'
     OOD scores, with the card's sentence)."""
     poi, cells = [], []
@@ -245,11 +246,12 @@ def comparisons(rows: list[dict], users: list[str], baselines: list[str]) -> dic
                 continue
             p, lo, hi = stats.prob_improvement_ci({c: ux[c] for c in common},
                                                   {c: bx[c] for c in common})
-            if lo == lo and lo > 0.5:
+            rule, winner = stats.poi_verdict(lo, hi)
+            if winner == "x":
                 verdict = f"{u} beats {b} across cells (P interval above 1/2)"
-            elif hi == hi and hi < 0.5:
+            elif winner == "y":
                 verdict = f"{b} beats {u} across cells (P interval below 1/2)"
-            elif lo != lo:
+            elif rule == stats.UNTESTED:
                 verdict = "untested (a cell with fewer than 2 runs)"
             else:
                 verdict = "not separable"

@@ -167,10 +167,9 @@ def summarize(results_rows, specs, by_arm: dict, *, metric=None, fit_threshold: 
                          "ood": sum(oods.values()) / len(oods) if oods else math.nan,
                          "has_rule": bool(ids) or lower})
         done = [r for r in runs if r is not None]
-        k, n = stats.fit_rate(r["fitted"] for r in done)
         fit = [r for r in done if r["fitted"]]
         ood = [r["ood"] for r in fit if r["ood"] == r["ood"]]
-        mean, lo, hi = stats.bootstrap_mean(ood)
+        k, n, mean, lo, hi = stats.fit_summary((r["fitted"] for r in done), ood)
         rule = ("finite" if lower else f"in-distribution mean >= {fit_threshold:g}"
                 if any(r["has_rule"] for r in done) else "none (no in-distribution split)")
         id_all = [r["id"] for r in done if r["id"] == r["id"]]

@@ -51,6 +51,16 @@ def fit_rate(fitted) -> tuple[int, int]:
     return sum(flags), len(flags)
 
 
+def fit_summary(fitted, ood) -> tuple[int, int, float, float, float]:
+    """``(k, n, mean, lo, hi)``: the fit rate over the finished runs (``fitted``, one flag per
+    run) and the mean of ``ood``, the fitted runs' OOD scores (an unfitted run's OOD number is
+    left out, never a zero), with its bootstrap interval. The numbers of a card row
+    (:func:`lengen.bench.scorecard.summarize`) and of a seed sweep's arm
+    (:func:`lengen.bench.seeds.summarize`)."""
+    k, n = fit_rate(fitted)
+    return (k, n, *bootstrap_mean(ood))
+
+
 def _percentiles(boot: np.ndarray, level: float) -> tuple[float, float]:
     tail = 100 * (1 - level) / 2
     lo, hi = np.percentile(boot, [tail, 100 - tail])
@@ -149,6 +159,20 @@ def effective_length(curve: dict, threshold: float):
     return best
 
 
+def poi_verdict(lo: float, hi: float) -> tuple[str, str | None]:
+    """The probability-of-improvement half of the card's rule, on the interval ``[lo, hi]`` of
+    ``P(X > Y)``: ``(BEATS, 'x')`` when it lies wholly above 1/2, ``(BEATS, 'y')`` when wholly
+    below, ``(UNTESTED, None)`` without an interval (nan), else ``(NOT_SEPARABLE, None)``. Used
+    by :func:`separation` within a cell and by the card's comparison across cells."""
+    if lo > 0.5:
+        return BEATS, "x"
+    if hi < 0.5:
+        return BEATS, "y"
+    if lo != lo:
+        return UNTESTED, None
+    return NOT_SEPARABLE, None
+
+
 def separation(x, y, **kw) -> dict:
     """Whether the scores ``x`` (fitted seeds of entry X) beat ``y`` (of entry Y) by the card's
     rule: with at least ``MIN_N`` values on each side, **X beats Y** when the 95% bootstrap
@@ -165,9 +189,9 @@ def separation(x, y, **kw) -> dict:
     _, out["poi_lo"], out["poi_hi"] = prob_improvement_ci({0: a}, {0: b}, **kw)
     ma, la, ha = bootstrap_mean(a, **kw)
     mb, lb, hb = bootstrap_mean(b, **kw)
-    for side, (lo_w, hi_l, poi_lo) in {"x": (la, hb, out["poi_lo"]),
-                                       "y": (lb, ha, 1 - out["poi_hi"])}.items():
-        if lo_w > hi_l or poi_lo > 0.5:
+    _, by_poi = poi_verdict(out["poi_lo"], out["poi_hi"])
+    for side, (lo_w, hi_l) in {"x": (la, hb), "y": (lb, ha)}.items():
+        if lo_w > hi_l or by_poi == side:
             why = ("intervals disjoint" if lo_w > hi_l else
                    f"P(improvement) interval above 1/2")
             out.update(verdict=BEATS, winner=side, reason=why)
@@ -188,6 +212,6 @@ def sentence(x_name: str, y_name: str, where: str, result: dict) -> str:
 
 
 __all__ = ["LEVEL", "N_BOOT", "BOOT_SEED", "MIN_N", "BEATS", "NOT_SEPARABLE", "UNTESTED",
-           "fit_rate", "bootstrap_mean", "iqm", "stratified_bootstrap", "aggregate_iqm",
-           "prob_improvement", "prob_improvement_ci", "effective_length", "separation",
-           "sentence"]
+           "fit_rate", "fit_summary", "bootstrap_mean", "iqm", "stratified_bootstrap", "aggregate_iqm",
+           "prob_improvement", "prob_improvement_ci", "effective_length", "poi_verdict",
+           "separation", "sentence"]

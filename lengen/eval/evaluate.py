@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 from lengen.errors import ArgumentError, ConfigError
 from lengen.eval.metrics import batch_stats, finalize, restrict_to_outputs
 from lengen.eval.perplexity import evaluate_perplexity
-from lengen.model.memory import check_work
+from lengen.model.memory import check_work, forward_checks_once
 # the evaluation stream is shared with the perplexity protocol, which evaluate() dispatches to
 from lengen.eval.stream import block_positions, eval_stream, forward  # noqa: F401
 from lengen.tasks.base import check_eval_sizes
@@ -110,7 +110,15 @@ def evaluate(model, task, splits: list[str], *, n_sequences: int, batch_size: in
              device="cpu", meta: dict | None = None, progress: bool = False) -> list[dict]:
     """Evaluate on each split; returns long-format rows (one per split x metric). Tasks whose
     ``evaluation`` is ``"perplexity"`` (language modelling) get rows ``ppl`` and ``nll`` per
-    length from :func:`lengen.eval.perplexity.evaluate_perplexity` instead."""
+    length from :func:`lengen.eval.perplexity.evaluate_perplexity` instead. The model's
+    per-call size check (:func:`lengen.model.memory.check_forward`) runs once per batch shape,
+    not once per batch (:func:`lengen.model.memory.forward_checks_once`)."""
+    with forward_checks_once():
+        return _evaluate(model, task, splits, n_sequences=n_sequences, batch_size=batch_size,
+                         seed=seed, device=device, meta=meta, progress=progress)
+
+
+def _evaluate(model, task, splits, *, n_sequences, batch_size, seed, device, meta, progress):
     check_eval_sizes(n_sequences, batch_size, seed)
     splits = check_evaluate_args(model, task, splits, meta)
     if getattr(task, "evaluation", "accuracy") == "perplexity":

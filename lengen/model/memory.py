@@ -15,6 +15,8 @@ killing the process) minutes later.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 
 import torch
@@ -163,13 +165,37 @@ def check_work(m, *, sequences: int | list[int], length: int | list[int], device
     return flops
 
 
+#: the forward calls :func:`check_forward` passed inside :func:`forward_checks_once`, as
+#: (config, training, device, batch, length); None outside
+_PASSED: contextvars.ContextVar[list | None] = contextvars.ContextVar("lengen_forward_checks",
+                                                                       default=None)
+
+
+@contextlib.contextmanager
+def forward_checks_once():
+    """Within it, :func:`check_forward` skips a call no larger (in batch and in length) than one
+    it already passed for the same config, mode and device: both estimates grow with each, so
+    the answer is the same. An evaluation runs its batches inside it
+    (:func:`lengen.eval.evaluate`): the check runs once per batch shape, not once per batch."""
+    token = _PASSED.set([])
+    try:
+        yield
+    finally:
+        _PASSED.reset(token)
+
+
 def check_forward(m, *, batch: int, length: int, training: bool, device="cpu") -> None:
     """The up-front bound for one forward call on ``batch`` x ``length`` tokens (the Python API's
     ``Transformer.forward`` on millions of tokens): refused, with a ConfigError naming the size,
     when its memory estimate (:func:`check_fits`; the weights already sit on ``device``) cannot
     fit, or when on a CPU its work exceeds :data:`CPU_MAX_FLOPS` (:func:`check_work`). Costs
     microseconds plus one read of /proc/meminfo; meant for ``forward`` when it checks its inputs
-    (``check_inputs``)."""
+    (``check_inputs``), and skipped inside :func:`forward_checks_once` for a call no larger than
+    one already passed."""
+    passed, where = _PASSED.get(), (training, str(device))
+    if passed is not None and any(c is m and w == where and batch <= b and length <= n
+                                  for c, w, b, n in passed):
+        return
     sizes = f"inputs of batch {batch} x {length} tokens"
     check_fits(m, batch=batch, length=length, training=training, device=device,
                weights_held=True, sizes=sizes,
@@ -177,8 +203,10 @@ def check_forward(m, *, batch: int, length: int, training: bool, device="cpu") -
     check_work(m, sequences=batch, length=length, device=device,
                what=f"one forward call on {sizes}",
                fix="Pass fewer or shorter sequences per call")
+    if passed is not None:
+        passed.append((m, where, batch, length))
 
 
 __all__ = ["parameter_count", "estimate_bytes", "available_bytes", "check_fits", "forward_flops",
-           "check_forward", "check_work", "CPU_MAX_FLOPS",
+           "check_forward", "forward_checks_once", "check_work", "CPU_MAX_FLOPS",
            "is_out_of_memory", "out_of_memory_message", "OOM_HINT"]

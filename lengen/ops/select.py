@@ -31,15 +31,21 @@ def triton_available() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
-def compiling() -> bool:
-    """Whether torch.compile is tracing this call (the tiled CPU ops are then left out)."""
-    return torch.compiler.is_compiling()
-
-
 def with_rows(op, rows=None):
     """``op`` with ``rows`` (bool [B, T], the query rows whose outputs are read) bound, for the
     CPU ops that may skip the others; ``op`` itself without it."""
     return op if rows is None else functools.partial(op, rows=rows)
+
+
+def cpu_training_op(op, q, rows=None):
+    """The tiled CPU training op ``op`` (``rows`` bound, :func:`with_rows`) when q is on the CPU
+    and ``torch.compile`` (``train.compile``) is not tracing; None otherwise, or when ``op`` is
+    None. Under the compiler the CPU op is left out: its tiles keep Python caches keyed by
+    tensor identity, which would recompile the graph at every step; the dense reference is what
+    the compiler fuses."""
+    if op is not None and q.device.type == "cpu" and not torch.compiler.is_compiling():
+        return with_rows(op, rows)
+    return None
 
 
 @dataclass(frozen=True)
@@ -61,11 +67,10 @@ class Ops:
     def training(self, q, bias_fn=None, rows=None):
         """The op ``impl='auto'`` trains with for q's device; ``rows`` (bool [B, T], the query
         rows whose outputs are read) goes to the CPU op, which may skip the others (the other
-        ops compute every row). Under ``torch.compile`` (``train.compile``) the CPU op is left
-        out: its tiles keep Python caches keyed by tensor identity, which would recompile the
-        graph at every step; the dense reference is what the compiler fuses."""
-        if q.device.type == "cpu" and self.fast_cpu is not None and not compiling():
-            return with_rows(self.fast_cpu, rows)
+        ops compute every row). Under ``torch.compile`` the CPU op is left out
+        (:func:`cpu_training_op`)."""
+        if (op := cpu_training_op(self.fast_cpu, q, rows)) is not None:
+            return op
         if (self.triton is not None and q.device.type == "cuda" and bias_fn is None
                 and q.shape[-1] <= 128 and triton_available()):
             module, name = self.triton
@@ -73,4 +78,4 @@ class Ops:
         return self.naive
 
 
-__all__ = ["Ops", "compiling", "triton_available", "with_rows"]
+__all__ = ["Ops", "cpu_training_op", "triton_available", "with_rows"]

@@ -90,6 +90,16 @@ class _RMSNorm(torch.autograd.Function):
         return dx, sum_parts(dws), None
 
 
+def qk_rms(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """x [.., hd] -> x * rsqrt(mean(x^2, -1) + eps), no weight, computed in float32 or wider:
+    the model-level q/k norm (``model.qk_norm``, :meth:`lengen.attention.base.Attention.norm_qk`;
+    eps = the blocks' RMSNorm eps, Llama 4 uses its rms_norm_eps for both). Plain torch on every
+    device, never the C kernel: on CPU it equals ``F.rms_norm`` bit for bit (values and
+    gradients), and the q/k norm stays equal to Llama 4's ``Llama4TextL2Norm``."""
+    xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6):
     """RMSNorm over the last dim of x, times ``weight`` [d] if given: ``F.rms_norm(x,
     (d,), weight, eps)``, through the C kernel where :func:`applies`."""

@@ -179,6 +179,8 @@ def run_addition(spec, out_dir: str, *, quiet: bool = True, threads: int = 0,
 
 
 def analysis_settings(scale: str, device: str) -> dict:
+    """The greedy-decoding error analysis of ``scale`` as :func:`run_addition` takes it: which
+    settings are analysed, at which lengths, how many sequences, the evaluation seed."""
     s = SCALES[scale]
     return {"settings": list(ERROR_SETTINGS), "error_splits": length_splits(s["error_lengths"]),
             "error_sequences": s["error_sequences"], "seed": EVAL_SEED, "device": device}
@@ -323,4 +325,5 @@ def estimate_time(scale: str = "cpu", *, settings=None, trials=None,
 
 __all__ = ["SCALES", "SETTINGS", "FIGURES", "PES", "PE_LABELS", "ERROR_SETTINGS", "EVAL_SEED",
            "build_specs", "run_config", "run_name", "default_device", "run_addition",
-           "run_addition_recipe", "grid_part", "read_back_other_parts", "estimate_time", "eval_lengths", "caption", "is_divergence"]
+           "run_addition_recipe", "grid_part", "read_back_other_parts", "estimate_time",
+           "eval_lengths", "caption", "is_divergence", "analysis_settings", "write_report"]

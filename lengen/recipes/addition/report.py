@@ -445,6 +445,9 @@ def write_claims(rows, scores, out: str, *, scale: str, caption: str) -> dict:
 
 def write_report(rows, out: str, *, scale: str, caption: str,
                  wall_seconds: float | None = None, log=print) -> dict:
+    """``scores.csv`` and every table, figure and claim of the report into ``out``, from the
+    long-format ``rows`` of all runs (training, evaluation and error analysis); ``caption`` is
+    the tables' caption. Returns the paths written, by name."""
     scores = run_scores(rows, M=lambda N: max_test_length(scale, N))
     paths = {"scores_csv": os.path.join(out, "scores.csv")}
     write_csv_atomic(scores, paths["scores_csv"])

@@ -146,4 +146,4 @@ def estimate_time(scale: str = "cpu", *, steps: int = 10, models=None, seeds: in
 
 
 __all__ = ["SCALES", "MODELS", "PAPER_TABLE2", "PAPER_FIG4", "RELS", "build_specs",
-           "model_config", "run_name", "run_tra_wikitext", "estimate_time"]
+           "model_config", "run_name", "run_tra_wikitext", "estimate_time", "write_report"]
