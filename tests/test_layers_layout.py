@@ -340,3 +340,13 @@ def test_a_trimmed_cache_keeps_the_selected_rows():
     outs = [m(x[[2, 0], t:t + 1], pos[t:t + 1], cache=cache) for t in range(5, 12)]
     torch.testing.assert_close(torch.cat(outs, 1), full[[2, 0], 5:])
     assert cache.layers[0].length("k") == 2 and cache.layers[0].dropped == 10
+
+
+def test_a_windowed_model_generates_with_a_trimmed_cache_equal_to_recomputation():
+    torch.manual_seed(1)
+    m = Transformer(small(posenc="alibi", layers=[{"window": 4}, {"window": 2}, {}, {}])).eval()
+    prompts = [torch.randint(0, 11, (n,)) for n in (1, 3, 9)]
+    cached = m.generate(prompts, 25)
+    plain = m.generate(prompts, 25, use_cache=False)
+    for a, b in zip(cached, plain):
+        assert torch.equal(a, b)
