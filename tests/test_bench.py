@@ -93,6 +93,24 @@ def test_baseline_groups_cover_every_baseline_once():
         baseline_variants(["Lstm"])
 
 
+def test_committed_baselines_are_built_in_baselines_run_as_such():
+    """The committed v2 baseline rows (``results/bench-cpu/v2/runs.csv``, bench parts run with
+    ``--baselines-only`` or as ``--variant 'name=LABEL ...'``): every label is one of
+    ``BASELINES``, every run is of the full protocol at the cpu scale, on its cell's grid and
+    with its cell's budget."""
+    from lengen.bench.scorecard import baseline_path
+
+    path = baseline_path("cpu")
+    if not os.path.isfile(path):
+        pytest.skip(f"{path} is not committed yet")
+    rows = read_runs(path)                        # refuses rows of another battery version
+    assert {r["variant"] for r in rows} <= set(BASELINES)
+    for r in (r for r in rows if r["status"] != "n/a"):
+        assert (r["protocol"], r["scale"]) == ("full", "cpu")
+        assert any(abs(r["lr"] - lr) <= 1e-12 for lr in lr_grid(r["cell"], "cpu"))
+        assert r["steps"] == cell_config(r["cell"], "cpu")["train"]["steps"]
+
+
 @pytest.mark.parametrize("label", list(BASELINES))
 def test_a_baseline_run_as_a_variant_makes_the_same_runs(label):
     """A baseline given as ``--variant 'name=LABEL OVERRIDES'`` (quoted where the label or an
