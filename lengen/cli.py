@@ -250,8 +250,8 @@ def cmd_build_kernels(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from lengen.bench.run import (BASELINES, estimate_bench, load_variants, parse_variant,
-                                  run_bench)  # start-up: only this command needs it
+    from lengen.bench.run import (baseline_variants, estimate_bench, load_variants,
+                                  parse_variant, run_bench)  # start-up: only this command needs it
     from lengen.bench.scorecard import compare_cards
 
     if args.compare:
@@ -266,12 +266,7 @@ def cmd_bench(args) -> int:
     if args.baselines_only is not None and not variants and args.baselines == "default":
         baselines = None              # this scorecard *is* the baselines: none to read beside it
     if args.baselines_only is not None:
-        names = args.baselines_only or list(BASELINES)
-        bad = [n for n in names if n not in BASELINES]
-        if bad:
-            raise ConfigError(f"--baselines-only {bad}: unknown baseline(s). Valid: "
-                              f"{', '.join(repr(n) for n in BASELINES)}")
-        variants += [(n, BASELINES[n]) for n in names]
+        variants += baseline_variants(args.baselines_only)
     if not variants:
         raise ConfigError("lengen bench needs at least one variant: --variant 'model.posenc="
                           "rope' (model.* overrides), --variants FILE, or --baselines-only")
@@ -604,10 +599,13 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
     p.add_argument("--variants", metavar="FILE", default=None,
                    help="a YAML list of variants (strings as --variant, or {name, overrides})")
     p.add_argument("--baselines-only", nargs="*", default=None, metavar="NAME",
-                   help="run the built-in baselines (NoPE, RoPE, ALiBi, FIRE, 'Rand. RoPE', "
-                        "'RoPE + warp', TRA, FoT; default all, or the NAMEs given, to run them "
-                        "in parts into one --out) as the variants: how the committed "
-                        "baselines are made")
+                   help="run the built-in baselines as the variants (how the committed "
+                        "baselines are made): the NAMEs given, or a group: classic (NoPE, "
+                        "RoPE, ALiBi, FIRE, 'Rand. RoPE', 'RoPE + warp', TRA, FoT), methods "
+                        "(LSTM, p-RoPE, PoPE, Selective, Stick-breaking, Mamba-2, 'Gated "
+                        "DeltaNet', PaTH, 'RoPE + SSMax', iRoPE), all (the default: 18 "
+                        "variants on 126 cells they can run, classic 64; --estimate times "
+                        "them); run them in parts into one --out")
     p.add_argument("--scale", choices=("smoke", "cpu", "paper"), default="cpu",
                    help="smoke = seconds (tests); cpu = 2-layer models on 2 cores (about an "
                         "hour per variant with --workers 2 for the full protocol, less with "

@@ -14,8 +14,8 @@ import pytest
 from lengen.bench.battery import (CELLS, EVAL_SEED, LR_FACTORS, SCALES, VAL_SEED, VERSION,
                                   cell_config, check_version, lr_grid, score, train_top,
                                   validation_config)
-from lengen.bench.run import (BASELINES, build_specs, default_seeds, parse_variant, run_bench,
-                              select_lr)
+from lengen.bench.run import (BASELINE_GROUPS, BASELINES, baseline_variants, build_specs,
+                              default_seeds, parse_variant, run_bench, select_lr)
 from lengen.bench.scorecard import (RUN_FIELDS, compare_cards, published, read_runs,
                                     read_scorecard, write_card)
 from lengen.cli import main
@@ -70,8 +70,65 @@ def test_specs_per_seed_and_rate_differ_in_init_and_data_order():
 
 def test_every_baseline_builds_on_every_cell_it_can_run_at_cpu_scale():
     specs, na = build_specs(list(BASELINES.items()), "cpu", seeds=[0])
-    assert len(specs) + len(na) == len(BASELINES) * len(CELLS)
-    assert {r["variant"] for r in na} == {"TRA", "FoT"}      # only the decoder-only kinds
+    assert len(BASELINES) == 18 and len(specs) + len(na) == len(BASELINES) * len(CELLS)
+    encoder = {"bucket_sort", "reverse_string", "even_pairs", "missing_duplicate"}
+    decoder_only = {"TRA", "FoT", "LSTM", "Selective", "Stick-breaking", "Mamba-2",
+                    "Gated DeltaNet", "PaTH", "iRoPE"}
+    assert {r["variant"] for r in na} == decoder_only     # n/a only on the encoder cells
+    assert {r["cell"] for r in na} == encoder and len(na) == 4 * len(decoder_only)
+    assert len(specs) == 18 * 9 - 36
+    by = {s.tags["variant"]: s.config["model"] for s in specs if s.tags["cell"] == "copy"}
+    assert by["RoPE + SSMax"]["attention_kwargs"] == {"logn": "ssmax"}
+    assert by["iRoPE"]["layers"][0] == {"chunk": 16, "qk_norm": "rms"}
+    assert by["iRoPE"]["layers"][1]["attention_kwargs"]["logn"] == "llama4"
+
+
+def test_baseline_groups_cover_every_baseline_once():
+    assert BASELINE_GROUPS["classic"] + BASELINE_GROUPS["methods"] == list(BASELINES)
+    assert [n for n, _ in baseline_variants([])] == list(BASELINES)
+    assert [n for n, _ in baseline_variants(["classic"])] == BASELINE_GROUPS["classic"]
+    assert [n for n, _ in baseline_variants(["LSTM", "methods"])] == BASELINE_GROUPS["methods"]
+    assert baseline_variants(["p-RoPE"]) == [("p-RoPE", ["model.posenc=prope"])]
+    with pytest.raises(ConfigError, match="unknown baseline.*a group: classic, methods, all"):
+        baseline_variants(["Lstm"])
+
+
+def test_committed_baselines_are_built_in_baselines_run_as_such():
+    """The committed v2 baseline rows (``results/bench-cpu/v2/runs.csv``, bench parts run with
+    ``--baselines-only`` or as ``--variant 'name=LABEL ...'``): every label is one of
+    ``BASELINES``, every run is of the full protocol at the cpu scale, on its cell's grid and
+    with its cell's budget."""
+    from lengen.bench.scorecard import baseline_path
+
+    path = baseline_path("cpu")
+    if not os.path.isfile(path):
+        pytest.skip(f"{path} is not committed yet")
+    rows = read_runs(path)                        # refuses rows of another battery version
+    assert {r["variant"] for r in rows} <= set(BASELINES)
+    for r in (r for r in rows if r["status"] != "n/a"):
+        assert (r["protocol"], r["scale"]) == ("full", "cpu")
+        assert any(abs(r["lr"] - lr) <= 1e-12 for lr in lr_grid(r["cell"], "cpu"))
+        assert r["steps"] == cell_config(r["cell"], "cpu")["train"]["steps"]
+
+
+@pytest.mark.parametrize("label", list(BASELINES))
+def test_a_baseline_run_as_a_variant_makes_the_same_runs(label):
+    """A baseline given as ``--variant 'name=LABEL OVERRIDES'`` (quoted where the label or an
+    override holds a space) makes the very runs of ``--baselines-only LABEL``: the same names
+    (so the same run folders), configs and runs.csv tags; such a bench part's rows can be
+    committed as the baseline's."""
+    import shlex
+
+    overrides = BASELINES[label]
+    text = shlex.join([f"name={label}"] + overrides)
+    assert parse_variant(text) == (label, overrides)
+    as_variant = build_specs([parse_variant(text)], "cpu", seeds=[0, 1], cells=["copy"],
+                             lrs={"copy": [5e-4, 1e-3]})
+    as_baseline = build_specs(baseline_variants([label]), "cpu", seeds=[0, 1], cells=["copy"],
+                              lrs={"copy": [5e-4, 1e-3]})
+    assert as_variant[1] == as_baseline[1]
+    assert [(s.name, s.config, s.tags) for s in as_variant[0]] == [
+        (s.name, s.config, s.tags) for s in as_baseline[0]]
 
 
 def test_cell_configs_keep_the_protocol():
@@ -348,7 +405,7 @@ def test_a_bench_in_parts_keeps_one_runs_csv(tmp_path, capsys):
     assert sorted({r["variant"] for r in rows}) == ["NoPE", "RoPE"] and len(rows) == 4
     capsys.readouterr()
     assert main(common + ["--baselines-only", "Rope"]) == 2
-    assert "unknown baseline(s)" in capsys.readouterr().err
+    assert "unknown baseline" in capsys.readouterr().err
 
 
 def test_estimate_names_every_cell_with_its_evaluation_and_runs(capsys):

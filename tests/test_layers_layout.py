@@ -294,3 +294,59 @@ def test_llama4_preset_trains_through_the_run_loop(tmp_path):
     _cfg, _task, model = lengen.load_run(str(tmp_path / "run"))
     assert [b.attn.chunk for b in model.blocks] == [16, 16, 16, None]
     assert model.blocks[3].attn.logn.kind == "llama4"
+
+
+@pytest.mark.parametrize("posenc", ["nope", "rope", "alibi", "t5", "xl", "kerple_log", "fire",
+                                    "pope", "learned"])
+@pytest.mark.parametrize("window", [1, 3, 8])
+def test_a_windowed_layer_keeps_only_its_window_in_the_cache(posenc, window):
+    """Cached decoding of a sliding-window layer keeps only its last ``window`` keys and values
+    (issue 52: KV cache trimmed to the window), and still equals recomputation: prefills longer
+    and shorter than the window, then one token at a time, with a full layer beside it (which
+    keeps every key). Positions are per sequence and start at 3, so a bias reading key indices
+    instead of key positions would differ."""
+    torch.manual_seed(window)
+    m = Transformer(small(posenc=posenc, n_layers=2,
+                          layers=[{"window": window}, {}])).double().eval()
+    x = torch.randint(0, 11, (2, 23))
+    pos = (torch.arange(23, dtype=torch.float64) + 3).expand(2, -1).contiguous()
+    pos[1] += 2
+    full = m(x, pos)
+    for prefill in (1, window, 9):
+        cache = m.new_cache(capacity=23)
+        outs = [m(x[:, :prefill], pos[:, :prefill], cache=cache)]
+        held = [cache.layers[0].length("k")]
+        for t in range(prefill, 23):
+            outs.append(m(x[:, t:t + 1], pos[:, t:t + 1], cache=cache))
+            held.append(cache.layers[0].length("k"))
+            assert cache.layers[0].get("v").shape[2] == held[-1]
+        torch.testing.assert_close(torch.cat(outs, 1), full)
+        assert max(held) <= window and held[-1] == window
+        assert cache.layers[0].length("k") + cache.layers[0].dropped == 23
+        assert cache.layers[1].length("k") == 23 and cache.layers[1].dropped == 0
+        buf = cache.layers[0]._items["k"].buf
+        assert buf.shape[2] <= max(2 * window, prefill)          # O(window) memory
+
+
+def test_a_trimmed_cache_keeps_the_selected_rows():
+    torch.manual_seed(0)
+    m = Transformer(small(posenc="alibi", n_layers=1, window=2)).double().eval()
+    x = torch.randint(0, 11, (3, 12))
+    pos = torch.arange(12, dtype=torch.float64)
+    full = m(x, pos)
+    cache = m.new_cache()
+    m(x[:, :5], pos[:5], cache=cache)
+    cache.select(torch.tensor([2, 0]))
+    outs = [m(x[[2, 0], t:t + 1], pos[t:t + 1], cache=cache) for t in range(5, 12)]
+    torch.testing.assert_close(torch.cat(outs, 1), full[[2, 0], 5:])
+    assert cache.layers[0].length("k") == 2 and cache.layers[0].dropped == 10
+
+
+def test_a_windowed_model_generates_with_a_trimmed_cache_equal_to_recomputation():
+    torch.manual_seed(1)
+    m = Transformer(small(posenc="alibi", layers=[{"window": 4}, {"window": 2}, {}, {}])).eval()
+    prompts = [torch.randint(0, 11, (n,)) for n in (1, 3, 9)]
+    cached = m.generate(prompts, 25)
+    plain = m.generate(prompts, 25, use_cache=False)
+    for a, b in zip(cached, plain):
+        assert torch.equal(a, b)

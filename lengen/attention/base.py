@@ -181,19 +181,29 @@ class Attention(nn.Module):
     def decode(self, q, k, v, x, posenc, pos, key_pos, cache):
         """A cached step: append the new keys/values, then attend from the new query rows (the
         last ``T`` keys) to every cached key with the kind's query-blocked op (``q_offset``).
-        Attention weights are not recorded here."""
+        A sliding-window layer (``window`` W) then trims its cache to the last W keys and
+        values (:meth:`lengen.model.cache.LayerCache.trim`; query i sees only i - W < j <= i,
+        so no later query reads the dropped ones): the step attends to the kept keys (those the
+        window lets it see, and the earlier ones of a multi-token step), with their positions
+        ``key_pos[..., -kept:]``. Attention weights are not recorded here."""
         if not self.causal:
             raise ValueError("a KV cache needs causal attention (causal=True): an encoder's "
                              "earlier outputs depend on later tokens")
         offset = key_pos.shape[-1] - q.shape[-2]               # tokens cached before this step
-        if cache.length("k") != offset:
-            raise ValueError(f"layer cache holds {cache.length('k')} tokens but the positions say "
-                             f"{offset}; use one cache per sequence batch, fed every step")
-        k_all = cache.append("k", k)                           # [B, H, offset + T, hd]
+        if cache.length("k") + cache.dropped != offset:
+            raise ValueError(f"layer cache holds {cache.length('k') + cache.dropped} tokens but "
+                             f"the positions say {offset}; use one cache per sequence batch, fed "
+                             f"every step")
+        k_all = cache.append("k", k)                  # [B, H, kept + T, hd], kept <= offset
         v_all = cache.append("v", self.value_heads(v))
+        held = k_all.shape[-2]
+        key_pos = key_pos[..., key_pos.shape[-1] - held:]      # the held keys' positions
         bias_fn = ((lambda s, e: posenc.bias(pos[..., s:e], key_pos, q[:, :, s:e], k_all))
                    if posenc.has_bias else None)
-        return self.attend_cached(q, k_all, v_all, x, bias_fn, offset, cache)
+        y = self.attend_cached(q, k_all, v_all, x, bias_fn, held - q.shape[-2], cache)
+        if self.window is not None:
+            cache.trim(self.window)
+        return y
 
     def value_heads(self, v):
         """The value layout the kind attends with, which the cache keeps (Diff pairs heads into

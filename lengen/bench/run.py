@@ -38,9 +38,21 @@ from lengen.rundir.load import prepare
 from lengen.runfiles import BENCH_VALIDATION
 from lengen.sweep import RunSpec, run_one, run_sweep, training_span
 
-#: the baselines of the committed scorecard: label -> model overrides. Randomized RoPE draws
-#: from [0, 2048), which holds the longest input of every cell at the cpu scale; index warping is
-#: the paper's head_tail preset with the sqrt skew
+#: the baselines of the committed scorecard: label -> model overrides, in two groups
+#: (:data:`BASELINE_GROUPS`). ``classic``: the schemes and attention kinds of the four papers.
+#: Randomized RoPE draws from [0, 2048), which holds the longest input of every cell at the cpu
+#: scale; index warping is the paper's head_tail preset with the sqrt skew. ``methods``: the
+#: methods published after them (docs/methods.md), each at its registry defaults on the cell's
+#: NoPE softmax model, one change each: the attention kinds ``lstm``, ``selective``,
+#: ``stickbreaking``, ``mamba2``, ``gated_deltanet``, ``path`` (decoder-only: ``n/a`` on the four
+#: encoder cells) and the schemes ``prope`` (p = 0.75), ``pope``. Two are compositions, named
+#: here: ``RoPE + SSMax`` is RoPE with Scalable-Softmax's log-length query scaling
+#: (``attention_kwargs.logn=ssmax``, on every layer; Nakanishi 2025 pairs it with RoPE) and
+#: ``iRoPE`` is Llama 4's interleaved layout cut to the cells' 2 layers: layer 0 RoPE with
+#: chunked attention (chunk 16) and RMS q/k norm, layer 1 NoPE, global, with temperature
+#: tuning (``logn=llama4``, ``logn_floor_scale`` 16), the ``llama4-irope`` preset's layers 1:1
+#: instead of 3:1 (the preset's 4-layer list does not divide 2 layers; on the 5-layer encoder
+#: cells it is ``n/a``, as Llama 4's temperature tuning is decoder-only)
 BASELINES = {
     "NoPE": [],
     "RoPE": ["model.posenc=rope"],
@@ -52,7 +64,44 @@ BASELINES = {
                     "model.positions_kwargs={preset: head_tail, skew: sqrt}"],
     "TRA": ["model.attention=tra"],
     "FoT": ["model.attention=fot"],
+    "LSTM": ["model.attention=lstm"],
+    "p-RoPE": ["model.posenc=prope"],
+    "PoPE": ["model.posenc=pope"],
+    "Selective": ["model.attention=selective"],
+    "Stick-breaking": ["model.attention=stickbreaking"],
+    "Mamba-2": ["model.attention=mamba2"],
+    "Gated DeltaNet": ["model.attention=gated_deltanet"],
+    "PaTH": ["model.attention=path"],
+    "RoPE + SSMax": ["model.posenc=rope", "model.attention_kwargs.logn=ssmax"],
+    "iRoPE": ["model.posenc=rope",
+              "model.layers=[{chunk: 16, qk_norm: rms}, {posenc: nope, attention_kwargs: "
+              "{logn: llama4, logn_floor_scale: 16}}]"],
 }
+
+#: ``lengen bench --baselines-only GROUP``: the baselines run together (``all``: every one)
+BASELINE_GROUPS = {
+    "classic": ["NoPE", "RoPE", "ALiBi", "FIRE", "Rand. RoPE", "RoPE + warp", "TRA", "FoT"],
+    "methods": ["LSTM", "p-RoPE", "PoPE", "Selective", "Stick-breaking", "Mamba-2",
+                "Gated DeltaNet", "PaTH", "RoPE + SSMax", "iRoPE"],
+    "all": list(BASELINES),
+}
+
+
+def baseline_variants(names) -> list[tuple[str, list[str]]]:
+    """``[(label, overrides)]`` of the built-in baselines ``names`` (labels of
+    :data:`BASELINES` or groups of :data:`BASELINE_GROUPS`; none: every baseline), each once,
+    in the order given. An unknown name is a ConfigError listing the valid ones."""
+    out = []
+    for name in (list(names) or ["all"]):
+        got = BASELINE_GROUPS.get(name, [name])
+        bad = [n for n in got if n not in BASELINES]
+        if bad:
+            raise ConfigError(f"--baselines-only {name!r}: unknown baseline. Valid: "
+                              f"{', '.join(repr(n) for n in BASELINES)}, or a group: "
+                              f"{', '.join(BASELINE_GROUPS)}")
+        out += [n for n in got if n not in out]
+    return [(n, list(BASELINES[n])) for n in out]
+
 
 _SAFE = re.compile(r"[^A-Za-z0-9._+,@-]+")
 
@@ -421,6 +470,6 @@ def _time_eval(cfg, task, model) -> None:
              batch_size=cfg.eval.batch_size, seed=cfg.eval.seed)
 
 
-__all__ = ["BASELINES", "parse_variant", "load_variants", "build_specs", "run_bench",
+__all__ = ["BASELINES", "BASELINE_GROUPS", "baseline_variants", "parse_variant", "load_variants", "build_specs", "run_bench",
            "estimate_bench", "run_name", "run_bench_one", "run_row", "select_lr",
            "default_seeds", "RUN_FIELDS", "SCALES"]

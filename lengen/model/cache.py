@@ -9,9 +9,18 @@ beside k and v under their own names (FoT: its cumulative log-forget ``c``, so a
 ``c_i - c_j`` against every cached key). Token mixers (:mod:`lengen.attention.mixer`) keep a
 fixed-size recurrent state instead, replaced at every call (:meth:`LayerCache.put`).
 
+A sliding-window layer (``window`` W, :mod:`lengen.attention.base`) keeps only the last W of its
+keys and values: after a step has attended, :meth:`LayerCache.trim` drops the older ones (a query
+i sees keys i - W < j <= i, so no later query reads them), and the layer's buffers are sized for
+2W tokens, so a long generation holds O(W) per windowed layer instead of O(T).
+:attr:`LayerCache.dropped` counts what was dropped; the positions stay whole (other layers and
+the schemes' biases read them), and the layer reads the last ``length`` of them.
+
 Storage: every cached tensor has its time axis at dim 2 (``[B, H, T, ...]``; positions: their last
 dim) and lives in a buffer with spare room that doubles when full, so appending a token copies only
-that token, and the tensors handed to the ops are views of the filled part. :meth:`KVCache.select`
+that token, and the tensors handed to the ops are views of the filled part (a trimmed buffer's live part starts later; the next append
+that does not fit moves it back to the start of the buffer once as many entries were trimmed
+as it holds, else doubles the buffer). :meth:`KVCache.select`
 keeps a subset of the batch rows in every buffer (one ``index_select`` each), e.g. to drop
 sequences that have finished.
 
@@ -27,30 +36,46 @@ import torch
 
 
 class _Growing:
-    """A tensor growing along ``dim``, kept in a buffer with spare room (doubled when full)."""
+    """A tensor growing along ``dim``, kept in a buffer with spare room (doubled when full);
+    :meth:`trim` drops its oldest entries (the live part is ``start .. start + n``)."""
 
     def __init__(self, x: torch.Tensor, dim: int, capacity: int):
         self.dim = dim % x.dim()
         shape = list(x.shape)
         shape[self.dim] = max(capacity, x.shape[self.dim], 1)
         self.buf = x.new_empty(shape)
-        self.n = 0
+        self.start = self.n = 0
         self.append(x)
 
     def view(self) -> torch.Tensor:
-        return self.buf.narrow(self.dim, 0, self.n)
+        return self.buf.narrow(self.dim, self.start, self.n)
 
     def append(self, x: torch.Tensor) -> torch.Tensor:
         t = x.shape[self.dim]
-        if self.n + t > self.buf.shape[self.dim]:
-            shape = list(self.buf.shape)
-            shape[self.dim] = max(2 * shape[self.dim], self.n + t)
-            buf = self.buf.new_empty(shape)
+        size = self.buf.shape[self.dim]
+        if self.start + self.n + t > size:
+            # no room after the live part: move it to the start of this buffer when it and the
+            # new entries fit there and at least as many entries were trimmed off the front as
+            # it holds (so source and target do not overlap, and each entry is moved at most
+            # once per entry trimmed: O(1) per token), else into a buffer twice as big
+            if self.n + t <= size and self.start >= self.n:
+                buf = self.buf
+            else:
+                shape = list(self.buf.shape)
+                shape[self.dim] = max(2 * size, self.n + t)
+                buf = self.buf.new_empty(shape)
             buf.narrow(self.dim, 0, self.n).copy_(self.view())
-            self.buf = buf
-        self.buf.narrow(self.dim, self.n, t).copy_(x)
+            self.buf, self.start = buf, 0
+        self.buf.narrow(self.dim, self.start + self.n, t).copy_(x)
         self.n += t
         return self.view()
+
+    def trim(self, keep: int) -> int:
+        """Keep the last ``keep`` entries; returns how many were dropped."""
+        drop = max(0, self.n - keep)
+        self.start += drop
+        self.n -= drop
+        return drop
 
     def select(self, index: torch.Tensor) -> None:
         self.buf = self.buf.index_select(0, index.to(self.buf.device))
@@ -58,16 +83,30 @@ class _Growing:
 
 class LayerCache:
     """One attention layer's cached tensors by name (``k``, ``v`` and kind-specific state), each
-    ``[B, H, T, ...]`` along dim 2."""
+    ``[B, H, T, ...]`` along dim 2. ``window`` (a sliding-window layer's W): the buffers hold
+    room for 2W tokens (not ``capacity``), as the layer keeps only its last W (:meth:`trim`)."""
 
-    def __init__(self, capacity: int = 0):
-        self.capacity = capacity
+    def __init__(self, capacity: int = 0, window: int | None = None):
+        self.window = window
+        self.capacity = capacity if window is None else min(capacity or 2 * window, 2 * window)
+        self.dropped = 0                              # tokens trimmed off the front so far
         self._items: dict[str, _Growing] = {}
         self._state: dict[str, torch.Tensor] = {}     # put(): replaced, not grown
 
     def length(self, name: str = "k") -> int:
+        """How many tokens ``name`` holds now (after :meth:`trim`, fewer than were appended:
+        ``length + dropped`` were)."""
         item = self._items.get(name)
         return 0 if item is None else item.n
+
+    def trim(self, keep: int) -> None:
+        """Keep only the last ``keep`` tokens of every appended tensor (a sliding-window
+        layer's keys and values after a step: no later query reads the older ones)."""
+        drops = {item.trim(keep) for item in self._items.values()}
+        if len(drops) > 1:
+            raise ValueError(f"cached tensors of one layer hold different lengths: "
+                             f"{ {n: i.n for n, i in self._items.items()} }")
+        self.dropped += drops.pop() if drops else 0
 
     def get(self, name: str) -> torch.Tensor | None:
         """The cached ``name`` tensor so far (appended, or last put), or None before the first."""
@@ -105,11 +144,15 @@ class LayerCache:
 class KVCache:
     """The cache of a whole decoder: one :class:`LayerCache` per layer plus the positions of every
     cached token (``[Tc]`` shared by the batch, or ``[B, Tc]``). ``length`` is the number of
-    tokens cached per sequence."""
+    tokens cached per sequence. ``windows``: each layer's sliding window (None: every key kept),
+    whose layer keeps only its last W keys and values."""
 
-    def __init__(self, n_layers: int, capacity: int = 0):
+    def __init__(self, n_layers: int, capacity: int = 0, windows=None):
         self.capacity = int(capacity)
-        self.layers = [LayerCache(self.capacity) for _ in range(n_layers)]
+        windows = [None] * n_layers if windows is None else list(windows)
+        if len(windows) != n_layers:
+            raise ValueError(f"windows: one per layer ({n_layers}), got {len(windows)}")
+        self.layers = [LayerCache(self.capacity, w) for w in windows]
         self._pos: _Growing | None = None
 
     @property

@@ -192,8 +192,10 @@ class Transformer(nn.Module):
                                    generator=generator, batch_size=batch_size, **batch)
 
     def new_cache(self, capacity: int = 0) -> KVCache:
-        """An empty KV cache for :meth:`forward` (``capacity``: tokens to reserve room for)."""
-        return KVCache(len(self.blocks), capacity)
+        """An empty KV cache for :meth:`forward` (``capacity``: tokens to reserve room for); a
+        sliding-window layer keeps only its last ``window`` keys and values."""
+        return KVCache(len(self.blocks), capacity,
+                       windows=[getattr(b.attn, "window", None) for b in self.blocks])
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None, *,
                 cache: KVCache | None = None, keep: torch.Tensor | None = None) -> torch.Tensor:
