@@ -38,12 +38,13 @@ def utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
 
 
-def git(root: str, *args: str, check: bool = False) -> str | None:
-    """The output of ``git -C root args`` (30 s at most); None when git fails or is missing, or
-    with ``check`` the error raised instead (``subprocess.CalledProcessError``, ``OSError``)."""
+def git(root: str, *args: str, check: bool = False, timeout: float = 30) -> str | None:
+    """The output of ``git -C root args`` (``timeout`` seconds at most); None when git fails or
+    is missing, or with ``check`` the error raised instead (``subprocess.CalledProcessError``,
+    ``OSError``)."""
     try:
         r = subprocess.run(["git", "-C", root, *args], capture_output=True, text=True,
-                           timeout=30, check=check)
+                           timeout=timeout, check=check)
     except (OSError, subprocess.SubprocessError):
         if check:
             raise

@@ -23,9 +23,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from lengen.fileio import write_csv_atomic                      # noqa: E402
-from lengen.recipes.addition.report import error_runs, write_claims   # noqa: E402
-from lengen.recipes.addition.scores import run_scores           # noqa: E402
-from lengen.recipes.addition.specs import SCALES, max_test_length  # noqa: E402
+from lengen.recipes.addition import (SCALES, error_runs, max_test_length, run_scores,  # noqa: E402
+                                     write_claims)
 import summarize                                                 # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(HERE))

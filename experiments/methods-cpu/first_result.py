@@ -36,7 +36,7 @@ import re
 import sys
 
 from lengen.analysis.tables import markdown_table
-from lengen.bench import stats
+from lengen.bench.stats import bootstrap_mean, fit_rate
 from lengen.bench.battery import (VERSION, cell_config, curve, default_lr, lr_grid, score,
                                   train_top, val_score)
 from lengen.bench.run import BASELINE_GROUPS, BASELINES, run_name, select_lr
@@ -174,13 +174,13 @@ def table(rows: list[dict], scale: str = "cpu") -> list[dict]:
             if not counted:
                 continue
             counted.sort(key=lambda r: r["seed"])
-            k, n = stats.fit_rate(r["fitted"] for r in counted)
+            k, n = fit_rate(r["fitted"] for r in counted)
             fitted = [r for r in counted if r["fitted"]]
             for split in SPLITS[cell]:
                 every = [_split_value(cell, split, json.loads(r["curve"]), scale)
                          for r in counted]
                 vals = [v for v, r in zip(every, counted) if r["fitted"]]
-                m, lo, hi = stats.bootstrap_mean(vals)
+                m, lo, hi = bootstrap_mean(vals)
                 out.append({"method": label, "cell": cell, "split": split, "n": n,
                             "fitted_k": k, "fitted_n": n, "mean": m, "lo": lo, "hi": hi,
                             "lr": counted[0]["selected_lr"],

@@ -60,12 +60,13 @@ def row_commits(path: str, repo: str = REPO) -> tuple[tuple[int, str], ...]:
     """(line number, commit) for every line of ``path`` as committed at HEAD, from ``git blame
     --line-porcelain -M -C -C``: the commit that last gave the line its content, following
     moves within the file and copies from other files of the commit that created it."""
-    return _row_commits(path, repo, _git("rev-parse", "HEAD", repo=repo))
+    return _row_commits(path, repo, git(repo, "rev-parse", "HEAD", check=True).strip())
 
 
 @functools.lru_cache(maxsize=256)
 def _row_commits(path: str, repo: str, head: str) -> tuple[tuple[int, str], ...]:
-    out = _git("blame", "--line-porcelain", "-M", "-C", "-C", head, "--", path, repo=repo)
+    out = git(repo, "blame", "--line-porcelain", "-M", "-C", "-C", head, "--", path, check=True,
+              timeout=600)   # copy detection reads the history: slow on a loaded machine
     rows = []
     for line in out.splitlines():
         parts = line.split()

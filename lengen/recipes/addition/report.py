@@ -417,6 +417,9 @@ def _error_claim(c: dict, reading: str, rows, scores, N: int, scale: str) -> dic
 
 
 def write_claims(rows, scores, out: str, *, scale: str, caption: str) -> dict:
+    """Judge the recipe's claims on ``rows`` / ``scores`` with the verdict engine's rules
+    (:mod:`lengen.analysis.verdicts`) and write ``claims.md`` / ``claims.csv`` into ``out``;
+    returns the paths written (``claims_md``, ``claims_csv``)."""
     recs = _claim_rows(rows, scores, scale)
     s = SCALES[scale]
     lo, _ = reading_range("learns", s["N"])
