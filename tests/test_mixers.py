@@ -369,3 +369,13 @@ def test_trains_with_kept_and_packed_rows(name, tmp_path, monkeypatch):
     part.square().sum().backward()
     for (n, a), b in zip(ref.named_parameters(), fast.parameters()):
         torch.testing.assert_close(b.grad, a.grad, atol=1e-5, rtol=1e-5, msg=lambda m: n)
+
+
+def test_is_token_mixer_follows_uses_posenc_in_subclasses():
+    from lengen.attention import ATTENTIONS
+
+    class NoScheme(ATTENTIONS["softmax"]):
+        uses_posenc = False
+
+    assert NoScheme.is_token_mixer and not ATTENTIONS["softmax"].is_token_mixer
+    assert ATTENTIONS["lstm"].is_token_mixer

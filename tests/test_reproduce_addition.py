@@ -284,8 +284,9 @@ def test_claims_are_paired_over_the_seeds_both_arms_pass(monkeypatch):
     rows2 = [dict(x, value=0.0) if x["run"] == "fire-0" else x for x in rows]
     c2 = claims_of(rows2)
     assert c2["others_degrade:kerple_log"]["n"] == 2
-    # single-arm/v1: 2 of 3 trials fit, more than half (it read not reproduced by its own rule)
-    assert c2["variance"]["verdict"] == "direction only"
+    # 2 of 3 trials fit: single-arm/v1 reads more than half, and the claim's rule (written
+    # before the runs) turns that into not reproduced: one unfitted trial contradicts it
+    assert c2["variance"]["verdict"] == "not reproduced"
     assert c2["variance"]["rule"] == "single-arm/v1"
     assert c2["randomized:fire"]["verdict"] == "untested"          # only seed 1 left
 
@@ -372,8 +373,13 @@ def test_variance_covers_the_init_by_data_order_grid(monkeypatch):
     v = claims_of(rows)["variance"]
     assert "passes on 3 of 3" in v["ours"] and v["verdict"] == "reproduced"   # 50..80
     rows += rows_for("fire-s1-d1", "fire", DEAD, seed=1, data_seed=1, group="heatmap")
-    # a trial did not fit: 3 of 4 meet the bar, more than half (single-arm/v1)
-    assert claims_of(rows)["variance"]["verdict"] == "direction only"
+    # a trial did not fit: "every trial" is contradicted however many others fit (the rule
+    # written before the runs)
+    assert claims_of(rows)["variance"]["verdict"] == "not reproduced"
+    # every trial fits but OOD EM does not vary: the claim's second half fails
+    same = seeds_of("fire", {0: ood_curve(50), 1: ood_curve(50)})
+    v = claims_of(same)["variance"]
+    assert v["verdict"] == "not reproduced" and "spread" in v["why"]
     # one trial that fits beside one that does not: half is not more than half
     two = seeds_of("fire", {0: ood_curve(50), 1: DEAD})
     assert claims_of(two)["variance"]["verdict"] == "not reproduced"

@@ -123,6 +123,9 @@ def test_pair_no_runs_and_bad_sign():
     # audit #18: one passing run of A is no direction under v2 (v1 said direction only)
     ({0}, set(), UNTESTED, DIRECTION),
     ({0}, {1}, UNTESTED, NOT_REPRODUCED),
+    # counter-evidence: B passes on 2 or more seeds where A passes on fewer
+    ({0}, {0, 1, 2}, NOT_REPRODUCED, NOT_REPRODUCED),
+    (set(), {1, 2}, NOT_REPRODUCED, NOT_REPRODUCED),
     (set(), set(), UNTESTED, UNTESTED),
 ])
 def test_pass_count(a, b, verdict, v1):
@@ -131,8 +134,8 @@ def test_pass_count(a, b, verdict, v1):
     assert v.verdict == verdict and v.rule == PASS_COUNT
     old = judge_pass(runs(seeds, fitted=a), runs(seeds, fitted=b), version=PASS_COUNT_V1)
     assert old.verdict == v1 and old.rule == PASS_COUNT_V1
-    if len(a) == 1:
-        assert "passes on fewer than 2 seeds" in v.reason
+    if len(a) == 1 and len(b) < 2:
+        assert "neither arm passes on 2 or more seeds" in v.reason
     with pytest.raises(ValueError, match="version"):
         judge_pass(runs(seeds), runs(seeds), version="pass-count/v9")
 
@@ -202,3 +205,11 @@ def test_a_nan_value_on_a_counted_run_raises():
     # on a run that did not fit it does not count, so it is no error
     assert judge_single(runs({0: 95.0, 1: float("nan"), 2: 96.0}, fitted={0, 2}), ">=",
                         90).verdict == REPRODUCED
+
+
+def test_a_numpy_nan_on_a_counted_run_raises():
+    import numpy as np
+    a = runs(BASE)
+    a[0] = Run(a[0].seed, np.float32("nan"), True, a[0].budget)
+    with pytest.raises(ValueError, match="NaN"):
+        judge_pair(a, runs(BASE), 1)

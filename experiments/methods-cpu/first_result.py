@@ -204,14 +204,27 @@ def _cell(t: dict | None) -> str:
     return f"{mean:.1f} [{100 * t['lo']:.1f}, {100 * t['hi']:.1f}] ({fit})"
 
 
-def markdown(trows: list[dict]) -> str:
+#: the README's declaration that ties a ``--tied`` table's entries to ``table.csv``
+#: (lengen.analysis.numbers): ``C(method, cell, split)`` gives an entry's printed numbers
+TIE_DECLARATION = """t := csv('table.csv')
+C := lambda m, c, s: (lambda r: ([] if r.fitted_k == 0 else [100 * r['mean']] + ([] if r.lo != r.lo else [100 * r.lo, 100 * r.hi])) + [r.fitted_k, r.fitted_n])(row(t, method=m, cell=c, split=s))"""
+
+
+def markdown(trows: list[dict], tied: bool = False) -> str:
     """Methods x splits; each entry ``mean [95% interval] (k/n)`` in %, over the fitted seeds;
-    ``‡ 0/n`` where no seed fitted, ``pending`` where the cell has no chosen rate yet."""
+    ``‡ 0/n`` where no seed fitted, ``pending`` where the cell has no chosen rate yet. With
+    ``tied``, each entry is followed by ``<!-- num: C(...) -->`` (see :data:`TIE_DECLARATION`)."""
     by = {(t["method"], t["cell"], t["split"]): t for t in trows}
     heads = [f"{c} {s}" for c in CELLS for s in SPLITS[c]]
     grid = [["method"] + heads]
+
+    def entry(label, c, s):
+        text = _cell(by.get((label, c, s)))
+        if tied and (label, c, s) in by:
+            text += f" <!-- num: C({label!r}, {c!r}, {s!r}) -->"
+        return text
     for label in dict.fromkeys(t["method"] for t in trows):
-        grid.append([label] + [_cell(by.get((label, c, s))) for c in CELLS for s in SPLITS[c]])
+        grid.append([label] + [entry(label, c, s) for c in CELLS for s in SPLITS[c]])
     return markdown_table(grid, align="l" + "r" * len(heads))
 
 
@@ -231,10 +244,12 @@ def main(argv=None) -> int:
     p.add_argument("folder", help="a lengen bench output folder (battery v%d)" % VERSION)
     p.add_argument("--out", default=os.path.join("results", "methods-cpu"))
     p.add_argument("--scale", default="cpu")
+    p.add_argument("--tied", action="store_true",
+                   help="print the table with each entry tied to table.csv for a README")
     a = p.parse_args(argv)
     trows = table(collect(a.folder, a.scale), a.scale)
     write(trows, a.out)
-    print(markdown(trows))
+    print(markdown(trows, tied=a.tied))
     print(f"wrote {os.path.join(a.out, 'table.csv')} and table.md", file=sys.stderr)
     return 0
 

@@ -69,6 +69,8 @@ def _row_commits(path: str, repo: str, head: str) -> tuple[tuple[int, str], ...]
               timeout=600)   # copy detection reads the history: slow on a loaded machine
     rows = []
     for line in out.splitlines():
+        if line.startswith("\t"):            # the file's own line, never a header
+            continue
         parts = line.split()
         if len(parts) >= 3 and len(parts[0]) == 40 and all(c in "0123456789abcdef"
                                                           for c in parts[0]):

@@ -15,6 +15,7 @@ The verdicts are plain strings (:data:`VERDICTS`).
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from dataclasses import dataclass, field
 
@@ -70,8 +71,9 @@ RULES = {
     PASS_COUNT: (
         f"A makes the model learn and B (A without it) does not. (1) {_BUDGET_TEXT}; (2) seeds "
         "not chosen by either arm's outcome; (3) the seeds both arms ran, n >= 2 (every finished "
-        "run counts: passing is the outcome); (4) one row per arm and seed; (5) A passes on "
-        ">= 2 of those seeds, else *untested* (one passing run is no direction). *reproduced* "
+        "run counts: passing is the outcome); (4) one row per arm and seed; (5) A or B passes on "
+        ">= 2 of those seeds, else *untested* (one passing run is no direction); *not reproduced* "
+        "when A passes on fewer than 2 and B on 2 or more. *reproduced* "
         "when A passes and B fails on every common seed; *direction only* when A passes on more "
         "common seeds than B; *not reproduced* otherwise."),
     PASS_COUNT_V1: (
@@ -239,7 +241,7 @@ def _common(arms, names, fitted_only: bool) -> list:
 def _no_nan(arms: dict[str, list[Run]], counted) -> None:
     for name, runs in arms.items():
         for r in runs:
-            if counted(r) and isinstance(r.value, float) and math.isnan(r.value):
+            if counted(r) and isinstance(r.value, numbers.Real) and r.value != r.value:
                 raise ValueError(f"arm {name!r}, seed {r.seed}: the value is NaN on a run that "
                                  "counts (fitted, or no fit bar)")
 
@@ -327,8 +329,10 @@ def judge_pass(with_: list[Run], without: list[Run], *, names=("with", "without"
     head = f"n = {len(seeds)} common seeds; {a} passes on {na}, {b} on {nb}"
     if na + nb == 0:
         v.reason = head + ": no run passes"
+    elif version == PASS_COUNT and na < 2 and nb < 2:
+        v.reason = head + ": neither arm passes on 2 or more seeds"
     elif version == PASS_COUNT and na < 2:
-        v.reason = head + f": {a} passes on fewer than 2 seeds"
+        v.verdict, v.reason = NOT_REPRODUCED, head + f": {a} passes on fewer than 2 seeds"
     elif na == len(seeds) and nb == 0:
         v.verdict, v.reason = REPRODUCED, head + ": on every seed"
     elif na > nb:

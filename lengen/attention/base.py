@@ -77,6 +77,10 @@ class Attention(nn.Module):
     KWARG_RULES = {"logn": Choice(*LOGN_KINDS), "logn_s": Float(), "logn_learn_s": Bool(),
                    "logn_floor_scale": Float(gt=0), "logn_attn_scale": Float()}
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.is_token_mixer = not cls.uses_posenc     # derived again for every subclass
+
     def __init__(self, *, d_model: int, n_heads: int, causal: bool = True, impl: str = "auto",
                  block_size: int = 256, layer_idx: int = 0, n_layers: int = 1,
                  logn: str = "none", logn_s: float = 0.43, logn_learn_s: bool = True,

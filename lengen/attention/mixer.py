@@ -54,6 +54,10 @@ class TokenMixer(nn.Module):
     #: names of the tensors kept in a LayerCache between decoding calls (set by subclasses)
     state_names: tuple[str, ...] = ()
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.is_token_mixer = not cls.uses_posenc     # derived again for every subclass
+
     def __init__(self, *, d_model: int, n_heads: int, causal: bool = True, impl: str = "auto",
                  block_size: int = 256, layer_idx: int = 0, n_layers: int = 1):
         super().__init__()
