@@ -166,7 +166,8 @@ def _budgets(arm: dict, base: pd.DataFrame, seed: str, seeds, root: str,
             if len(steps) > 1:
                 raise ClaimError(f"{where}: seed {s} has runs at {steps} steps in "
                                  f"{budget['file']}")
-            text = f"{steps[0]:g}{budget.get('unit', '')}"
+            n = int(steps[0]) if steps[0].is_integer() else steps[0]     # never 1e+06
+            text = f"{n!r}{budget.get('unit', '')}"
             try:
                 b = Budget.parse(text)
             except ValueError as e:

@@ -90,7 +90,7 @@ RULES = {
         "given."),
 }
 
-_NUM = r"\d[\d,]*(?:\.\d+)?(?:e-?\d+)?"
+_NUM = r"\d[\d,]*(?:\.\d+)?(?:[eE][+-]?\d+)?"
 _BUDGET_RE = re.compile(rf"^\s*(?P<steps>{_NUM})\s*(?:steps)?\s*(?:x\s*(?P<batch>{_NUM}))?"
                         rf"\s*(?:,?\s*lr\s*(?P<lr>{_NUM}))?\s*(?P<source>\(.*\))?\s*$")
 
