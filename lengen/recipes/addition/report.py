@@ -378,8 +378,9 @@ def passed_by_seed(scores, setting: str, N: int, reading: str) -> dict:
 def error_runs(rows, scores, N: int, settings=None) -> list[dict]:
     """Per finished run (data order 0): its error analysis pooled over the error lengths, the
     digit error rates with and without a carry into the digit (%), |ln| of their ratio, and
-    the share of wrong answers with one wrong digit (lengths where the run's EM is below
-    ``NEAR_ZERO`` % left out; None when none is left), with the run's fits / learns."""
+    the share of wrong answers with one wrong digit (None for a run whose EM is below
+    ``NEAR_ZERO`` % at every error length: the paper leaves near-zero runs out), with the run's
+    fits / learns."""
     out = []
     for setting in settings or SETTINGS:
         for r in trials(scores, setting, N):
@@ -403,9 +404,9 @@ def error_runs(rows, scores, N: int, settings=None) -> list[dict]:
 def _error_claim(c: dict, reading: str, rows, scores, N: int, scale: str) -> dict:
     """Fig. 9 (carry) and Fig. C.10 (one wrong digit), per FIRE run (rule single-arm over the
     runs that pass the reading): carry, |ln(error rate with a carry into the digit / without)|
-    <= ln 2 (within a factor 2); one wrong digit, > 90 % of a run's wrong answers (lengths where
-    the run's EM is below ``NEAR_ZERO`` % left out, as the paper leaves out its near-zero
-    runs). Each run's rates pooled over the error lengths."""
+    <= ln 2 (within a factor 2); one wrong digit, > 90 % of a run's wrong answers (a run whose
+    EM is below ``NEAR_ZERO`` % at every error length left out, as the paper leaves out its
+    near-zero runs). Each run's rates pooled over the error lengths."""
     b = _budget(scale, "fire")
     runs, shown = [], []
     for e in error_runs(rows, scores, N, ("fire",)):
