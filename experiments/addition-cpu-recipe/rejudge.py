@@ -52,7 +52,7 @@ def main(folder: str = os.path.join(ROOT, "results", "addition-cpu-recipe", "see
     if os.path.exists(os.path.join(b, "scores.csv")):
         scores_b = _records(os.path.join(b, "scores.csv"))
         write_claims([], scores_b, b, scale=scale, caption=_caption(b))
-    summarize.main(folder)
+        summarize.main(folder)      # verdicts.md/.csv: A beside B (a part folder has no B)
 
 
 if __name__ == "__main__":
