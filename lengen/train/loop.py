@@ -47,7 +47,7 @@ from lengen.model.memory import check_fits
 from lengen.threads import use_threads
 from lengen.train import distributed
 from lengen.rundir.checkpoint import (load_checkpoint, resume_checkpoint,
-                                     save_checkpoint, save_final_weights, save_weights)
+                                     save_checkpoint, save_final_weights)
 from lengen.train.control import MetricsLog, NullLog, StopRequest
 from lengen.train.precision import check_runtime, compile_model
 from lengen.train.state import TrainingState, positions_generator  # noqa: F401
