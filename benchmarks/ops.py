@@ -20,7 +20,7 @@ Ops (``--ops``, comma-separated; default all):
   ``torch`` (``F.linear``, MKL's sgemm), ``lengen`` (the oneDNN training path,
   ``lengen/ops/linear``). Cases: the cpu-scale projections at 32 x 127 rows (flip-flop's q, k, v
   64 -> 192, 64 -> 64, SwiGLU's 64 -> 128 and 128 -> 64) and a wider one (256 -> 1024, with a
-  bias); each again as ``..., x only`` with the weight frozen and no bias (forward and x's
+  bias); each again as ``... x-only`` with the weight frozen and no bias (forward and x's
   gradient only: where the two paths differ). Every callable first runs
   ``onednn.ADMIT_AFTER`` times, past oneDNN's admission rule and per-shape compile.
 * ``swiglu`` -- SwiGLU's ``silu(g) * u`` forward + backward. Arms: ``torch`` (``F.silu(g) * u``),
@@ -122,7 +122,7 @@ def _linear_missing():
 def _linear_make(case):
     from lengen.ops.linear import onednn
 
-    name, _, x_only = case.partition(", ")
+    name, x_only = case.removesuffix(" x-only"), case.endswith(" x-only")
     k, n, bias = LINEAR_SHAPES[name]
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(LINEAR_ROWS, k, generator=gen).requires_grad_(True)
@@ -276,10 +276,10 @@ OPS = {
     "rms_norm": Op("RMSNorm forward + backward", ("torch", "lengen"),
                    {n: f"{s}{'' if w else ', no weight'}" for n, (s, w) in RMS_SHAPES.items()},
                    _rms_make, missing=_rms_missing),
-    "linear": Op(f"linear forward + backward ({LINEAR_ROWS} rows; 'x only': weight frozen, no "
+    "linear": Op(f"linear forward + backward ({LINEAR_ROWS} rows; x-only: weight frozen, no "
                  "bias: forward and x's gradient)", ("torch", "lengen"),
                  {f"{n}{x}": "(bias)" if b and not x else ""
-                  for n, (_, _, b) in LINEAR_SHAPES.items() for x in ("", ", x only")},
+                  for n, (_, _, b) in LINEAR_SHAPES.items() for x in ("", " x-only")},
                  _linear_make, missing=_linear_missing),
     "swiglu": Op("SwiGLU silu(g) * u forward + backward", ("torch", "lengen"),
                  {n: str(s) for n, s in SWIGLU_SHAPES.items()}, _swiglu_make,
