@@ -49,3 +49,59 @@ def test_runs_at_tiny_size_and_restores_the_switches(capsys):
     assert {v: os.environ.get(v) for v in before} == before
     assert {n: c.supports_keep for n, c in lengen.ATTENTIONS.items()} == flags
     assert "| tra:nope | default |" in capsys.readouterr().out
+
+
+def test_xl_forms_and_eval_forward(capsys):
+    """xl_tiles.py's forms and mixers.py's evaluation forward are arms / an option here."""
+    assert steps.parse_arms("xl")["rand-lowrank"] == frozenset({"randomized", "xl-lowrank"})
+    with pytest.raises(SystemExit, match="at most one of"):
+        steps.parse_arms("xl-lowrank+xl-dense")
+    rows = steps.main(["--models", "sdpa,softmax:xl,softmax:rope", "--arms",
+                       "default,xl-dense,randomized+xl-lowrank", "--rounds", "1", "--T", "16",
+                       "--batch", "2", "--eval"])
+    by = {(r["model"], r["arm"]): r for r in rows}
+    assert "error" not in by["softmax:xl", "xl-dense"] and by["sdpa", "default"]["eval_vs_base"] == 1.0
+    assert by["softmax:xl", "randomized+xl-lowrank"]["eval_ms"] > 0
+    assert "are for ATTENTION:xl" in by["softmax:rope", "xl-dense"]["error"]
+    assert "error" not in by["softmax:rope", "default"]
+
+
+def test_xl_arms_reach_the_built_model():
+    import argparse
+
+    from lengen.posenc.xl import TransformerXLRelative
+    args = argparse.Namespace(T=16, batch=2, d_model=16, layers=1, heads=2)
+
+    def xl(switches):
+        case = steps.Case("softmax:xl", frozenset(switches), args)
+        return next(m for m in case.net.modules() if isinstance(m, TransformerXLRelative))
+    assert xl({"xl-toeplitz"}).path == "table" and xl({"xl-lowrank"}).path == "trig"
+    assert xl(set()).path == "auto" and "tiled_bias" not in vars(xl(set()))
+    dense = xl({"xl-dense"})
+    assert dense.path == "auto" and dense.tiled_bias() is None
+
+
+def test_ops_harness_runs_each_op_table(tmp_path):
+    """benchmarks/ops.py: every op declares its arms and cases; a tiny run gives a row per
+    (case, arm) with the first arm's ratio 1."""
+    import json
+
+    import ops
+    for name, op in ops.OPS.items():
+        assert len(op.arms) >= 2 and op.cases, name
+    assert ops.select("bias_hooks", ["T=16"]) == ["T=16"]
+    assert ops.select("fused_rows", ["copy*"]) == [f"copy {o}" for o in ops.FUSED_OPS]
+    with pytest.raises(SystemExit, match="rms_norm"):
+        ops.main(["--ops", "rmsnorm"])
+    out = tmp_path / "ops.json"
+    want = {"rms_norm": "tra_qk", "linear": "proj 64->64 x-only", "swiglu": "wide",
+            "adamw": "copy:rope", "bias_hooks": "T=16", "fused_rows": "addition tra"}
+    assert set(want) == set(ops.OPS)
+    rows = ops.main(["--ops", ",".join(want), "--cases", ",".join(want.values()), "--rounds", "1",
+                     "--json", str(out)])
+    ran = {n: c for n, c in want.items() if ops.OPS[n].missing() is None}   # C kernels built
+    assert {(r["op"], r["case"]) for r in rows} == set(ran.items())
+    assert len(rows) == sum(len(ops.OPS[n].arms) for n in ran)
+    assert all(r["ms"] > 0 for r in rows)
+    assert all(r["vs_first"] == 1.0 for r in rows if r["arm"] == ops.OPS[r["op"]].arms[0])
+    assert json.loads(out.read_text())["rows"][0]["op"] == "rms_norm"

@@ -49,7 +49,7 @@ its page faults per layer. Evenly stepped positions can take the table (each til
 against its window of the table); any positions can take the trig form (each tile is one matmul
 of the per-query factor with the key features), which is how randomized positions (Ruoss et al.'s
 "Rand. Relative") reach the tiled ops at all. Step times of both forms and of the dense hook:
-``benchmarks/xl_tiles.py`` (benchmarks/RESULTS.md).
+``benchmarks/steps.py --arms xl`` (benchmarks/RESULTS.md).
 
 Per-sequence positions (``[B, T]`` for either side): the bias is ``[B, H, tq, Tk]`` as always
 here. The Toeplitz view needs one progression shared by the batch, so such positions take the
@@ -169,7 +169,7 @@ class TransformerXLRelative(PositionalScheme):
         about ``2 T`` distances (forward; ``qv`` and table gradients), the low-rank form two
         ``rel_dim``-wide ones over ``T`` keys (forward; ``left`` gradient); T cancels. The
         low-rank form also pays elementwise passes over its ``[B, H, T, rel_dim]`` factor
-        outside the tiles, which this count leaves out; ``benchmarks/xl_tiles.py`` times both."""
+        outside the tiles, which this count leaves out; ``benchmarks/steps.py --arms xl`` times both."""
         return 3 * 2 * self.head_dim < 2 * self.rel_dim
 
     def trig_cheaper(self, n_distances: int, Tk: int) -> bool:

@@ -3,7 +3,7 @@
 Why: on CPU, PyTorch computes float32 ``F.linear`` and its input gradient with MKL's sgemm. For
 the projections of the cpu-scale models (a few thousand rows, 64-256 features, one thread)
 oneDNN's matmul, which ships inside PyTorch's x86 builds, computes the forward and the input
-gradient faster at most of these shapes (``benchmarks/linear.py``, numbers in
+gradient faster at most of these shapes (``benchmarks/ops.py --ops linear``, numbers in
 ``benchmarks/RESULTS.md``); the weight gradient stays with PyTorch's ``mm``, the faster of the
 two there. The libraries may sum a product in different orders, so the two agree to fp32
 rounding (``tests/test_linear.py`` holds both to ``F.linear`` and to a float64 reference, values

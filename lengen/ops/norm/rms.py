@@ -4,8 +4,8 @@ with a CPU training path in C (``rms_rows.c``, built by :mod:`lengen.ops.ckernel
 Why: ``torch.nn.functional.rms_norm`` has a fused forward on CPU, but its backward runs as five
 or six passes over the whole tensor (pow, mean, rsqrt, mul ...); in the cpu-scale models
 (d_model 64, a few thousand tokens per step) the norms' backward took longer than their
-matmuls' (benchmarks/RESULTS.md, "RMSNorm"). The kernel does a row's backward in one pass and
-keeps one float per row (1 / rms) from its forward.
+matmuls' (benchmarks/RESULTS.md, "RMSNorm"; ``benchmarks/ops.py --ops rms_norm``). The kernel
+does a row's backward in one pass and keeps one float per row (1 / rms) from its forward.
 
 :func:`rms_norm` takes the kernel for float32 CPU tensors when a gradient is needed and the
 kernel is available (``LENGEN_C_KERNELS=0``, no C compiler, or ``torch.compile`` turn it off);
