@@ -56,3 +56,31 @@ def test_a_larger_call_inside_is_still_checked(monkeypatch):
         memory.check_forward(m, batch=4, length=256, training=False)      # covered: skipped
         with pytest.raises(ConfigError, match="batch 1 x 4000000 tokens"):
             memory.check_forward(m, batch=1, length=4_000_000, training=False)
+
+
+def test_a_covered_call_does_not_read_free_memory_again(monkeypatch):
+    """Decided (not an oversight, see forward_checks_once): inside, a call no larger than one
+    that passed does not re-read the free memory, which the process's own allocator caches lower
+    after a batch (so a re-check would refuse a shape that just ran); outside, every call reads
+    it and is refused when it no longer fits."""
+    m = lengen.resolve({}).config.model
+    need = memory.estimate_bytes(m, batch=8, length=512, training=False)["total"]
+    free = [need * 2]
+    reads = []
+
+    def available(device="cpu"):
+        reads.append(free[0])
+        return free[0]
+
+    monkeypatch.setattr(memory, "available_bytes", available)
+    with memory.forward_checks_once():
+        memory.check_forward(m, batch=8, length=512, training=False)
+        free[0] = 1 << 20                    # e.g. the allocator's cache after the first batch
+        memory.check_forward(m, batch=8, length=512, training=False)   # covered: skipped
+        assert len(reads) == 1
+        with pytest.raises(ConfigError, match="out of memory"):
+            memory.check_forward(m, batch=8, length=513, training=False)  # larger: read again
+    assert len(reads) == 2
+    with pytest.raises(ConfigError, match="batch 8 x 512 tokens"):
+        memory.check_forward(m, batch=8, length=512, training=False)
+    assert len(reads) == 3

@@ -350,3 +350,67 @@ def test_a_windowed_model_generates_with_a_trimmed_cache_equal_to_recomputation(
     plain = m.generate(prompts, 25, use_cache=False)
     for a, b in zip(cached, plain):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("posenc", ["nope", "rope", "alibi", "t5", "xl", "kerple_log", "fire",
+                                    "pope", "learned"])
+@pytest.mark.parametrize("chunk", [1, 3, 8])
+def test_a_chunked_layer_keeps_only_its_current_chunk_in_the_cache(posenc, chunk):
+    """Cached decoding of a chunked layer keeps only the keys of its current chunk (issue 52:
+    the last n mod C of the n tokens seen, none at a boundary), and still equals recomputation
+    (logits, and greedy generation with the cache against without): prefills shorter than,
+    equal to and longer than the chunk, then one token at a time, with a full layer beside it.
+    Positions are per sequence and start at 3 (and 5), so a scheme reading the held keys'
+    indices instead of their positions, or a chunk mask counted from the held keys without
+    whole chunks dropped, would differ."""
+    torch.manual_seed(chunk)
+    m = Transformer(small(posenc=posenc, n_layers=2,
+                          layers=[{"chunk": chunk}, {}])).double().eval()
+    with torch.no_grad():                  # sharper attention, so a wrong mask shows
+        for b in m.blocks:
+            b.attn.qkv.weight.mul_(4)
+    x = torch.randint(0, 11, (2, 23))
+    pos = (torch.arange(23, dtype=torch.float64) + 3).expand(2, -1).contiguous()
+    pos[1] += 2
+    full = m(x, pos)
+    for prefill in (1, chunk, 9):
+        cache = m.new_cache(capacity=23)
+        outs = [m(x[:, :prefill], pos[:, :prefill], cache=cache)]
+        held = [cache.layers[0].length("k")]
+        for t in range(prefill, 23):
+            outs.append(m(x[:, t:t + 1], pos[:, t:t + 1], cache=cache))
+            held.append(cache.layers[0].length("k"))
+            assert cache.layers[0].get("v").shape[2] == held[-1]
+        torch.testing.assert_close(torch.cat(outs, 1), full)
+        assert held == [n % chunk for n in range(prefill, 24)]      # never above the chunk
+        assert cache.layers[0].length("k") + cache.layers[0].dropped == 23
+        assert cache.layers[1].length("k") == 23 and cache.layers[1].dropped == 0
+        buf = cache.layers[0]._items["k"].buf
+        assert buf.shape[2] <= max(chunk, prefill)                  # O(chunk) memory
+    prompts = [x[0, :n] for n in (1, chunk, 9)]
+    gen_pos = torch.arange(40, dtype=torch.float64) + 3
+    cached = m.generate(prompts, 20, positions=gen_pos)
+    plain = m.generate(prompts, 20, positions=gen_pos, use_cache=False)
+    for a, b in zip(cached, plain):
+        assert torch.equal(a, b)
+
+
+def test_the_llama4_preset_caches_only_the_current_chunk_of_its_chunked_layers():
+    """llama4-irope (chunked RoPE layers 0-2, a NoPE global layer 3): step-by-step cached logits
+    equal recomputation over three chunk boundaries, each chunked layer holds only the keys of
+    the current chunk (fewer than ``chunk``), the global layer every key."""
+    m = llama4_model().double()
+    chunk = m.blocks[0].attn.chunk
+    T = 3 * chunk + 5
+    x = torch.randint(0, 13, (2, T))
+    pos = torch.arange(T, dtype=torch.float64)
+    full = m(x, pos)
+    cache = m.new_cache()
+    outs = [m(x[:, :7], pos[:7], cache=cache)]
+    for t in range(7, T):
+        outs.append(m(x[:, t:t + 1], pos[t:t + 1], cache=cache))
+        for i, layer in enumerate(cache.layers):
+            want = (t + 1) % chunk if i < 3 else t + 1
+            assert layer.length("k") == want and layer.length("v") == want, (i, t)
+    torch.testing.assert_close(torch.cat(outs, 1), full)
+    assert [b.attn.chunk for b in m.blocks] == [chunk] * 3 + [None]

@@ -190,3 +190,39 @@ def test_nan_seeds_and_values_raise_with_the_claim_file_and_seed(tmp_path):
         _judge(tmp_path, ROWS.replace("a,1,2,1", "a,1,,1"))
     with pytest.raises(ClaimError, match="NaN seed"):
         _judge(tmp_path, ROWS.replace("a,1,2,1", "a,,2,1"))
+
+
+def test_missing_join_and_pivot_keys_name_the_claim_the_file_and_its_columns(tmp_path):
+    """A seed, pivot or budget-join key that is not a column of its csv is an error naming the
+    claim (id/folder/label), the file and the columns the file has, not a bare KeyError."""
+    cols = "arm, fit, lr, seed, steps, v"
+    with pytest.raises(ClaimError, match=rf"^c/f/A: seed column\(s\) 'run_seed' not in r.csv "
+                                         rf"\(its columns: {cols}\)$"):
+        _judge(tmp_path, ROWS, seed="run_seed")
+    long = "arm,seed,length,v\n" + "".join(
+        f"{a},{s},{n},{s + n}\n" for a in "ab" for s in (0, 1) for n in (8, 16))
+    piv = dict(value="L16 / L8", fit=None, no_fit_bar="x", budget="1200 steps")
+    with pytest.raises(ClaimError, match=r"^c/f/A: pivot column\(s\) 'len' not in r.csv "
+                                         r"\(its columns: arm, length, seed, v\)$"):
+        _judge(tmp_path, long, pivot={"columns": "len", "values": "v"}, **piv)
+    with pytest.raises(ClaimError,
+                       match=r"c/f/A: pivot column\(s\) 'seed_id', 'value' not in r.csv"):
+        _judge(tmp_path, long, pivot={"columns": "length", "values": "value"},
+               seed="seed_id", **piv)
+    with pytest.raises(ClaimError, match="c/f/A: pivot must be a mapping with keys columns"):
+        _judge(tmp_path, long, pivot={"column": "length", "values": "v"}, **piv)
+    # a budget read from another file's column, joined on a key
+    (tmp_path / "steps.csv").write_text("run,steps\nr0,8000\nr1,8000\nr2,8000\nr3,8000\n")
+    runs = "run," + ROWS.replace("\na", "\nr?,a").replace("\nb", "\nr?,b")
+    for i in range(4):
+        runs = runs.replace("r?", f"r{i}", 1)
+    join = {"file": "steps.csv", "on": "run", "column": "steps", "unit": " steps x 128"}
+    assert _judge(tmp_path, runs, budget=join).verdict == "reproduced"
+    with pytest.raises(ClaimError, match=r"^c/f/A: budget join column\(s\) 'run' not in "
+                                         rf"r.csv \(its columns: {cols}\)$"):
+        _judge(tmp_path, ROWS, budget=join)
+    with pytest.raises(ClaimError, match=r"^c/f/A: budget join column\(s\) 'step' not in "
+                                         r"steps.csv \(its columns: run, steps\)$"):
+        _judge(tmp_path, runs, budget=dict(join, column="step"))
+    with pytest.raises(ClaimError, match="c/f/A: budget must be a literal or a mapping"):
+        _judge(tmp_path, runs, budget={"file": "steps.csv", "column": "steps"})

@@ -12,11 +12,16 @@ filter) or ``no_fit_bar`` with the reason the task has none, and the budget as n
 ``STEPS [steps] [x BATCH] [, lr LR] [(source)]`` or a column of another file; where the arm's
 rows have ``steps`` / ``batch`` / ``lr`` columns they give the numbers, and a literal that
 disagrees with them is an error). A reading may state ``lr_per_arm`` (why each arm runs at its
-own lr). Bad data is an error naming the claim, the file and the seed, never a verdict: a NaN
-seed or a NaN value on a run that counts, two rows for one seed (or one seed and length of a
-pivot), ``agg: mean`` over rows of more than one run (``run:`` names the run column). The first
-reading marked ``current`` gives the claim's verdict; the others are
-listed as superseded, with the verdict the same rule gives them. ``registration`` says whether
+own lr). Bad data is an error naming the claim (id/folder/label) and the file (and the seed
+where one is at fault), never a verdict: a NaN seed or a NaN value on a run that counts, two
+rows for one seed and length of a pivot, ``agg: mean`` over rows of more than one run (``run:``
+names the run column), a ``fit.where`` without the arm's own filter, a seed, pivot or budget
+join key that is not a column of its csv (the error lists the file's columns). Two rows for one
+seed under ``agg: one`` (the default) are not an error: ``agg: one`` makes every selected row
+(after a pivot, every seed's row) one run, unaveraged, so they are two runs on one seed, and the
+rule's own condition "one row per arm and seed" (:mod:`lengen.analysis.verdicts`) gives the
+verdict *untested* with that reason. The first reading marked ``current`` gives the claim's
+verdict; the others are listed as superseded, with the verdict the same rule gives them. ``registration`` says whether
 the rule was committed before the runs (``pre-registered``, checked against git by
 :mod:`lengen.analysis.registration`) or not (``exploratory``).
 """
@@ -68,15 +73,30 @@ def _frame(files, root: str) -> pd.DataFrame:
     return pd.concat([_read(f, root) for f in files], ignore_index=True)
 
 
+def _names(files) -> str:
+    return files if isinstance(files, str) else " + ".join(files)
+
+
+def _need_columns(df: pd.DataFrame, columns, files, where: str, what: str) -> None:
+    """Columns a claim names as keys (seed, pivot, join) must be in its csv: a missing one is an
+    error naming the claim (``where``: id/folder/label), the file and the columns it has."""
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ClaimError(f"{where}: {what} column(s) {', '.join(map(repr, missing))} not in "
+                         f"{_names(files)} (its columns: "
+                         f"{', '.join(sorted(map(str, df.columns)))})")
+
+
 def _values(rows: pd.DataFrame, value: str) -> pd.Series:
     return rows[value] if value in rows.columns else rows.eval(value)
 
 
 def _per_seed(rows: pd.DataFrame, value: str, agg: str, seed: str, where: str,
               run: str | None = None) -> dict:
-    """seed -> list of values (agg 'one': one per row, so several rows stay several runs and the
-    rule refuses them; agg 'mean': the mean over the rows of ONE run, ``run`` naming the column
-    that identifies it; rows of two runs on one seed are an error, never averaged)."""
+    """seed -> list of values (agg 'one': one per row, so several rows on one seed stay several
+    runs, which the rule's condition "one row per arm and seed" judges *untested*; agg 'mean':
+    the mean over the rows of ONE run, ``run`` naming the column that identifies it; rows of two
+    runs on one seed are an error, never averaged)."""
     if rows.empty:
         raise ClaimError(f"{where}: no rows")
     if agg not in ("one", "mean"):
@@ -159,7 +179,15 @@ def _budgets(arm: dict, base: pd.DataFrame, seed: str, seeds, root: str,
     budget = arm.get("budget", "")
     out = {}
     if isinstance(budget, dict):        # steps from a column of another file, joined on a key
-        other = _frame(budget["file"], root).groupby(budget["on"])[budget["column"]].max()
+        need = {"file", "on", "column"}
+        if set(budget) - (need | {"unit"}) or not need <= set(budget):
+            raise ClaimError(f"{where}: budget must be a literal or a mapping with keys file, on, "
+                             f"column (and unit), got {budget!r}")
+        _need_columns(base, [budget["on"]], arm["file"], where, "budget join")
+        other = _frame(budget["file"], root)
+        _need_columns(other, [budget["on"], budget["column"]], budget["file"], where,
+                      "budget join")
+        other = other.groupby(budget["on"])[budget["column"]].max()
         keys = base.groupby(seed)[budget["on"]].apply(list)
         for s in seeds:
             steps = sorted({float(other[k]) for k in keys[s]})
@@ -199,7 +227,9 @@ def _budgets(arm: dict, base: pd.DataFrame, seed: str, seeds, root: str,
 
 
 def arm_runs(arm: dict, root: str = RESULTS, where: str = "arm") -> list[Run]:
-    """The runs of one arm: one :class:`Run` per selected csv row (``agg: mean``: per run)."""
+    """The runs of one arm: one :class:`Run` per selected csv row (after a ``pivot``, per
+    seed; ``agg: mean``: per run, its rows averaged). Under ``agg: one`` two rows on one seed
+    are two runs (the rule then gives *untested*), not an error."""
     _unknown(arm, ARM_KEYS, where)
     df = _frame(arm["file"], root)
     seed = arm.get("seed", "seed")
@@ -209,12 +239,21 @@ def arm_runs(arm: dict, root: str = RESULTS, where: str = "arm") -> list[Run]:
         raise ClaimError(f"{where}: select {sel!r} matches no row of {arm['file']}")
     long = base
     if "pivot" in arm:
+        spec = arm["pivot"]
+        if not isinstance(spec, dict) or set(spec) != {"columns", "values"}:
+            raise ClaimError(f"{where}: pivot must be a mapping with keys columns and values, "
+                             f"got {spec!r}")
+        _need_columns(base, [seed, spec["columns"], spec["values"]], arm["file"], where,
+                      "pivot")
         try:
             base = _pivot(base, arm["pivot"], seed)
         except ClaimError as e:
             raise ClaimError(f"{where}: {arm['file']}: {e}") from None
+    else:
+        _need_columns(base, [seed], arm["file"], where, "seed")
     agg = arm.get("agg", "one")
-    values = _per_seed(base, arm["value"], agg, seed, where, arm.get("run"))
+    in_file = f"{where}: {_names(arm['file'])}"          # errors about the values name the file
+    values = _per_seed(base, arm["value"], agg, seed, in_file, arm.get("run"))
     fit = arm.get("fit")
     if fit is None and not arm.get("no_fit_bar"):
         raise ClaimError(f"{where}: no fit bar: give fit (value, bar) or no_fit_bar with the "
@@ -230,7 +269,7 @@ def arm_runs(arm: dict, root: str = RESULTS, where: str = "arm") -> list[Run]:
         if "pivot" in arm and fit.get("where"):
             raise ClaimError(f"{where}: fit.where cannot be used with pivot")
         rows = _fit_rows(df, base, fit, seed, sel, where) if fit.get("where") else base
-        fv = _per_seed(rows, fit["value"], fit.get("agg", agg), seed, where + " fit",
+        fv = _per_seed(rows, fit["value"], fit.get("agg", agg), seed, in_file + " (fit)",
                        arm.get("run"))
         op = _OPS[fit.get("op", ">=")]
         fitted = {s: [op(x, float(fit["bar"])) for x in xs] for s, xs in fv.items()}

@@ -189,7 +189,12 @@ class Attention(nn.Module):
         values (:meth:`lengen.model.cache.LayerCache.trim`; query i sees only i - W < j <= i,
         so no later query reads the dropped ones): the step attends to the kept keys (those the
         window lets it see, and the earlier ones of a multi-token step), with their positions
-        ``key_pos[..., -kept:]``. Attention weights are not recorded here."""
+        ``key_pos[..., -kept:]``. A chunked layer (``chunk`` C; query i sees only
+        C * (i // C) <= j <= i) trims to the keys of the chunk the next token falls in, the last
+        n mod C of the n tokens seen (none at a chunk boundary): a whole number of chunks is
+        dropped, so the op's chunk mask, which counts key indices from the first key handed in,
+        puts every held key and new row in the chunk it has in the sequence. Attention weights
+        are not recorded here."""
         if not self.causal:
             raise ValueError("a KV cache needs causal attention (causal=True): an encoder's "
                              "earlier outputs depend on later tokens")
@@ -205,7 +210,9 @@ class Attention(nn.Module):
         bias_fn = ((lambda s, e: posenc.bias(pos[..., s:e], key_pos, q[:, :, s:e], k_all))
                    if posenc.has_bias else None)
         y = self.attend_cached(q, k_all, v_all, x, bias_fn, held - q.shape[-2], cache)
-        if self.window is not None:
+        if self.chunk is not None:           # whole chunks only (see above), window or not
+            cache.trim((offset + q.shape[-2]) % self.chunk)
+        elif self.window is not None:
             cache.trim(self.window)
         return y
 

@@ -12,9 +12,15 @@ fixed-size recurrent state instead, replaced at every call (:meth:`LayerCache.pu
 A sliding-window layer (``window`` W, :mod:`lengen.attention.base`) keeps only the last W of its
 keys and values: after a step has attended, :meth:`LayerCache.trim` drops the older ones (a query
 i sees keys i - W < j <= i, so no later query reads them), and the layer's buffers are sized for
-2W tokens, so a long generation holds O(W) per windowed layer instead of O(T).
-:attr:`LayerCache.dropped` counts what was dropped; the positions stay whole (other layers and
-the schemes' biases read them), and the layer reads the last ``length`` of them.
+2W tokens, so a long generation holds O(W) per windowed layer instead of O(T). A chunked layer
+(``chunk`` C, Llama 4's chunked attention: query i sees keys C * (i // C) <= j <= i) keeps only
+the keys of the current chunk: after a step that leaves n tokens seen it keeps the last n mod C
+(everything is dropped at a chunk boundary), so it holds fewer than C between steps, in buffers
+sized for C tokens. What it drops is a whole number of chunks, so a key's index among the held
+keys lies in the same chunk as its index in the sequence and the ops' chunk mask, which counts
+from the first key handed in, is unchanged. :attr:`LayerCache.dropped` counts what was dropped;
+the positions stay whole (other layers and the schemes' biases read them, RoPE-rotated keys
+carry theirs), and the layer reads the last ``length`` of them.
 
 Storage: every cached tensor has its time axis at dim 2 (``[B, H, T, ...]``; positions: their last
 dim) and lives in a buffer with spare room that doubles when full, so appending a token copies only
@@ -75,6 +81,8 @@ class _Growing:
         drop = max(0, self.n - keep)
         self.start += drop
         self.n -= drop
+        if self.n == 0:                 # nothing live: the next append starts at the front
+            self.start = 0
         return drop
 
     def select(self, index: torch.Tensor) -> None:
@@ -84,11 +92,14 @@ class _Growing:
 class LayerCache:
     """One attention layer's cached tensors by name (``k``, ``v`` and kind-specific state), each
     ``[B, H, T, ...]`` along dim 2. ``window`` (a sliding-window layer's W): the buffers hold
-    room for 2W tokens (not ``capacity``), as the layer keeps only its last W (:meth:`trim`)."""
+    room for 2W tokens (not ``capacity``), as the layer keeps only its last W (:meth:`trim`).
+    ``chunk`` (a chunked layer's C): room for C tokens, as the layer keeps only the keys of the
+    current chunk (fewer than C after each step, none at a chunk boundary)."""
 
-    def __init__(self, capacity: int = 0, window: int | None = None):
-        self.window = window
-        self.capacity = capacity if window is None else min(capacity or 2 * window, 2 * window)
+    def __init__(self, capacity: int = 0, window: int | None = None, chunk: int | None = None):
+        self.window, self.chunk = window, chunk
+        room = chunk if chunk is not None else None if window is None else 2 * window
+        self.capacity = capacity if room is None else min(capacity or room, room)
         self.dropped = 0                              # tokens trimmed off the front so far
         self._items: dict[str, _Growing] = {}
         self._state: dict[str, torch.Tensor] = {}     # put(): replaced, not grown
@@ -100,8 +111,8 @@ class LayerCache:
         return 0 if item is None else item.n
 
     def trim(self, keep: int) -> None:
-        """Keep only the last ``keep`` tokens of every appended tensor (a sliding-window
-        layer's keys and values after a step: no later query reads the older ones)."""
+        """Keep only the last ``keep`` tokens of every appended tensor (a sliding-window or
+        chunked layer's keys and values after a step: no later query reads the older ones)."""
         drops = {item.trim(keep) for item in self._items.values()}
         if len(drops) > 1:
             raise ValueError(f"cached tensors of one layer hold different lengths: "
@@ -145,14 +156,17 @@ class KVCache:
     """The cache of a whole decoder: one :class:`LayerCache` per layer plus the positions of every
     cached token (``[Tc]`` shared by the batch, or ``[B, Tc]``). ``length`` is the number of
     tokens cached per sequence. ``windows``: each layer's sliding window (None: every key kept),
-    whose layer keeps only its last W keys and values."""
+    whose layer keeps only its last W keys and values; ``chunks``: each layer's chunk (None: not
+    chunked), whose layer keeps only the keys of its current chunk."""
 
-    def __init__(self, n_layers: int, capacity: int = 0, windows=None):
+    def __init__(self, n_layers: int, capacity: int = 0, windows=None, chunks=None):
         self.capacity = int(capacity)
         windows = [None] * n_layers if windows is None else list(windows)
-        if len(windows) != n_layers:
-            raise ValueError(f"windows: one per layer ({n_layers}), got {len(windows)}")
-        self.layers = [LayerCache(self.capacity, w) for w in windows]
+        chunks = [None] * n_layers if chunks is None else list(chunks)
+        for name, per_layer in (("windows", windows), ("chunks", chunks)):
+            if len(per_layer) != n_layers:
+                raise ValueError(f"{name}: one per layer ({n_layers}), got {len(per_layer)}")
+        self.layers = [LayerCache(self.capacity, w, c) for w, c in zip(windows, chunks)]
         self._pos: _Growing | None = None
 
     @property

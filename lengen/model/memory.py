@@ -174,9 +174,22 @@ _PASSED: contextvars.ContextVar[list | None] = contextvars.ContextVar("lengen_fo
 @contextlib.contextmanager
 def forward_checks_once():
     """Within it, :func:`check_forward` skips a call no larger (in batch and in length) than one
-    it already passed for the same config, mode and device: both estimates grow with each, so
-    the answer is the same. An evaluation runs its batches inside it
-    (:func:`lengen.eval.evaluate`): the check runs once per batch shape, not once per batch."""
+    it already passed for the same config, mode and device: both estimates (memory and work)
+    grow with each, so they would pass again. An evaluation runs its batches inside it
+    (:func:`lengen.eval.evaluate`): the check runs once per batch shape, not once per batch.
+
+    The free memory (:func:`available_bytes`) is not read again for a skipped call either, on
+    purpose. After a call has run, much of the memory it used is still held by this process for
+    the next one: PyTorch's CUDA caching allocator keeps its blocks reserved, which
+    ``torch.cuda.mem_get_info`` counts as used, and on a CPU the C allocator keeps part of a freed
+    heap, which ``MemAvailable`` counts as used. Comparing the same lower bound with that smaller
+    figure would refuse, in the middle of an evaluation, a batch shape that has just run and
+    that fits, since it reuses what the process holds. The check is a pre-flight guard against
+    sizes that cannot fit, not a monitor of memory other processes take later: that shows as
+    the allocator's own failure (reported by the CLI with :data:`lengen.errors.OOM_HINT`), or on
+    a CPU as the kernel's OOM killer, which a check between batches would not prevent, as memory
+    can run out during one. Nor is the read the cheap part to keep: the kernel builds
+    /proc/meminfo on every read, which costs more than the estimate's arithmetic."""
     token = _PASSED.set([])
     try:
         yield
@@ -191,7 +204,7 @@ def check_forward(m, *, batch: int, length: int, training: bool, device="cpu") -
     fit, or when on a CPU its work exceeds :data:`CPU_MAX_FLOPS` (:func:`check_work`). Costs
     microseconds plus one read of /proc/meminfo; meant for ``forward`` when it checks its inputs
     (``check_inputs``), and skipped inside :func:`forward_checks_once` for a call no larger than
-    one already passed."""
+    one already passed (free memory not re-read either; why: see there)."""
     passed, where = _PASSED.get(), (training, str(device))
     if passed is not None and any(c is m and w == where and batch <= b and length <= n
                                   for c, w, b, n in passed):

@@ -193,9 +193,11 @@ class Transformer(nn.Module):
 
     def new_cache(self, capacity: int = 0) -> KVCache:
         """An empty KV cache for :meth:`forward` (``capacity``: tokens to reserve room for); a
-        sliding-window layer keeps only its last ``window`` keys and values."""
+        sliding-window layer keeps only its last ``window`` keys and values, a chunked layer
+        only those of its current ``chunk``."""
         return KVCache(len(self.blocks), capacity,
-                       windows=[getattr(b.attn, "window", None) for b in self.blocks])
+                       windows=[getattr(b.attn, "window", None) for b in self.blocks],
+                       chunks=[getattr(b.attn, "chunk", None) for b in self.blocks])
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None, *,
                 cache: KVCache | None = None, keep: torch.Tensor | None = None) -> torch.Tensor:
