@@ -115,7 +115,7 @@ def _check_base_config(spec, out: str) -> None:
                           f"variant as the bench ran it")
 
 
-def _targets(variants, scale, out, cells, required, log):
+def _targets(variants, scale, out, cells, required, log, device=None):
     check_variants(variants)
     cells = select(cells, list(CELLS), list(CELLS), "bench cell")
     path = runs_path(out)
@@ -141,6 +141,8 @@ def _targets(variants, scale, out, cells, required, log):
     pairs = unfitted_pairs(runs, [v for v in labels if v in have], cells, log=log)
     for p in pairs:
         p["overrides"] = overrides[p["variant"]]
+        _check_base_config(_spec(p["variant"], p["overrides"], p["cell"], scale, p["seed"],
+                                 p["base"][0]["lr"], "full", "tune", device), out)
     return runs, pairs
 
 
@@ -171,10 +173,7 @@ def run_fit_search(variants, scale: str = "cpu", out: str | None = None, *, cell
     the rows of this search."""
     out = out or os.path.join("runs", f"bench-{scale}")
     log = log or (lambda *a, **k: None)
-    runs, pairs = _targets(variants, scale, out, cells, set(required), log)
-    for p in pairs:
-        _check_base_config(_spec(p["variant"], p["overrides"], p["cell"], scale, p["seed"],
-                                 p["base"][0]["lr"], "full", "tune", device), out)
+    runs, pairs = _targets(variants, scale, out, cells, set(required), log, device)
     fit_csv = os.path.join(out, FIT_SEARCH_CSV)
     kept = read_fit_search(fit_csv)
     searched_keys = {(p["variant"], p["cell"]) for p in pairs}
@@ -202,6 +201,7 @@ def run_fit_search(variants, scale: str = "cpu", out: str | None = None, *, cell
         if reused:
             log(f"  {rung[0]}: {len(reused)} run(s) already in {fit_csv}, not run again")
         got = list(reused)
+        todo.sort(key=lambda spec: -spec.config["train"]["steps"])     # longest first
         if todo:
             res = run_sweep(todo, os.path.join(out, FIT_DIR), workers=workers, threads=threads,
                             log=log, run_fn=run_bench_one, backend=backend,
@@ -259,13 +259,16 @@ def estimate_fit_search(variants, scale: str = "cpu", out: str | None = None, *,
         parts = []
         for name, factors, k in FIT_LADDER:
             one = per_step * base * k + ev
-            per_rung[name] += [one] * (len(factors) if factors else 1)
+            per_rung[name] += [(base * k, one)] * (len(factors) if factors else 1)
             parts.append(f"{name} {len(factors) if factors else 1} x {base * k:,} steps = "
                          f"{(len(factors) if factors else 1) * one / 60:.1f} min")
         log(f"  {p['variant']} / {p['cell']}: {per_step * 1000:.0f} ms/step, evaluation "
             f"{ev:.1f} s; " + ", ".join(parts))
-    most = sum(makespan(c, workers)[0] for c in per_rung.values() if c)
-    least = makespan(per_rung[FIT_LADDER[0][0]], workers)[0] if pairs else 0.0
+    # each rung's runs go longest first (as run_fit_search sends them), rungs one after another
+    order = {n: [c for _, c in sorted(runs, key=lambda x: -x[0])] for n, runs in
+             per_rung.items()}
+    most = sum(makespan(c, workers)[0] for c in order.values() if c)
+    least = makespan(order[FIT_LADDER[0][0]], workers)[0] if pairs else 0.0
     n_runs = sum(len(c) for c in per_rung.values())
     log(f"estimated total: lengen bench v{VERSION} fit search, {len(pairs)} pair(s), rungs "
         f"one after another with {workers} worker(s): at most {most / 60:.1f} min "

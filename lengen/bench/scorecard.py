@@ -482,8 +482,9 @@ def write_card(rows: list[dict], out: str, scale: str, *, baselines="default",
              "", table(_cell_text), ""]
     if footnotes:
         lines += ["**Fit search** (`fit_search.csv`, `lengen bench --fit-search`): where no seed "
-                  "fitted, the protocol's first seed was run again at larger budgets, one rung "
-                  "at a time, stopping at the first that fits (rungs: "
+                  "fitted, the protocol's first seed was run again on a pre-registered ladder of "
+                  "budgets (the grid widened, then more steps), one rung at a time, stopping at "
+                  "the first that fits (rungs: "
                   + ", ".join(n for n, _, _ in FIT_LADDER) + "; docs/bench.md). A fitted rung "
                   "says the cell's budget is short for that entry; it does not change the "
                   "numbers above.", ""] + footnotes + [""]
