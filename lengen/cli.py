@@ -16,6 +16,7 @@
     lengen list
     lengen sweep [--config FILE] key=a,b ... [--seeds 0 1 2] [--workers N] [--backend ray]
     lengen bench --variant OVERRIDES [--seeds ...] [--quick] [--backend ray] [--compare A B]
+                                  [--fit-search]
 
 Every error a user can fix is printed as one paragraph (what is wrong, where, how to fix it) with
 exit status 2 and no traceback; ``--debug`` (anywhere on the line) shows the traceback too.
@@ -271,6 +272,8 @@ def cmd_bench(args) -> int:
         raise ConfigError("lengen bench needs at least one variant: --variant 'model.posenc="
                           "rope' (model.* overrides), --variants FILE, or --baselines-only")
     protocol = "quick" if args.quick else "full"
+    if args.fit_search:
+        return _bench_fit_search(args, variants, baselines)
     if args.estimate:
         estimate_bench(variants, args.scale, workers=args.workers, cells=args.cells,
                        threads=args.threads, seeds=args.seeds, protocol=protocol)
@@ -279,6 +282,31 @@ def cmd_bench(args) -> int:
                      threads=args.threads, baselines=baselines, seeds=args.seeds,
                      protocol=protocol, backend=args.backend, device=args.device,
                      runs_per_gpu=args.runs_per_gpu, ray_address=args.ray_address)
+    return 0 if all(r["status"] != "failed" for r in rows) else 1
+
+
+def _bench_fit_search(args, variants, baselines) -> int:
+    from lengen.bench.fit_search import estimate_fit_search, run_fit_search
+    from lengen.bench.run import BASELINE_GROUPS, parse_variant  # start-up: this command only
+
+    if args.quick or args.seeds is not None:
+        raise ConfigError("--fit-search runs the pre-registered ladder on the protocol's first "
+                          "seed of the runs in --out; --quick and --seeds do not apply")
+    # named on the command line (not through a group): must have runs in --out
+    required = [parse_variant(v)[0] for v in args.variant] + [
+        n for n in (args.baselines_only or []) if n not in BASELINE_GROUPS]
+    if args.estimate:
+        estimate_fit_search(variants, args.scale, args.out, cells=args.cells,
+                            workers=args.workers, threads=args.threads, required=required)
+        return 0
+    ray_options = None
+    if args.backend == "ray":
+        gpus = (1.0 / args.runs_per_gpu) if args.device and args.device.startswith("cuda") else 0
+        ray_options = {"address": args.ray_address, "num_cpus": 1, "num_gpus": gpus}
+    rows = run_fit_search(variants, args.scale, args.out, cells=args.cells,
+                          workers=args.workers, threads=args.threads, baselines=baselines,
+                          required=required, backend=args.backend, device=args.device,
+                          ray_options=ray_options)
     return 0 if all(r["status"] != "failed" for r in rows) else 1
 
 
@@ -641,6 +669,14 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
                         "num_gpus = 1/N per run; default 4)")
     p.add_argument("--ray-address", default=None, metavar="ADDR",
                    help="Ray cluster address (default: a running cluster or a local one)")
+    p.add_argument("--fit-search", action="store_true",
+                   help="instead of the protocol: for each variant x cell of --out's runs.csv "
+                        "with no fitted run, rerun its first seed on the pre-registered budget "
+                        "ladder (lengen/bench/battery.py FIT_LADDER: lr x0.25 and x4, then "
+                        "steps x2, then x4 at the best-validation rate), stopping at the first "
+                        "rung that fits; writes fit_search.csv and the card's footnote "
+                        "(docs/bench.md). With --baselines-only / --variant (as the bench ran "
+                        "them), --cells, --workers, --estimate")
     p.add_argument("--compare", nargs=2, default=None, metavar=("A", "B"),
                    help="no training: lay card A's variants beside card B's (bench output "
                         "folders or runs.csv files) with the same statistics, into --out "

@@ -71,6 +71,33 @@ confirmed by runs** (the issue's bar: every baseline fits on >= 2 of 3 seeds in 
 cells; addition for FIRE, RoPE, ALiBi); a cell that misses it after the baseline runs gets a
 probe and a v3.
 
+**The fit search** (``lengen bench --fit-search``, :data:`FIT_LADDER`; pre-registered: written
+here before any of its runs). The protocol gives every entry the same budget; a built-in
+baseline that fits on no seed of a cell at any rate of the grid (NoPE on several cells) leaves
+the card saying only "did not fit". The fit search asks whether a larger budget would fit it,
+for the (variant, cell) pairs whose runs in ``runs.csv`` show **no fitted run at all** (any
+seed, any rate), on the protocol's first seed (its tuning seed, 0 by default) only, one rung at
+a time, stopping at the first rung on which a run fits (the cell's own fit rule, as in the
+protocol):
+
+1. ``lr-wide`` — the grid extended by the next factor of 2 beyond each end: the cell's default
+   lr x 0.25 and x 4, at the protocol's steps (2 runs of the protocol's length). First because
+   it is as cheap as the next rung and keeps the protocol's steps: a rate at an end of the grid
+   being the best on validation says the optimum may lie outside it.
+2. ``steps-x2`` — one run at twice the cell's steps (the whole schedule stretched: warmup,
+   cosine decay and checkpoints follow the steps as in the protocol), at the rate with the
+   best held-out validation score among the first seed's runs at the protocol's steps (the
+   grid and rung 1; :func:`lengen.bench.run.select_lr`'s rule, OOD never read). Cost: 2 runs.
+3. ``steps-x4`` — the same at four times the steps. Cost: 4 runs.
+
+Worst case 8 runs of the protocol's length per pair (the protocol itself is 5). Why stop at x4:
+the v1 -> v2 budget raises were factors of 1.5-2.7 (module text above); x4 on top of them is
+beyond what a budget fix of the cell would adopt at this scale (reverse string's 6,000 steps
+become 24,000), so a pair that does not fit at x4 is reported as not fitting at any budget
+tried. A rung that fits means *the cell's budget is short for that variant* (on one seed); it
+never changes the card's numbers, which stay the equal-budget protocol's: the card names the
+rungs tried in a footnote (``fit_search.csv`` beside ``runs.csv``).
+
 ``VERSION`` changes whenever a cell's protocol or budget changes; every row records it, and rows
 of different versions are never compared (:func:`check_version` raises).
 """
@@ -144,6 +171,10 @@ LR_FACTORS = (0.5, 1.0, 2.0)
 #: protocol -> (default number of seeds or None = SEEDS[scale], tune the lr on seed 0?,
 #: keep every OOD length?)
 PROTOCOLS = {"full": (None, True, True), "quick": (2, False, False)}
+#: the fit search's rungs, in order (module docstring): (name, learning rates as factors of the
+#: cell's default or None = the first seed's best validation rate at the protocol's steps,
+#: steps as a factor of the cell's)
+FIT_LADDER = (("lr-wide", (0.25, 4.0), 1), ("steps-x2", None, 2), ("steps-x4", None, 4))
 
 
 def check_version(version, where: str = "rows") -> int:
@@ -180,6 +211,26 @@ def lr_grid(cell: str, scale: str = "cpu") -> list[float]:
     return [float(f"{base * f:.6g}") for f in LR_FACTORS]
 
 
+def default_steps(cell: str, scale: str = "cpu") -> int:
+    """The cell's training steps at ``scale`` (the protocol's budget)."""
+    return cell_config(cell, scale)["train"]["steps"]
+
+
+def fit_rung(name: str) -> tuple[str, tuple | None, int]:
+    """The rung ``name`` of :data:`FIT_LADDER`; unknown: ConfigError naming the rungs."""
+    for rung in FIT_LADDER:
+        if rung[0] == name:
+            return rung
+    raise ConfigError(f"unknown fit-search rung {name!r}. Valid: "
+                      f"{', '.join(r[0] for r in FIT_LADDER)}")
+
+
+def fit_rung_cost(name: str) -> int:
+    """A rung's cost in runs of the protocol's length (runs x steps factor)."""
+    _, factors, k = fit_rung(name)
+    return (len(factors) if factors else 1) * k
+
+
 def _decoder(m: dict) -> dict:
     """The decoder block of the flip-flop, sequence, addition and LM cells (pre-norm RMSNorm,
     SwiGLU MLP of width 2 x d_model, as the TRA paper's models; NoPE softmax until a variant
@@ -209,31 +260,37 @@ def _thin(lengths: list[int], top_seen: int) -> list[int]:
 
 
 def cell_config(cell: str, scale: str = "cpu", seed: int = 0, *, lr: float | None = None,
-                protocol: str = "full") -> dict:
+                protocol: str = "full", steps: int | None = None) -> dict:
     """The base config dict of ``cell`` at ``scale`` (NoPE, softmax, identity positions) for
     one seed (init and data order) and learning rate (default: the cell's): a variant's
     overrides are applied on top of it. ``protocol='quick'`` evaluates every other OOD
-    length."""
+    length. ``steps`` (the fit search's longer rungs only; default: the cell's) sets the
+    training steps, and with them what follows the steps (warmup, checkpoint and log
+    intervals) as the cell's own budget would."""
     s = lookup(SCALES, scale, "bench scale")
     lookup(CELLS, cell, "bench cell")
     keep_all = PROTOCOLS[check_protocol(protocol)][2]
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int)
+                              or steps < 1):
+        raise ConfigError(f"steps must be a positive integer, got {steps!r}")
     m = s["model"]
-    cfg = _cell_config(cell, scale, s, m, seed, keep_all)
+    cfg = _cell_config(cell, scale, s, m, seed, keep_all, steps)
     if lr is not None:
         cfg["train"]["lr"] = float(lr)
     return cfg
 
 
-def _cell_config(cell, scale, s, m, seed, keep_all) -> dict:
+def _cell_config(cell, scale, s, m, seed, keep_all, steps=None) -> dict:
     if cell == "flipflop":
         f = s["flipflop"]
         return {"model": _decoder(m), "task": {"name": "flipflop", "kwargs": {"n_pairs":
                                                                                f["n_pairs"]}},
-                "train": _adamw(f["steps"], f["batch_size"], 1e-3, seed),
+                "train": _adamw(steps or f["steps"], f["batch_size"], 1e-3, seed),
                 "eval": {"splits": ["iid", "sparse", "dense"], "sequences": f["sequences"],
                          "batch_size": min(250, f["sequences"]), "seed": EVAL_SEED}}
     if cell in CHOMSKY:
         c = dict(s["chomsky"], **s["chomsky"]["per_cell"].get(cell, {}))
+        c["steps"] = steps or c["steps"]
         lengths = _lengths(1, c["N"], c["stride"]) + _lengths(c["N"] + 1, c["M"], c["stride"])
         if not keep_all:
             lengths = _thin(lengths, c["N"])
@@ -258,7 +315,7 @@ def _cell_config(cell, scale, s, m, seed, keep_all) -> dict:
                 "task": {"name": SEQUENCE[cell], "kwargs": {"min_length": 2,
                                                             "max_train_length": q["M"],
                                                             "max_eval_length": q["top"]}},
-                "train": _adamw(q["steps"], q["batch_size"], 1e-3, seed),
+                "train": _adamw(steps or q["steps"], q["batch_size"], 1e-3, seed),
                 "eval": {"splits": length_splits(lengths), "sequences": q["sequences"],
                          "batch_size": q["sequences"], "seed": EVAL_SEED}}
     if cell == "addition":
@@ -271,7 +328,7 @@ def _cell_config(cell, scale, s, m, seed, keep_all) -> dict:
                                                         "max_eval_length": 2 * a["N"],
                                                         "format": "reversed", "hints": True,
                                                         "hint_start": "random"}},
-                "train": _adamw(a["steps"], a["batch_size"], a["lr"], seed),
+                "train": _adamw(steps or a["steps"], a["batch_size"], a["lr"], seed),
                 "eval": {"splits": length_splits(lengths),
                          "sequences": a["sequences"], "batch_size": a["sequences"],
                          "seed": EVAL_SEED}}
@@ -285,7 +342,7 @@ def _cell_config(cell, scale, s, m, seed, keep_all) -> dict:
     if lm["max_chars"]:
         kw["max_chars"] = lm["max_chars"]
     return {"model": _decoder(m), "task": {"name": "text", "kwargs": kw},
-            "train": _adamw(lm["steps"], lm["batch_size"], 2e-3, seed),
+            "train": _adamw(steps or lm["steps"], lm["batch_size"], 2e-3, seed),
             "eval": {"sequences": 10 ** 9, "batch_size": 64, "seed": EVAL_SEED}}
 
 
@@ -420,4 +477,4 @@ def effective_threshold(cell: str) -> float | None:
 __all__ = ["VERSION", "CELLS", "SCALES", "SEEDS", "LR_FACTORS", "PROTOCOLS", "EVAL_SEED",
            "VAL_SEED", "cell_config", "score", "curve", "effective_threshold", "lr_grid",
            "default_lr", "validation_config", "val_score", "train_top", "check_version",
-           "check_protocol"]
+           "check_protocol", "FIT_LADDER", "fit_rung", "fit_rung_cost", "default_steps"]

@@ -161,13 +161,17 @@ def _yaml(path: str):
         return yaml.safe_load(f.read(1 << 20))
 
 
-def run_name(label: str, cell: str, seed: int | None = None, lr: float | None = None) -> str:
-    """``<variant>--<cell>--s<seed>--lr<lr>`` (v1's ``<variant>--<cell>`` without seed and lr)."""
+def run_name(label: str, cell: str, seed: int | None = None, lr: float | None = None,
+             steps: int | None = None) -> str:
+    """``<variant>--<cell>--s<seed>--lr<lr>`` (v1's ``<variant>--<cell>`` without seed and lr;
+    the fit search's runs end in ``--steps<steps>``, :mod:`lengen.bench.fit_search`)."""
     name = f"{label.replace(' ', '_')}--{cell}"
     if seed is not None:
         name += f"--s{int(seed)}"
     if lr is not None:
         name += f"--lr{float(lr):g}"
+    if steps is not None:
+        name += f"--steps{int(steps)}"
     return name
 
 
@@ -187,12 +191,14 @@ def default_seeds(scale: str, protocol: str = "full") -> list[int]:
     return list(range(n))
 
 
-def _spec(label, overrides, cell, scale, seed, lr, protocol, role, device=None):
-    config = apply_overrides(cell_config(cell, scale, seed, lr=lr, protocol=protocol),
-                             overrides)
+def _spec(label, overrides, cell, scale, seed, lr, protocol, role, device=None, steps=None):
+    """One run's RunSpec; ``steps`` (the fit search's runs only) sets the training steps and
+    ends the name in ``--steps<steps>``."""
+    config = apply_overrides(cell_config(cell, scale, seed, lr=lr, protocol=protocol,
+                                         steps=steps), overrides)
     if device:
         config["train"]["device"] = device
-    config["name"] = run_name(label, cell, seed, lr)
+    config["name"] = run_name(label, cell, seed, lr, steps)
     factor = lr / default_lr(cell, scale)
     return RunSpec(config["name"], config,
                    {"variant": label, "cell": cell, "seed": seed, "lr": lr,

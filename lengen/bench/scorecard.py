@@ -13,6 +13,12 @@ interval. For each of the user's variants against each baseline: the probability
 over the cells both ran (same scoring), and per cell a sentence "X beats Y on C" only where
 :func:`lengen.bench.stats.separation` says so, else "not separable".
 
+Where a cell is ``‡`` (no seed fitted) and the card folder (or the baselines' folder) holds
+``fit_search.csv`` (``lengen bench --fit-search``, :data:`lengen.bench.battery.FIT_LADDER`)
+with rows of that pair, a footnote under the OOD table says which budgets the protocol and the
+search tried and whether a rung fitted, and ``scorecard.csv`` gets a ``fit_search`` column; the
+card's numbers stay the protocol's. Without ``fit_search.csv`` the card is as before.
+
 Written into the output folder: ``runs.csv`` (own runs), ``scorecard.md / .csv / .json``,
 ``scorecard.png`` (variants x cells, colour = OOD mean over fitted seeds, an x where no seed
 fitted), ``curves/<cell>.png``. Rows of another battery version are refused
@@ -31,8 +37,8 @@ import numpy as np
 
 from lengen.analysis.tables import markdown_table
 from lengen.bench import stats
-from lengen.bench.battery import (CELLS, CHOMSKY, LR_FACTORS, VERSION, check_version,
-                                  effective_threshold, train_top)
+from lengen.bench.battery import (CELLS, CHOMSKY, FIT_LADDER, LR_FACTORS, VERSION,
+                                  check_version, effective_threshold, train_top)
 from lengen.errors import ConfigError
 from lengen.fileio import save_json_atomic, savefig_atomic, write_text_atomic
 from lengen.provenance import source_commit
@@ -46,6 +52,13 @@ SUMMARY_FIELDS = ["variant", "cell", "family", "status", "fit_k", "fit_n", "fail
                   "ood_mean", "ood_lo", "ood_hi", "effective_length", "threshold", "lr_chosen",
                   "lr_grid", "paper_ood", "baseline", "scale", "protocol", "bench_version",
                   "reason"]
+#: ``fit_search.csv`` (``lengen bench --fit-search``): one row per run of the fit search; ``seen``
+#: is the in-distribution figure the cell's fit rule reads (the train-length score), ``val``
+#: the held-out validation score
+FIT_SEARCH_CSV = "fit_search.csv"
+FIT_FIELDS = ["variant", "cell", "rung", "steps", "steps_factor", "lr", "lr_factor", "seed",
+              "status", "fitted", "seen", "val", "seconds", "scale", "bench_version", "commit",
+              "reason"]
 
 
 def published(label: str, cell: str) -> float | None:
@@ -110,6 +123,73 @@ def read_runs(path: str) -> list[dict]:
         if "seed" not in r:
             raise ConfigError(f"{p} is a scorecard, not a runs.csv (no seed column)")
     return rows
+
+
+def read_fit_search(path: str) -> list[dict]:
+    """Rows of a ``fit_search.csv`` (the file, or a card folder holding one; none there: []),
+    typed; every row must be of this battery version and name a rung of
+    :data:`lengen.bench.battery.FIT_LADDER`."""
+    p = os.path.join(path, FIT_SEARCH_CSV) if os.path.isdir(path) else path
+    if not os.path.isfile(p):
+        return []
+    with open(p, newline="") as f:
+        rows = [_conv_run(r) for r in csv.DictReader(f)]
+    rungs = [r[0] for r in FIT_LADDER]
+    for r in rows:
+        missing = [k for k in ("variant", "cell", "rung", "steps", "lr", "status",
+                               "bench_version") if r.get(k) in (None, "")]
+        if missing:
+            raise ConfigError(f"{p}: a row without {', '.join(missing)}: not a fit_search.csv "
+                              f"(columns: {', '.join(FIT_FIELDS)})")
+        check_version(r["bench_version"], f"the rows of {p}")
+        if r["rung"] not in rungs:
+            raise ConfigError(f"{p}: unknown fit-search rung {r['rung']!r}. Valid: "
+                              f"{', '.join(rungs)}")
+    return rows
+
+
+def _rates(rows) -> str:
+    """``lr 0.0005, 0.001 x 2,500 steps; lr 0.001 x 5,000 steps`` of ``rows`` (by steps)."""
+    by = {}
+    for r in rows:
+        by.setdefault(int(r["steps"]), set()).add(float(r["lr"]))
+    return "; ".join(f"lr {', '.join(f'{x:g}' for x in sorted(lrs))} x {n:,} steps"
+                     for n, lrs in sorted(by.items()))
+
+
+def fit_search_note(variant: str, cell: str, runs: list[dict], fits: list[dict]):
+    """(summary, sentence) of the fit search of an unfitted pair: what the protocol's runs
+    (``runs``) and the search's (``fits``) tried, and whether a rung fitted; None when
+    ``fits`` has no row of the pair."""
+    fits = [r for r in fits if r["variant"] == variant and r["cell"] == cell]
+    if not fits:
+        return None
+    order = [r[0] for r in FIT_LADDER]
+    fits = sorted(fits, key=lambda r: (order.index(r["rung"]), r["steps"], r["lr"]))
+    done = [r for r in fits if r.get("status") in ("ok", "not fitted")]
+    won = [r for r in done if r.get("fitted")]
+    proto = [r for r in runs if r["variant"] == variant and r["cell"] == cell
+             and r.get("status") in ("ok", "not fitted")]
+    seeds = sorted({int(r["seed"]) for r in fits if r.get("seed") is not None})
+    who = f"seed {', '.join(map(str, seeds))}"
+    head = f"{variant} / {cell}: not fitted at {_rates(proto)} (the protocol)"
+    if won:
+        rung = won[0]["rung"]
+        before = [r for r in done if order.index(r["rung"]) < order.index(rung)]
+        return (f"fitted at {rung} ({_rates([won[0]])})",
+                head + (f", nor at {_rates(before)}" if before else "") + f"; fitted at "
+                f"{_rates(won)} (rung {rung}, {who}): the cell's budget is short for "
+                f"{variant}; the numbers above stay the protocol's")
+    ran = list(dict.fromkeys(r["rung"] for r in done))
+    left = [n for n in order if n not in ran]
+    if not left:
+        return (f"not fitted at any rung ({', '.join(order)})",
+                head + f", nor at {_rates(done)} (fit search, {who}): not fitted at any "
+                f"budget tried")
+    return (f"incomplete: not fitted so far ({', '.join(ran) or 'no rung finished'}); "
+            f"not run: {', '.join(left)}",
+            head + (f", nor so far at {_rates(done)} (fit search, {who})" if done else "")
+            + f"; the search is incomplete (rungs not run or failed: {', '.join(left)})")
 
 
 def read_scorecard(path: str) -> list[dict]:
@@ -310,6 +390,15 @@ def load_baselines(baselines, scale: str, own: set) -> tuple[list[dict], str]:
     return rows, f"Baselines (marked *) read from {path}, not retrained."
 
 
+def baseline_fit_search(baselines, scale: str) -> list[dict]:
+    """The ``fit_search.csv`` rows beside the baselines' runs.csv (``baselines`` as in
+    :func:`load_baselines`); none there: []."""
+    path = baseline_path(scale) if baselines == "default" else baselines
+    if not path or not os.path.exists(path):
+        return []
+    return read_fit_search(os.path.dirname(os.path.abspath(runs_path(path))))
+
+
 def write_card(rows: list[dict], out: str, scale: str, *, baselines="default",
                base_rows: list[dict] | None = None, note: str | None = None,
                title: str | None = None, log=print) -> list[str]:
@@ -321,8 +410,12 @@ def write_card(rows: list[dict], out: str, scale: str, *, baselines="default",
     for r in rows:
         check_version(r.get("bench_version", VERSION), "this bench's rows")
     own = list(dict.fromkeys(r["variant"] for r in rows))
+    fits = read_fit_search(os.path.join(out, FIT_SEARCH_CSV))
     if base_rows is None:
         base_rows, note = load_baselines(baselines, scale, set(own))
+        mine = {(r["variant"], r["cell"]) for r in fits}
+        fits += [r for r in baseline_fit_search(baselines, scale)
+                 if (r["variant"], r["cell"]) not in mine]
     base_names = list(dict.fromkeys(r["variant"] for r in base_rows))
     protocols = ({r.get("protocol") for r in rows if r.get("status") != "n/a"},
                  {r.get("protocol") for r in base_rows if r.get("status") != "n/a"})
@@ -333,6 +426,13 @@ def write_card(rows: list[dict], out: str, scale: str, *, baselines="default",
                                f"probability of improvement and no verdict is given.")
     all_rows = rows + base_rows
     summary = summarize(rows) + summarize(base_rows, baseline=True)
+    footnotes = []
+    for s in summary:
+        got = (fit_search_note(s["variant"], s["cell"], all_rows, fits)
+               if s["status"] == "not fitted" else None)
+        if got:
+            s["fit_search"] = got[0]
+            footnotes.append(f"- ‡ {got[1]}.")
     agg = aggregates(all_rows)
     comp = comparisons(all_rows, own, base_names) if comparable else {"poi": [], "cells": []}
     cells = [c for c in CELLS if any(s["cell"] == c for s in summary)]
@@ -379,8 +479,16 @@ def write_card(rows: list[dict], out: str, scale: str, *, baselines="default",
              "fitted their training distribution (‡ = none did: no OOD number counts); (x) = the "
              "paper's figure. Higher is better; lm: ppl(1x)/ppl(8x). Cells: "
              + "; ".join(f"{c}: {CELLS[c][2]} ({CELLS[c][1]})" for c in cells) + ".",
-             "", table(_cell_text), "",
-             "## Effective length",
+             "", table(_cell_text), ""]
+    if footnotes:
+        lines += ["**Fit search** (`fit_search.csv`, `lengen bench --fit-search`): where no seed "
+                  "fitted, the protocol's first seed was run again on a pre-registered ladder of "
+                  "budgets (the grid widened, then more steps), one rung at a time, stopping at "
+                  "the first that fits (rungs: "
+                  + ", ".join(n for n, _, _ in FIT_LADDER) + "; docs/bench.md). A fitted rung "
+                  "says the cell's budget is short for that entry; it does not change the "
+                  "numbers above.", ""] + footnotes + [""]
+    lines += ["## Effective length",
              "",
              "The longest tested length up to which the mean accuracy of the fitted seeds stays at "
              "or above the cell's threshold (its fit threshold: Chomsky and copy / reverse 90%, "
@@ -423,7 +531,7 @@ def write_card(rows: list[dict], out: str, scale: str, *, baselines="default",
     md = os.path.join(out, "scorecard.md")
     write_text_atomic("\n".join(lines), md)
     sc = os.path.join(out, "scorecard.csv")
-    _write_csv(summary, SUMMARY_FIELDS, sc)
+    _write_csv(summary, SUMMARY_FIELDS + (["fit_search"] if footnotes else []), sc)
     js = os.path.join(out, "scorecard.json")
     save_json_atomic(_jsonable({"version": VERSION, "scale": scale, "protocol": protocol,
                                 "seeds": seeds, "commit": _commit(), "summary": summary,
@@ -572,4 +680,6 @@ def _figure(variants, cells, by, path, scale) -> None:
 
 __all__ = ["published", "read_runs", "read_scorecard", "baseline_path", "summarize",
            "aggregates", "comparisons", "write_card", "compare_cards", "plot_curves",
-           "load_baselines", "run_score", "mean_curve", "RUN_FIELDS", "SUMMARY_FIELDS"]
+           "load_baselines", "run_score", "mean_curve", "RUN_FIELDS", "SUMMARY_FIELDS",
+           "FIT_FIELDS", "FIT_SEARCH_CSV", "read_fit_search", "fit_search_note",
+           "baseline_fit_search"]
