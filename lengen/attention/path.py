@@ -16,11 +16,12 @@ convolution over ``conv_size`` tokens (``w_conv=false``: none); ``beta_t = 2 sig
 b)`` per head, in (0, 2), so ``H_t`` may reflect (negative eigenvalue). Defined for decoders
 only; q and k as wide as the head (``w`` is).
 
-Paths (``impl``, the base class's ``attend`` over the declared ``ops``): ``naive`` uses the dense reference (a scan over the keys, every query row at
-once); training with ``auto`` the same logits in blocks of 16 tokens (:mod:`lengen.ops.path.
-blocked`: ~3 x 16 + T / 16 loop steps instead of T); evaluation with ``auto`` and ``lean`` the
-query-blocked op (memory linear in T, a scan over the keys per block of queries). All are
-O(T^2 hd) with Python loops; fla's chunked UT-transform kernel (Triton) is not used here. Cached decoding keeps the keys
+Paths (``impl``, the base class's ``attend`` over the declared ``ops``): ``naive`` uses the
+dense reference (a scan over the keys, every query row at once); training with ``auto`` the
+paper's compact (UT-transform) form in blocks of 32 tokens, all [T, T] logits at once
+(:mod:`lengen.ops.path.blocked`: a triangular solve and matmuls per block, T / 32 steps between
+blocks); evaluation with ``auto`` and ``lean`` the same pieces a few query blocks at a time
+(:mod:`lengen.ops.path.chunked`, memory linear in T). fla's Triton kernels are not used. Cached decoding keeps the keys
 carried to the last token (``"pk"``: ``H_last ... H_{j+1} k_j``, updated in place with each new
 token's transform, as fla's decoding does) and the last inputs of the short convolution
 (``"wpre"``); the layer's plain ``"k"`` cache is kept as every kind's but not read.
@@ -31,19 +32,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import functools
-
 from lengen.attention.base import Attention
 from lengen.checks import Bool, Int
 from lengen.ops.path import path_attention_chunked, path_attention_naive
 from lengen.ops.path.blocked import path_attention_blocked
 from lengen.ops.path.chunked import carry_keys
 from lengen.ops.select import Ops
-
-#: token block of the training op (lengen.ops.path.blocked): the fastest of 16 / 32 / 64 at
-#: T = 512, hd = 16 on a CPU (forward + backward)
-TRAIN_BLOCK = 16
-
 
 class PaTHAttention(Attention):
     requires_causal = True        # the transforms accumulate from key to query: a decoder
@@ -90,9 +84,9 @@ class PaTHAttention(Attention):
         return self.transforms(x), {}
 
     def training_op(self, q, k, v, bias_fn, rows):
-        """Training with ``auto``, on any device: the same logits in blocks of TRAIN_BLOCK
-        tokens (:mod:`lengen.ops.path.blocked`)."""
-        return functools.partial(path_attention_blocked, block=TRAIN_BLOCK)
+        """Training with ``auto``, on any device: all [T, T] logits in the blocked compact form
+        (:mod:`lengen.ops.path.blocked`)."""
+        return path_attention_blocked
 
     def attend_cached(self, q, k, v, x, bias_fn, q_offset, cache):
         pre = self.w_proj(x)                                            # [B, T, D]

@@ -1,35 +1,48 @@
-"""PaTH attention over query blocks (equations in :mod:`lengen.ops.path.naive`): a block of
-query rows carries only its own queries through the transforms, against the keys it can see, so
-peak memory grows linearly in T ([B, H, block, keys] logits). Without gradients (evaluation) the
-scan keeps one [B, H, block, hd] carry; with them, autograd keeps one per key step.
+"""PaTH attention over query blocks (equations in :mod:`lengen.ops.path.naive`), memory linear
+in T: the per-block pieces of :mod:`lengen.ops.path.blocked` (the compact UT-transform form,
+[B, H, T, C] in all) once, then a few query blocks at a time meet every key block before them
+([B, H, ~block_size, keys] logits per pass; the sweep carries only those blocks' queries).
 
 ``q_offset`` with ``w``, ``beta`` of the new keys only: a cached decoding step, whose cached keys
-were carried to the last cached token already (:func:`carry_keys`).
+were carried to the last cached token already (:func:`carry_keys`); they enter as tokens with no
+transform (beta 0: H = I), and the queries as rows q_offset.. of the sequence.
 """
 from __future__ import annotations
 
 import torch
 
-from lengen.ops.common import causal_mask, query_blocks
-from lengen.ops.path.naive import path_logits
+from lengen.ops.path.blocked import BLOCK, blocking, key_side, logit_rows, query_side, to_blocks
 
 
 def path_attention_chunked(q, k, v, w, beta, *, bias_fn=None, scale=None, block_size=256,
-                           q_offset=0):
+                           q_offset=0, block=BLOCK):
     """q: [B, H, Tq, hd]; k, v: [B, H, Tk, hd], Tk = q_offset + Tq; w: [B, H, Tw, hd], beta:
-    [B, H, Tw]: the transforms of the last Tw keys (Tw = Tk without a cache) -> [B, H, Tq, hd]."""
-    T, Tk = q.shape[-2], k.shape[-2]
-    first = Tk - w.shape[-2]
+    [B, H, Tw]: the transforms of the last Tw keys (Tw = Tk without a cache) -> [B, H, Tq, hd].
+    ``block``: the transforms' token block C (at most ``block_size``); each pass takes
+    ``block_size // C`` query blocks."""
+    Tk = k.shape[-2]
+    first = Tk - w.shape[-2]                          # keys from here on carry a transform
     sc = q.shape[-1] ** -0.5 if scale is None else scale
+    acc = torch.promote_types(q.dtype, torch.float32)
+    C, nb = blocking(Tk, min(block, block_size))
+    per = max(1, block_size // C)                     # query blocks per pass
+    I0 = q_offset // C                                # the first block with a query
+    with torch.autocast(q.device.type, enabled=False):
+        Kb = to_blocks(k, C, nb, acc)                                   # [nb, B, H, C, hd]
+        Wb, bb = (to_blocks(t, C, nb, acc, front=first) for t in (w, beta))
+        X, SG, kt, M = key_side(Kb, Wb, bb)
+        Qb = to_blocks(q, C, nb - I0, acc, front=q_offset - I0 * C) * sc   # z linear in q
+        qt, intra = query_side(Qb, Kb[I0:], Wb[I0:], X[I0:], SG[I0:])
     outs = []
-    for s, e in query_blocks(T, block_size):
-        ke = q_offset + e                                          # keys visible to the block
-        z = path_logits(q[:, :, s:e], k[:, :, :ke], w[:, :, :ke - first],
-                        beta[:, :, :ke - first], q_offset=q_offset + s) * sc   # [B,H,tq,ke]
+    for a in range(I0, nb, per):
+        b = min(nb, a + per)
+        r0, r1 = max(a * C, q_offset), min(b * C, Tk)  # the pass's rows, keys 0..r1-1 visible
+        with torch.autocast(q.device.type, enabled=False):
+            z = logit_rows(qt[a - I0:b - I0], intra[a - I0:b - I0], kt, M, a, b)
+            z = z[:, :, r0 - a * C:r1 - a * C, :r1]                     # [B, H, rows, r1]
         if bias_fn is not None:
-            z = z + bias_fn(s, e)[..., :ke].to(z.dtype)
-        z = z.masked_fill(~causal_mask(e - s, ke, q_offset + s, q.device), float("-inf"))
-        outs.append(z.softmax(-1).to(v.dtype) @ v[:, :, :ke])
+            z = z + bias_fn(r0 - q_offset, r1 - q_offset)[..., :r1].to(z.dtype)
+        outs.append(z.softmax(-1).to(v.dtype) @ v[:, :, :r1])          # causal: -inf in z
     return torch.cat(outs, dim=2)
 
 
