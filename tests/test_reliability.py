@@ -493,8 +493,12 @@ def case_ctrl_c_while_starting_up_prints_one_line():
               "        os.kill(os.getpid(), signal.SIGINT)\n"
               "    return real(name, *a, **k)\n"
               "builtins.__import__ = hook\nimport lengen\n")
+    # a terminal's Ctrl-C: SIGINT at its default, which Python turns into KeyboardInterrupt. A
+    # test runner started in the background (`cmd &` in a script, nohup) inherits SIGINT
+    # ignored, and Python then leaves it ignored: the kill would do nothing and the case fail
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=120)
+                          timeout=120,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.returncode == 130, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip() == "lengen: interrupted while starting up; nothing was run"
