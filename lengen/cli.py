@@ -632,7 +632,7 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
                         "RoPE, ALiBi, FIRE, 'Rand. RoPE', 'RoPE + warp', TRA, FoT), methods "
                         "(LSTM, p-RoPE, PoPE, Selective, Stick-breaking, Mamba-2, 'Gated "
                         "DeltaNet', PaTH, 'RoPE + SSMax', iRoPE), all (the default: 18 "
-                        "variants on 126 cells they can run, classic 64; --estimate times "
+                        "variants on 138 cells they can run, classic 64; --estimate times "
                         "them); run them in parts into one --out")
     p.add_argument("--scale", choices=("smoke", "cpu", "paper"), default="cpu",
                    help="smoke = seconds (tests); cpu = 2-layer models on 2 cores (about an "

@@ -20,6 +20,7 @@ from lengen.bench.scorecard import (RUN_FIELDS, compare_cards, published, read_r
                                     read_scorecard, write_card)
 from lengen.cli import main
 from lengen.errors import ConfigError
+from lengen.config import resolve
 
 
 def test_parse_variant_labels_and_refusals():
@@ -72,11 +73,23 @@ def test_every_baseline_builds_on_every_cell_it_can_run_at_cpu_scale():
     specs, na = build_specs(list(BASELINES.items()), "cpu", seeds=[0])
     assert len(BASELINES) == 18 and len(specs) + len(na) == len(BASELINES) * len(CELLS)
     encoder = {"bucket_sort", "reverse_string", "even_pairs", "missing_duplicate"}
-    decoder_only = {"TRA", "FoT", "LSTM", "Selective", "Stick-breaking", "Mamba-2",
-                    "Gated DeltaNet", "PaTH", "iRoPE"}
+    decoder_only = {"TRA", "FoT", "Selective", "Stick-breaking", "PaTH", "iRoPE"}
     assert {r["variant"] for r in na} == decoder_only     # n/a only on the encoder cells
     assert {r["cell"] for r in na} == encoder and len(na) == 4 * len(decoder_only)
-    assert len(specs) == 18 * 9 - 36
+    assert len(specs) == 18 * 9 - 24
+    # the recurrences read the encoder cells causally (answers after the whole input), and are
+    # causal already on the decoder cells, where the override changes nothing
+    for s in specs:
+        if s.tags["variant"] in ("LSTM", "Mamba-2", "Gated DeltaNet"):
+            assert s.config["model"]["causal"] is True, s.name
+    plain = {s.tags["cell"]: s.config for s in build_specs(
+        [("a", ["model.attention=lstm"])], "cpu", seeds=[0], cells=["flipflop", "copy"])[0]}
+    causal = {s.tags["cell"]: s.config for s in build_specs(
+        [("a", ["model.attention=lstm", "model.causal=true"])], "cpu", seeds=[0],
+        cells=["flipflop", "copy"])[0]}
+    for cell in plain:          # the committed decoder-cell runs are the same runs
+        assert (resolve(plain[cell]).config.to_dict()
+                == resolve(causal[cell]).config.to_dict()), cell
     by = {s.tags["variant"]: s.config["model"] for s in specs if s.tags["cell"] == "copy"}
     assert by["RoPE + SSMax"]["attention_kwargs"] == {"logn": "ssmax"}
     assert by["iRoPE"]["layers"][0] == {"chunk": 16, "qk_norm": "rms"}

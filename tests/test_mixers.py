@@ -325,6 +325,42 @@ def test_a_chomsky_task_runs_causally_with_a_mixer():
     assert (lstm.hidden_size, lstm.num_layers) == (256, 1)
 
 
+@pytest.mark.parametrize("name", MIXERS)
+def test_a_mixer_trains_and_is_evaluated_on_a_chomsky_task(name, tmp_path):
+    """A causal mixer on an encoder (Chomsky) task trains and is scored end to end: the answer
+    sits at placeholders after the whole input, so evaluation accepts the causal reading (it
+    refused it once, after training had run); the scores are read at the unseen lengths."""
+    import json
+
+    import lengen
+    from lengen.eval.evaluate import evaluate
+    from lengen.rundir.load import prepare
+    from lengen.train import train
+
+    c = lengen.resolve({
+        "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "attention": name,
+                  "causal": True},
+        "task": {"name": "even_pairs", "kwargs": {"max_train_length": 6,
+                                                  "max_eval_length": 9}},
+        "train": {"steps": 2, "batch_size": 4, "log_every": 1, "progress": False,
+                  "threads": 1},
+        "eval": {"sequences": 4, "batch_size": 4, "splits": ["len=7", "len=9"]}})
+    train(c, str(tmp_path), quiet=True)
+    with open(tmp_path / "eval.json") as f:
+        rows = json.load(f)
+    rows = rows["rows"] if isinstance(rows, dict) else rows
+    assert {r["split"] for r in rows} >= {"len=7", "len=9"}
+    task, model = prepare(c)
+    assert evaluate(model, task, ["len=8"], n_sequences=4, batch_size=4)
+    # a decoder task still refuses an encoder: an encoder would see the answer it is scored on
+    copy_task, _ = prepare(lengen.resolve({"model": {"d_model": 16, "n_heads": 2},
+                                           "task": {"name": "copy"}}))
+    encoder = Transformer(ModelConfig(vocab_size=copy_task.vocab_size, d_model=16, n_heads=2,
+                                      causal=False))
+    with pytest.raises(ConfigError, match="needs a causal decoder"):
+        evaluate(encoder, copy_task, ["len=5"], n_sequences=2, batch_size=2)
+
+
 # ---- training with kept / packed rows, and half precision ----------------------------------
 
 @pytest.mark.parametrize("name", MIXERS)

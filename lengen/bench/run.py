@@ -44,8 +44,12 @@ from lengen.sweep import RunSpec, run_one, run_sweep, training_span
 #: scale; index warping is the paper's head_tail preset with the sqrt skew. ``methods``: the
 #: methods published after them (docs/methods.md), each at its registry defaults on the cell's
 #: NoPE softmax model, one change each: the attention kinds ``lstm``, ``selective``,
-#: ``stickbreaking``, ``mamba2``, ``gated_deltanet``, ``path`` (decoder-only: ``n/a`` on the four
-#: encoder cells) and the schemes ``prope`` (p = 0.75), ``pope``. Two are compositions, named
+#: ``stickbreaking``, ``mamba2``, ``gated_deltanet``, ``path`` and the schemes ``prope``
+#: (p = 0.75), ``pope``. The attention kinds are decoder-only: the three recurrences (LSTM,
+#: Mamba-2, Gated DeltaNet) read the four encoder (Chomsky) cells causally, ``model.causal=true``,
+#: the answer taken at the placeholders after the whole input, as Deletang et al. 2023's RNN
+#: baselines read those tasks (a no-op on the decoder cells); the causal attention kinds are
+#: ``n/a`` there, as the cells' transformer is an encoder. Two are compositions, named
 #: here: ``RoPE + SSMax`` is RoPE with Scalable-Softmax's log-length query scaling
 #: (``attention_kwargs.logn=ssmax``, on every layer; Nakanishi 2025 pairs it with RoPE) and
 #: ``iRoPE`` is Llama 4's interleaved layout cut to the cells' 2 layers: layer 0 RoPE with
@@ -64,13 +68,13 @@ BASELINES = {
                     "model.positions_kwargs={preset: head_tail, skew: sqrt}"],
     "TRA": ["model.attention=tra"],
     "FoT": ["model.attention=fot"],
-    "LSTM": ["model.attention=lstm"],
+    "LSTM": ["model.attention=lstm", "model.causal=true"],
     "p-RoPE": ["model.posenc=prope"],
     "PoPE": ["model.posenc=pope"],
     "Selective": ["model.attention=selective"],
     "Stick-breaking": ["model.attention=stickbreaking"],
-    "Mamba-2": ["model.attention=mamba2"],
-    "Gated DeltaNet": ["model.attention=gated_deltanet"],
+    "Mamba-2": ["model.attention=mamba2", "model.causal=true"],
+    "Gated DeltaNet": ["model.attention=gated_deltanet", "model.causal=true"],
     "PaTH": ["model.attention=path"],
     "RoPE + SSMax": ["model.posenc=rope", "model.attention_kwargs.logn=ssmax"],
     "iRoPE": ["model.posenc=rope",
