@@ -420,14 +420,15 @@ def run_bench(variants, scale: str = "cpu", out: str | None = None, *, workers: 
 
 
 def keep_other_variants(rows: list[dict], out: str) -> list[dict]:
-    """The rows of ``out/runs.csv`` (an earlier part of this bench) of variants not run now,
-    so a bench run in parts into one folder keeps one ``runs.csv`` of every part; a runs.csv
-    of another battery version there is refused (:func:`read_runs`)."""
+    """The rows of ``out/runs.csv`` (an earlier part of this bench) of the variant x cell pairs
+    not run now, so a bench run in parts into one folder keeps one ``runs.csv`` of every part,
+    whether a part adds variants or cells (a variant run again on some cells keeps its rows on
+    the others); a runs.csv of another battery version there is refused (:func:`read_runs`)."""
     path = os.path.join(out, "runs.csv")
     if not os.path.isfile(path):
         return []
-    now = {r["variant"] for r in rows}
-    return [r for r in read_runs(path) if r["variant"] not in now]
+    now = {(r["variant"], r["cell"]) for r in rows}
+    return [r for r in read_runs(path) if (r["variant"], r["cell"]) not in now]
 
 
 def estimate_bench(variants, scale: str = "cpu", *, workers: int = 1, cells=None,
