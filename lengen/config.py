@@ -47,7 +47,7 @@ from lengen.posenc.base import PositionalScheme
 from lengen.posenc import POSENC_POINT
 from lengen.samplers.base import PositionSampler
 from lengen.tasks import TASK_POINT
-from lengen.tasks.base import Task
+from lengen.tasks.base import Task, reads_with
 
 
 SEED = SEED_RULE                  # one rule for every seed, config keys and registry kwargs
@@ -399,8 +399,7 @@ def check_components(cfg: ExperimentConfig, *, vocab_explicit: bool = True):
         check_hf_model(m, task, sampler, task.max_input_length(splits))
         check_fits(m, batch=0, length=0, training=False, device="cpu",
                    fix="Lower the sizes in model.hf_config")
-    # an encoder task whose answers come after the whole input may run causally (causal_ok)
-    if m.causal != task.causal and not (m.causal and getattr(task, "causal_ok", False)):
+    if not reads_with(task, m.causal):
         raise ConfigError(f"task '{cfg.task.name}' needs model.causal={str(task.causal).lower()} "
                           f"({'a causal decoder' if task.causal else 'a bidirectional encoder'}); "
                           f"set model.causal={str(task.causal).lower()}")

@@ -26,7 +26,7 @@ from lengen.eval.perplexity import evaluate_perplexity
 from lengen.model.memory import check_work, forward_checks_once
 # the evaluation stream is shared with the perplexity protocol, which evaluate() dispatches to
 from lengen.eval.stream import block_positions, eval_stream, forward  # noqa: F401
-from lengen.tasks.base import check_eval_sizes
+from lengen.tasks.base import check_eval_sizes, reads_with
 
 
 @torch.inference_mode()
@@ -92,12 +92,9 @@ def check_evaluate_args(model, task, splits, meta) -> list:
         raise ConfigError(f"no splits given; pass some of {', '.join(task.splits())}")
     mc = getattr(model, "cfg", None)
     causal, wants = getattr(mc, "causal", None), getattr(task, "causal", None)
-    reads_after = causal is True and getattr(task, "causal_ok", False) is True
-    if isinstance(causal, bool) and isinstance(wants, bool) and causal != wants \
-            and not reads_after:
+    if isinstance(causal, bool) and isinstance(wants, bool) and not reads_with(task, causal):
         # an encoder sees the answer it is scored on (or a decoder the wrong protocol): the
-        # numbers would be meaningless, not low. A decoder may read an encoder task whose
-        # answers sit at placeholders after the whole input (causal_ok: the Chomsky tasks)
+        # numbers would be meaningless, not low
         raise ConfigError(f"the model is {'a causal decoder' if causal else 'a bidirectional encoder'}"
                           f" (model.causal={str(causal).lower()}) and task "
                           f"'{getattr(task, 'name', type(task).__name__)}' needs "

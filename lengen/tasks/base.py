@@ -86,6 +86,14 @@ def check_eval_sizes(n_sequences, batch_size, seed=0) -> None:
                             f"{seed!r}; eval_batches takes an int seed, not a torch.Generator")
 
 
+def reads_with(task, causal: bool) -> bool:
+    """Whether a model with ``model.causal=causal`` may train on and be scored on ``task``: the
+    task's own kind, or a causal model on an encoder task whose answers sit after the whole
+    input (``causal_ok``: the Chomsky tasks, as the papers' RNN baselines read them). An
+    encoder on a decoder task would see the answer it is scored on."""
+    return causal == task.causal or (causal and getattr(task, "causal_ok", False) is True)
+
+
 class Task:
     name: str = "task"
     vocab_size: int
