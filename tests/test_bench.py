@@ -268,14 +268,14 @@ def test_a_part_keeps_the_earlier_parts_rows_of_other_variants_and_other_cells(t
     """A bench run in parts into one folder: a part that runs a variant on some cells keeps
     that variant's rows on the other cells (they were once dropped with every row of a variant
     the part ran), and rows of the pairs it runs are replaced, never doubled."""
-    from lengen.bench.run import keep_other_variants
+    from lengen.bench.run import keep_earlier_pairs
     _write_runs(tmp_path / "runs.csv", _runs("RoPE", "copy", [0.1, 0.2])
                 + _runs("RoPE", "flipflop", [0.9]) + _runs("NoPE", "copy", [0.05]))
     now = _runs("RoPE", "addition", [0.4]) + _runs("RoPE", "copy", [0.3])
-    kept = keep_other_variants(now, str(tmp_path))
+    kept = keep_earlier_pairs(now, str(tmp_path))
     assert sorted((r["variant"], r["cell"], r["ood"]) for r in kept) == [
         ("NoPE", "copy", 0.05), ("RoPE", "flipflop", 0.9)]
-    assert keep_other_variants(now, str(tmp_path / "absent")) == []
+    assert keep_earlier_pairs(now, str(tmp_path / "absent")) == []
 
 
 def test_v1_rows_are_never_compared_with_v2_rows(tmp_path):

@@ -348,7 +348,6 @@ def test_a_mixer_trains_and_is_evaluated_on_a_chomsky_task(name, tmp_path):
     train(c, str(tmp_path), quiet=True)
     with open(tmp_path / "eval.json") as f:
         rows = json.load(f)
-    rows = rows["rows"] if isinstance(rows, dict) else rows
     assert {r["split"] for r in rows} >= {"len=7", "len=9"}
     task, model = prepare(c)
     assert evaluate(model, task, ["len=8"], n_sequences=4, batch_size=4)

@@ -21,10 +21,11 @@ dense reference (a scan over the keys, every query row at once); training with `
 paper's compact (UT-transform) form in blocks of 32 tokens, all [T, T] logits at once
 (:mod:`lengen.ops.path.blocked`: a triangular solve and matmuls per block, T / 32 steps between
 blocks); evaluation with ``auto`` and ``lean`` the same pieces a few query blocks at a time
-(:mod:`lengen.ops.path.chunked`, memory linear in T). fla's Triton kernels are not used. Cached decoding keeps the keys
-carried to the last token (``"pk"``: ``H_last ... H_{j+1} k_j``, updated in place with each new
-token's transform, as fla's decoding does) and the last inputs of the short convolution
-(``"wpre"``); the layer's plain ``"k"`` cache is kept as every kind's but not read.
+(:mod:`lengen.ops.path.chunked`, memory linear in T). fla's Triton kernels are not used.
+Cached decoding keeps the keys carried to the last token (``"pk"``: ``H_last ... H_{j+1} k_j``,
+updated in place with each new token's transform, as fla's decoding does) and the last inputs of
+the short convolution (``"wpre"``); the layer's plain ``"k"`` cache is kept as every kind's but
+not read.
 """
 from __future__ import annotations
 

@@ -415,11 +415,11 @@ def run_bench(variants, scale: str = "cpu", out: str | None = None, *, workers: 
     for r in rows:
         r["counted"] = abs(float(r["lr"]) - float(r["selected_lr"])) <= 1e-12
     rows += [dict(r, scale=scale, protocol=protocol, bench_version=VERSION) for r in na]
-    write_card(keep_other_variants(rows, out) + rows, out, scale, baselines=baselines, log=log)
+    write_card(keep_earlier_pairs(rows, out) + rows, out, scale, baselines=baselines, log=log)
     return rows
 
 
-def keep_other_variants(rows: list[dict], out: str) -> list[dict]:
+def keep_earlier_pairs(rows: list[dict], out: str) -> list[dict]:
     """The rows of ``out/runs.csv`` (an earlier part of this bench) of the variant x cell pairs
     not run now, so a bench run in parts into one folder keeps one ``runs.csv`` of every part,
     whether a part adds variants or cells (a variant run again on some cells keeps its rows on

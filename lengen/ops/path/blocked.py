@@ -12,7 +12,8 @@ A product of the transforms of consecutive tokens a..b of one block (latest on t
 are the inverses of those of I + A, so one solve per block gives every product in it). Expanding
 the logit ``z_ij = q_i^T H_i ... H_{j+1} k_j`` with it, for a query i and key j in one block::
 
-    z_ij = q_i.k_j - sum_ab P_ia S_ab G_bj,   P = lower(Q W^T) (a <= i), G = strict_lower(W K^T) (b > j)
+    z_ij = q_i.k_j - sum_ab P_ia S_ab G_bj
+    P = lower(Q W^T) (a <= i),   G = strict_lower(W K^T) (b > j)
 
 and, for a key j in an earlier block J < I (I the query's block)::
 
@@ -88,7 +89,8 @@ def logit_rows(qt, intra, kt, M, I0: int, I1: int):
     -inf."""
     n, B, H, C, _ = qt.shape
     above = torch.ones(C, C, dtype=torch.bool, device=qt.device).triu(1)
-    pieces = [intra.masked_fill(above, float("-inf"))]                                 # step D: [.., query blocks first.., C, C]
+    # the pieces, each [n_pairs, B, H, C, C]: step D = 0 (inside the blocks) first
+    pieces = [intra.masked_fill(above, float("-inf"))]
     where = {(I, I): I - I0 for I in range(I0, I1)}  # (query block, key block) -> piece row
     at = n
     R, lo = qt, I0                                   # R: q~ of blocks lo..I1-1, carried so far
