@@ -387,7 +387,10 @@ def load_baselines(baselines, scale: str, own: set) -> tuple[list[dict], str]:
         return [], (f"No committed battery v{VERSION} baselines at scale {scale} yet ({path} "
                     f"is absent): this card shows only the variants run here.")
     rows = [r for r in read_runs(path) if r["variant"] not in own]
-    return rows, f"Baselines (marked *) read from {path}, not retrained."
+    # the committed ones are named by their place in lengen's repository, not on this disk
+    where = (f"lengen's committed battery v{VERSION} baselines (results/bench-{scale}/"
+             f"v{VERSION}/runs.csv at lengen {_commit()})" if baselines == "default" else path)
+    return rows, f"Baselines (marked *) read from {where}, not retrained."
 
 
 def baseline_fit_search(baselines, scale: str) -> list[dict]:
