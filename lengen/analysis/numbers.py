@@ -578,8 +578,10 @@ def _declarations(text: str, body: str, env: dict, rel: str):
 
 
 def readmes() -> list[str]:
-    """The results READMEs (every paragraph a results paragraph)."""
-    return [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "*", "README.md")))
+    """The results READMEs, at any depth (every paragraph a results paragraph)."""
+    return [os.path.join(ROOT, "README.md")] + sorted(
+        p for p in glob.glob(os.path.join(ROOT, "**", "README.md"), recursive=True)
+        if os.path.dirname(p) != ROOT)
 
 
 def documents() -> list[str]:
