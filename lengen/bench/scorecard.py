@@ -208,12 +208,15 @@ def read_scorecard(path: str) -> list[dict]:
         return [{k: conv(k, v) for k, v in row.items()} for row in csv.DictReader(f)]
 
 
+#: the lengen checkout this module lives in (the committed baselines are in its results/)
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
 def baseline_path(scale: str) -> str:
     """Where the committed baseline runs of ``scale`` for this battery version live in a lengen
     checkout (``results/bench-<scale>/v<VERSION>/runs.csv``; v1's card is the scorecard.* files
     of ``results/bench-<scale>/``)."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    return os.path.join(root, "results", f"bench-{scale}", f"v{VERSION}", "runs.csv")
+    return os.path.join(_REPO, "results", f"bench-{scale}", f"v{VERSION}", "runs.csv")
 
 
 # ---- statistics per variant x cell -------------------------------------------------------------
@@ -388,8 +391,9 @@ def load_baselines(baselines, scale: str, own: set) -> tuple[list[dict], str]:
                     f"is absent): this card shows only the variants run here.")
     rows = [r for r in read_runs(path) if r["variant"] not in own]
     # the committed ones are named by their place in lengen's repository, not on this disk
-    where = (f"lengen's committed battery v{VERSION} baselines (results/bench-{scale}/"
-             f"v{VERSION}/runs.csv at lengen {_commit()})" if baselines == "default" else path)
+    where = (f"lengen's committed battery v{VERSION} baselines "
+             f"({os.path.relpath(path, _REPO)} at lengen {_commit()})"
+             if baselines == "default" else path)
     return rows, f"Baselines (marked *) read from {where}, not retrained."
 
 
