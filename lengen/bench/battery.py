@@ -119,7 +119,7 @@ SEQUENCE = {"copy": "copy", "reverse": "reverse"}
 #: cell -> (family, source, the OOD metric's description)
 CELLS = {
     "flipflop": ("flip-flop", "TRA paper Table 1", "mean seq. acc. sparse + dense"),
-    **{c: ("Chomsky", "Ruoss et al. 2023 Table 1", "mean token acc. N+1..M") for c in CHOMSKY},
+    **{c: ("Chomsky", "Ruoss et al. 2023 Tables 1, 4", "mean token acc. N+1..M") for c in CHOMSKY},
     **{c: ("copy / reverse", "index-warping paper Table A", "mean exact match M+1..3M")
        for c in SEQUENCE},
     "addition": ("addition", "Zhou et al. 2024 Fig. 3", "mean exact match N+1..2N digits"),

@@ -482,9 +482,14 @@ def write_card(rows: list[dict], out: str, scale: str, *, baselines="default",
              "",
              "## OOD score per cell",
              "",
-             "Mean over the fitted seeds [95% percentile bootstrap interval] and k/n seeds that "
+             "Mean over the fitted seeds [95% percentile bootstrap interval; with 3 or fewer "
+             "fitted seeds its ends are the lowest and the highest seed] and k/n seeds that "
              "fitted their training distribution (‡ = none did: no OOD number counts); (x) = the "
-             "paper's figure. Higher is better; lm: ppl(1x)/ppl(8x). Cells: "
+             "paper's figure (flip-flop: TRA paper Table 1, mean of sparse and dense; Chomsky: "
+             "Ruoss et al. 2023 Table 4, mean over 10 seeds at the best rate, trained on 1..40, "
+             "tested on 41..500): context, not a target, as the papers' lengths and budgets are "
+             "larger than this scale's (the battery names every difference). Higher is better; "
+             "lm: ppl(1x)/ppl(8x). Cells: "
              + "; ".join(f"{c}: {CELLS[c][2]} ({CELLS[c][1]})" for c in cells) + ".",
              "", table(_cell_text), ""]
     if footnotes:
