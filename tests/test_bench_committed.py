@@ -10,8 +10,9 @@ import os
 
 import pytest
 
-from lengen.bench.run import run_name
+from lengen.bench.run import BASELINES, _spec, run_name
 from lengen.bench.scorecard import read_fit_search, read_runs
+from lengen.config import RUNTIME_KEYS, config_diff, resolve
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "results", "bench-cpu")
@@ -37,6 +38,25 @@ def test_a_committed_card_has_a_resolved_config_for_every_run(card):
                       run_name(r["variant"], r["cell"], r["seed"], r["lr"], r["steps"]))
         assert (cfg["train"]["seed"], cfg["train"]["lr"], cfg["train"]["steps"]) == (
             r["seed"], r["lr"], r["steps"]), r
+
+
+def test_the_baseline_cards_runs_are_this_batterys_runs():
+    """Every run of the committed baseline card (and of its fit search) was trained on exactly
+    the config this lengen's battery builds for it (the cell's config at the row's seed, rate
+    and steps, with the baseline's overrides), apart from the run's name and the runtime keys.
+    A cell's budget changed in ``battery.py`` without a new battery version would stop matching
+    here, so the card can never silently mix two budgets of one cell."""
+    card = CARDS[0]
+    ignore = RUNTIME_KEYS + ("name",)
+    runs = [(r, [], None) for r in read_runs(card) if r["status"] != "n/a"]
+    runs += [(r, ["fit-search"], r["steps"]) for r in read_fit_search(card)]
+    assert runs
+    for r, sub, steps in runs:
+        spec = _spec(r["variant"], BASELINES[r["variant"]], r["cell"], "cpu", r["seed"],
+                     r["lr"], "full", "final", steps=steps)
+        built = resolve(spec.config, check_device=False).config.to_dict()
+        stored = _config(card, sub, spec.name)
+        assert config_diff(stored, built, ignore) == [], (spec.name, r["bench_version"])
 
 
 @pytest.mark.parametrize("card", CARDS[1:], ids=[os.path.relpath(c, BENCH) for c in CARDS[1:]])
