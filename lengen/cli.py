@@ -17,6 +17,7 @@
     lengen sweep [--config FILE] key=a,b ... [--seeds 0 1 2] [--workers N] [--backend ray]
     lengen bench --variant OVERRIDES [--seeds ...] [--quick] [--backend ray] [--compare A B]
                                   [--fit-search]
+    lengen bench --export DEST [--out BENCH_FOLDER]
 
 Every error a user can fix is printed as one paragraph (what is wrong, where, how to fix it) with
 exit status 2 and no traceback; ``--debug`` (anywhere on the line) shows the traceback too.
@@ -255,6 +256,11 @@ def cmd_bench(args) -> int:
                                   parse_variant, run_bench)  # start-up: only this command needs it
     from lengen.bench.scorecard import compare_cards
 
+    if args.export:
+        from lengen.bench.export import export_card  # start-up: this command only
+
+        export_card(args.out or os.path.join("runs", f"bench-{args.scale}"), args.export)
+        return 0
     if args.compare:
         out = args.out or os.path.join("runs", "bench-compare")
         compare_cards(args.compare[0], args.compare[1], out)
@@ -681,6 +687,11 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
                    help="no training: lay card A's variants beside card B's (bench output "
                         "folders or runs.csv files) with the same statistics, into --out "
                         "(default runs/bench-compare)")
+    p.add_argument("--export", default=None, metavar="DEST",
+                   help="no training: copy the finished bench in --out (default "
+                        "runs/bench-<scale>) into DEST, a new folder, as the card a contributor "
+                        "sends: runs.csv, every run's resolved config, provenance, the card, "
+                        "and a README to complete (results/bench-cpu/README.md)")
     p.set_defaults(fn=cmd_bench)
 
     p = sub.add_parser("sweep", help="compare configs over seeds: fit rate, mean over fitted "

@@ -10,6 +10,7 @@ import os
 
 import pytest
 
+from lengen.bench.export import FILL
 from lengen.bench.run import BASELINES, _spec, run_name
 from lengen.bench.scorecard import read_fit_search, read_runs
 from lengen.config import RUNTIME_KEYS, config_diff, resolve
@@ -65,4 +66,6 @@ def test_a_contributed_card_says_how_it_was_made(card):
         text = f.read()
     for what in ("lengen bench", "commit"):
         assert what in text, f"{card}/README.md does not give the {what}"
+    assert FILL not in text, (f"{card}/README.md still has a line of lengen bench --export's "
+                              f"to complete ({FILL})")
     assert os.path.isfile(os.path.join(card, "scorecard.md"))
