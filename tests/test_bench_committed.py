@@ -7,9 +7,11 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 
 import pytest
 
+from lengen.bench.battery import FIT_LADDER, default_lr, default_steps, fit_rung, lr_grid
 from lengen.bench.export import FILL
 from lengen.bench.run import BASELINES, _spec, run_name
 from lengen.bench.scorecard import read_fit_search, read_runs
@@ -46,12 +48,23 @@ def test_the_baseline_cards_runs_are_this_batterys_runs():
     the config this lengen's battery builds for it (the cell's config at the row's seed, rate
     and steps, with the baseline's overrides), apart from the run's name and the runtime keys.
     A cell's budget changed in ``battery.py`` without a new battery version would stop matching
-    here, so the card can never silently mix two budgets of one cell."""
+    here, so the card can never silently mix two budgets of one cell (the rates and steps are
+    the rows' own: checked here against the ladder, and in ``test_bench.py`` against the
+    grid). A key lengen adds later counts as None in a config stored before it, as for the run
+    cache: a new key whose default is not None makes the committed runs other runs, here and
+    in the cache."""
     card = CARDS[0]
     ignore = RUNTIME_KEYS + ("name",)
     runs = [(r, [], None) for r in read_runs(card) if r["status"] != "n/a"]
     runs += [(r, ["fit-search"], r["steps"]) for r in read_fit_search(card)]
     assert runs
+    for r in read_fit_search(card):          # each on its rung of the pre-registered ladder
+        _, factors, k = fit_rung(r["rung"])
+        assert r["steps"] == k * default_steps(r["cell"], "cpu"), r
+        rates = [default_lr(r["cell"], "cpu") * f for f in (factors or ())] or \
+            lr_grid(r["cell"], "cpu") + [default_lr(r["cell"], "cpu") * f
+                                          for f in FIT_LADDER[0][1]]
+        assert any(abs(r["lr"] - lr) <= 1e-9 for lr in rates), r
     for r, sub, steps in runs:
         spec = _spec(r["variant"], BASELINES[r["variant"]], r["cell"], "cpu", r["seed"],
                      r["lr"], "full", "final", steps=steps)
@@ -64,8 +77,10 @@ def test_the_baseline_cards_runs_are_this_batterys_runs():
 def test_a_contributed_card_says_how_it_was_made(card):
     with open(os.path.join(card, "README.md")) as f:
         text = f.read()
-    for what in ("lengen bench", "commit"):
-        assert what in text, f"{card}/README.md does not give the {what}"
+    # the command that made the runs (not just the --compare hint an exported README has)
+    assert re.search(r"lengen bench (--variants? |--baselines-only)", text), \
+        f"{card}/README.md does not give the lengen bench command that made its runs"
+    assert "commit" in text, f"{card}/README.md does not give the lengen commit"
     assert FILL not in text, (f"{card}/README.md still has a line of lengen bench --export's "
                               f"to complete ({FILL})")
     assert os.path.isfile(os.path.join(card, "scorecard.md"))

@@ -7,21 +7,24 @@ What the folder holds, each taken from the bench's own output (nothing recompute
   ``fit_search.csv`` when the folder has one;
 * ``configs/<run>.json``: every run's resolved config (``configs/fit-search/`` for the fit
   search's), so anyone can rerun one; a run without its ``config.json`` is an error, as the card
-  could not be checked;
+  could not be checked (except a run that failed, which may have stopped before writing one);
 * ``provenance.csv``: per run, the lengen commit it ran at and whether that tree had uncommitted
-  changes (the bench's ``provenance.csv``);
+  changes (each run's ``provenance.json``: the bench folder's ``provenance.csv`` holds only the
+  last part's runs when a bench ran in parts);
 * the card (``scorecard.md`` / ``.csv`` / ``.json`` / ``.png``, ``curves/``) as written;
 * ``README.md``: what the files say (battery version, scale, protocol, variants, cells, seeds,
   the commits, the summed run time), with ``FILL:`` lines for what only the contributor knows
   (the command, where the scheme's code lives, the machine). ``tests/test_bench_committed.py``
   refuses a committed card that still has one.
 
-``DEST`` must not exist or be empty: nothing is overwritten. The folder is built beside
-``DEST`` and moved into place when complete, so an interrupted export leaves no half card.
+``DEST`` must not exist or be empty: nothing is overwritten. The folder is built in a hidden
+``.export-*`` folder beside ``DEST`` and moved into place when complete, so an export that
+fails leaves no half card (one killed outright may leave the hidden folder behind).
 """
 from __future__ import annotations
 
 import csv
+import json
 import os
 import shutil
 import tempfile
@@ -38,32 +41,44 @@ FILL = "FILL:"
 PROVENANCE_FIELDS = ("run", "lengen_commit", "lengen_dirty", "started_utc")
 
 
-def _run_configs(src: str, rows: list[dict], fits: list[dict]) -> list[tuple[str, str]]:
-    """(source config.json, path under configs/) of every run the card names."""
-    pairs = []
+def _run_configs(src: str, rows: list[dict], fits: list[dict]) -> list[tuple[str, str, bool]]:
+    """(run directory, path under configs/ without .json, required?) of every run the card
+    names: a run that failed before it started may have no config.json, every other must."""
+    runs = []
     for r in rows:
         if r.get("status") == "n/a":
             continue
         name = run_name(r["variant"], r["cell"], r["seed"], r["lr"])
-        pairs.append((os.path.join(src, name, "config.json"), name + ".json"))
+        runs.append((os.path.join(src, name), name, r.get("status") != "failed"))
     for r in fits:
         name = run_name(r["variant"], r["cell"], r["seed"], r["lr"], r["steps"])
-        pairs.append((os.path.join(src, "fit-search", name, "config.json"),
-                      os.path.join("fit-search", name + ".json")))
-    return pairs
+        runs.append((os.path.join(src, "fit-search", name), os.path.join("fit-search", name),
+                     r.get("status") != "failed"))
+    return runs
 
 
-def _provenance(src: str, names: set[str]) -> list[dict]:
-    """The bench's provenance rows (its own folder's and its fit search's) of ``names``."""
-    out = {}
-    for path in (os.path.join(src, "provenance.csv"),
-                 os.path.join(src, "fit-search", "provenance.csv")):
-        if os.path.isfile(path):
-            with open(path, newline="") as f:
-                for r in csv.DictReader(f):
-                    if r.get("run") in names:
-                        out[r["run"]] = {k: r.get(k, "") for k in PROVENANCE_FIELDS}
-    return [out[n] for n in sorted(out)]
+def _provenance(run_dirs: dict[str, str]) -> list[dict]:
+    """One row per run: the lengen commit it ran at and whether that tree had uncommitted
+    changes, from the run's own ``provenance.json`` (the bench folder's ``provenance.csv``
+    holds only the last sweep's runs when a bench ran in parts); empty where a run has none."""
+    rows = []
+    for name, run_dir in sorted(run_dirs.items()):
+        row = dict.fromkeys(PROVENANCE_FIELDS, "")
+        row["run"] = name
+        try:
+            with open(os.path.join(run_dir, "provenance.json")) as f:
+                p = json.load(f)
+            row.update(lengen_commit=str(p.get("lengen_commit") or ""),
+                       lengen_dirty=str(p.get("lengen_dirty", "")),
+                       started_utc=str(p.get("started_utc") or ""))
+        except (OSError, ValueError):
+            pass
+        rows.append(row)
+    return rows
+
+
+def _short(commit: str) -> str:
+    return commit if commit.startswith("version") else commit[:7]
 
 
 def _readme(rows: list[dict], fits: list[dict], prov: list[dict]) -> str:
@@ -72,8 +87,9 @@ def _readme(rows: list[dict], fits: list[dict], prov: list[dict]) -> str:
     cells = list(dict.fromkeys(r["cell"] for r in rows))
     scale = ", ".join(sorted({str(r.get("scale")) for r in rows}))
     protocol = ", ".join(sorted({str(r.get("protocol")) for r in rows}))
-    commits = sorted({p["lengen_commit"][:7] for p in prov if p["lengen_commit"]})
+    commits = sorted({_short(p["lengen_commit"]) for p in prov if p["lengen_commit"]})
     dirty = sum(p["lengen_dirty"] == "True" for p in prov)
+    unknown = sum(not p["lengen_commit"] for p in prov)
     minutes = sum(float(r.get("seconds") or 0) for r in ran + fits) / 60
     lines = [
         f"# Contributed card: {', '.join(variants)}",
@@ -92,8 +108,10 @@ def _readme(rows: list[dict], fits: list[dict], prov: list[dict]) -> str:
         f"**What the bench files say:** battery v{VERSION}, scale {scale}, protocol {protocol}"
         + (" (a quick card is shown beside the baselines, never judged against them)"
            if "quick" in protocol else "")
-        + f"; variants {', '.join(variants)}; cells {', '.join(cells)};",
-        f"{len(ran)} <!-- num: len(csv('runs.csv').query(\"status != 'n/a'\")) --> runs"
+        + f"; variants {', '.join(f'`{v}`' for v in variants)}; cells "
+          f"{', '.join(f'`{c}`' for c in cells)};",
+        # pandas reads the status 'n/a' as missing: every other row is a run
+        f"{len(ran)} <!-- num: csv('runs.csv').status.notna().sum() --> runs"
         + (f" and {len(fits)} <!-- num: len(csv('fit_search.csv')) --> fit-search runs"
            if fits else "")
         + f", {minutes:.1f} <!-- num: (csv('runs.csv').seconds.sum()"
@@ -102,14 +120,15 @@ def _readme(rows: list[dict], fits: list[dict], prov: list[dict]) -> str:
           "with several workers).",
     ]
     if commits:
-        lines += ["", f"The runs ran at lengen commit {', '.join(commits)} "
+        lines += ["", f"The runs ran at lengen commit {', '.join(f'`{c}`' for c in commits)} "
                       f"(`provenance.csv`, one row per run)"
                   + (f"; {dirty} <!-- num: (csv('provenance.csv').lengen_dirty == True).sum() "
                      f"--> of them from a tree with uncommitted changes, which nobody else can "
                      f"check out." if dirty else ", from a tree without uncommitted changes.")]
-    else:
-        lines += ["", f"{FILL} the lengen commit the runs ran at (the bench folder had no "
-                      f"`provenance.csv`)."]
+    if unknown:
+        lines += ["", f"{FILL} the lengen commit of the "
+                      f"{unknown} <!-- num: csv('provenance.csv').lengen_commit.isna().sum() --> "
+                      f"run(s) whose folder has no `provenance.json`."]
     lines += [
         "",
         "**Files:** `runs.csv` (one row per run and seed, as `lengen bench` wrote it)"
@@ -135,12 +154,14 @@ def export_card(src: str, dest: str, *, log=print) -> list[str]:
     if os.path.exists(dest) and (not os.path.isdir(dest) or os.listdir(dest)):
         raise ConfigError(f"--export {dest}: the folder exists and is not empty; lengen never "
                           f"overwrites files. Give a new folder")
-    configs = _run_configs(src, rows, fits)
-    missing = [s for s, _ in configs if not os.path.isfile(s)]
+    runs = _run_configs(src, rows, fits)
+    missing = [os.path.join(d, "config.json") for d, _, need in runs
+               if need and not os.path.isfile(os.path.join(d, "config.json"))]
     if missing:
         raise ConfigError(f"--export: {len(missing)} run(s) of {src} have no config.json (the "
                           f"first: {missing[0]}), so the card could not be rerun or checked. "
-                          f"Export the folder the bench wrote, with its run directories")
+                          f"Export the folder the bench wrote, with its run directories (only "
+                          f"a run that failed may lack one)")
     absent = [f for f in CARD_FILES if not os.path.isfile(os.path.join(src, f))]
     if absent:
         raise ConfigError(f"--export: {src} has no {', '.join(absent)}; export a folder that "
@@ -154,11 +175,12 @@ def export_card(src: str, dest: str, *, log=print) -> list[str]:
                 shutil.copy2(os.path.join(src, f), os.path.join(tmp, f))
         if os.path.isdir(os.path.join(src, "curves")):
             shutil.copytree(os.path.join(src, "curves"), os.path.join(tmp, "curves"))
-        for s, d in configs:
-            os.makedirs(os.path.dirname(os.path.join(tmp, "configs", d)), exist_ok=True)
-            shutil.copy2(s, os.path.join(tmp, "configs", d))
-        names = {os.path.basename(d)[:-len(".json")] for _, d in configs}
-        prov = _provenance(src, names)
+        for run_dir, name, _ in runs:
+            if os.path.isfile(os.path.join(run_dir, "config.json")):
+                dst = os.path.join(tmp, "configs", name + ".json")
+                os.makedirs(os.path.dirname(dst), exist_ok=True)
+                shutil.copy2(os.path.join(run_dir, "config.json"), dst)
+        prov = _provenance({os.path.basename(name): d for d, name, _ in runs})
         with open(os.path.join(tmp, "provenance.csv"), "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(PROVENANCE_FIELDS))
             w.writeheader()
@@ -174,7 +196,7 @@ def export_card(src: str, dest: str, *, log=print) -> list[str]:
     paths = [os.path.join(dest, "README.md")] + sorted(
         os.path.join(root, f) for root, _, files in os.walk(dest) for f in files
         if f != "README.md" or root != dest)
-    log(f"exported {len(configs)} run(s) of {src} into {dest}: complete the {FILL} lines of "
+    log(f"exported {len(runs)} run(s) of {src} into {dest}: complete the {FILL} lines of "
         f"{os.path.join(dest, 'README.md')}, then send the folder")
     return paths
 
