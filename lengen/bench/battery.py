@@ -69,9 +69,10 @@ batch 32 and lr 1e-3 -> 6,000 at batch 64 and lr 2e-3 (v1 fitted for no baseline
 fitted RoPE at 2e-3). These budgets are the best guess from v1's card and probes, **not yet
 confirmed by runs** (the issue's bar: every baseline fits on >= 2 of 3 seeds in >= 7 of 9
 cells; addition for FIRE, RoPE, ALiBi); a cell that misses it after the baseline runs gets a
-probe and a v3. Addition's probe (``results/bench-cpu/v2/addition-probe/``: 2 heads of 32, 3
-layers, d_model 128, pre-registered) found no model under which RoPE, FIRE and ALiBi all fit on
-2 of 3 seeds, so the cell is unchanged.
+probe and a v3. Addition's probe (``results/bench-cpu/v2/addition-probe/``, pre-registered)
+qualified none of its three candidate models (2 heads of 32, 3 layers, d_model 128): RoPE fitted
+on fewer than 2 of 3 seeds under the first and the third, FIRE under the second (ALiBi was not
+run), so the cell is unchanged.
 
 **The fit search** (``lengen bench --fit-search``, :data:`FIT_LADDER`; pre-registered: written
 here before any of its runs). The protocol gives every entry the same budget; a built-in
