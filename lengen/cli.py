@@ -259,6 +259,14 @@ def cmd_bench(args) -> int:
     if args.export:
         from lengen.bench.export import export_card  # start-up: this command only
 
+        given = (("--variant", args.variant), ("--variants", args.variants),
+                 ("--baselines-only", args.baselines_only is not None),
+                 ("--fit-search", args.fit_search), ("--compare", args.compare),
+                 ("--estimate", args.estimate))
+        other = [flag for flag, used in given if used]
+        if other:
+            raise ConfigError(f"--export copies a finished bench (--out) and trains nothing; "
+                              f"it takes no {', '.join(other)}")
         export_card(args.out or os.path.join("runs", f"bench-{args.scale}"), args.export)
         return 0
     if args.compare:

@@ -104,6 +104,10 @@ def test_export_refuses_what_it_cannot_make_whole_and_writes_nothing(bench, tmp_
     assert main(["bench", "--export", str(full), "--out", str(bench)]) == 2
     assert "exists and is not empty" in capsys.readouterr().err
     assert os.listdir(full) == ["mine.txt"]
+    assert main(["bench", "--export", str(tmp_path / "x"), "--out", str(bench),
+                 "--variant", "model.posenc=rope", "--estimate"]) == 2
+    assert "trains nothing; it takes no --variant, --estimate" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
     # a finished run without its config: no card that could not be rerun is made
     broken = tmp_path / "broken"
     shutil.copytree(bench, broken)
