@@ -78,6 +78,11 @@ def source_commit(root: str = SOURCE_ROOT) -> str:
     return f"version {package_version()}"
 
 
+def short_commit(commit: str) -> str:
+    """A commit as cards and tables print it: the short hash, or ``'version X'`` as it is."""
+    return commit if commit.startswith("version") else commit[:7]
+
+
 def source_dirty(root: str = SOURCE_ROOT) -> bool | None:
     """Does the checkout have uncommitted changes (``git status --porcelain`` non-empty)? None
     when lengen does not run from a checkout. Not cached: a file may be edited mid-sweep."""
@@ -117,4 +122,4 @@ def start_record(run_dir: str, step: int, root: str = SOURCE_ROOT) -> dict:
 
 
 __all__ = ["RECORD_NAME", "RECORD_COLUMNS", "utc_now", "git", "is_checkout", "package_version",
-           "source_commit", "source_dirty", "run_record", "read_record", "start_record"]
+           "source_commit", "short_commit", "source_dirty", "run_record", "read_record", "start_record"]

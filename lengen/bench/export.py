@@ -24,7 +24,6 @@ fails leaves no half card (one killed outright may leave the hidden folder behin
 from __future__ import annotations
 
 import csv
-import json
 import os
 import shutil
 import tempfile
@@ -34,6 +33,7 @@ from lengen.bench.battery import VERSION
 from lengen.bench.run import run_name
 from lengen.bench.scorecard import FIT_SEARCH_CSV, read_fit_search, read_runs, runs_path
 from lengen.errors import ConfigError
+from lengen.provenance import read_record, short_commit
 
 CARD_FILES = ("scorecard.md", "scorecard.csv", "scorecard.json", "scorecard.png")
 #: the marker of a README line the contributor still has to write
@@ -65,20 +65,13 @@ def _provenance(run_dirs: dict[str, str]) -> list[dict]:
     for name, run_dir in sorted(run_dirs.items()):
         row = dict.fromkeys(PROVENANCE_FIELDS, "")
         row["run"] = name
-        try:
-            with open(os.path.join(run_dir, "provenance.json")) as f:
-                p = json.load(f)
+        p = read_record(run_dir)
+        if p is not None:
             row.update(lengen_commit=str(p.get("lengen_commit") or ""),
                        lengen_dirty=str(p.get("lengen_dirty", "")),
                        started_utc=str(p.get("started_utc") or ""))
-        except (OSError, ValueError):
-            pass
         rows.append(row)
     return rows
-
-
-def _short(commit: str) -> str:
-    return commit if commit.startswith("version") else commit[:7]
 
 
 def _readme(rows: list[dict], fits: list[dict], prov: list[dict]) -> str:
@@ -87,7 +80,7 @@ def _readme(rows: list[dict], fits: list[dict], prov: list[dict]) -> str:
     cells = list(dict.fromkeys(r["cell"] for r in rows))
     scale = ", ".join(sorted({str(r.get("scale")) for r in rows}))
     protocol = ", ".join(sorted({str(r.get("protocol")) for r in rows}))
-    commits = sorted({_short(p["lengen_commit"]) for p in prov if p["lengen_commit"]})
+    commits = sorted({short_commit(p["lengen_commit"]) for p in prov if p["lengen_commit"]})
     dirty = sum(p["lengen_dirty"] == "True" for p in prov)
     unknown = sum(not p["lengen_commit"] for p in prov)
     minutes = sum(float(r.get("seconds") or 0) for r in ran + fits) / 60

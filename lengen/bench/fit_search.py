@@ -33,7 +33,7 @@ from lengen.bench.scorecard import (FIT_FIELDS, FIT_SEARCH_CSV, _write_csv, read
 from lengen.bench.variants import check_variants
 from lengen.config import RESUME_IGNORED, config_diff, resolve
 from lengen.errors import ConfigError
-from lengen.provenance import source_commit
+from lengen.provenance import short_commit, source_commit
 from lengen.recipes.common import select
 from lengen.rundir.layout import read_stored_config
 from lengen.sweep import run_sweep
@@ -182,8 +182,7 @@ def run_fit_search(variants, scale: str = "cpu", out: str | None = None, *, cell
         f"({', '.join(p['variant'] + ' / ' + p['cell'] for p in pairs) or 'none'}); rungs "
         + ", ".join(f"{n} ({fit_rung_cost(n)} run(s) of the protocol's length)"
                     for n, _, _ in FIT_LADDER) + f"; runs into {os.path.join(out, FIT_DIR)}")
-    commit = source_commit()
-    commit = commit if commit.startswith("version") else commit[:7]
+    commit = short_commit(source_commit())
     rows, pending = [], list(pairs)
     for rung in FIT_LADDER:
         if not pending:
@@ -209,7 +208,7 @@ def run_fit_search(variants, scale: str = "cpu", out: str | None = None, *, cell
             for spec, r in zip(todo, _rows_of(res, todo, os.path.join(out, FIT_DIR))):
                 record = res.results.get(spec.name, {}).get("record") or {}
                 made = record.get("lengen_commit") or commit     # the run's own, if recorded
-                got.append(_fit_row(r, rung, made if made.startswith("version") else made[:7]))
+                got.append(_fit_row(r, rung, short_commit(made)))
         rows += got
         fitted = {(r["variant"], r["cell"]) for r in got if r.get("fitted")}
         pending = [p for p in pending if (p["variant"], p["cell"]) not in fitted]

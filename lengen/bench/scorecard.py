@@ -41,7 +41,7 @@ from lengen.bench.battery import (CELLS, CHOMSKY, FIT_LADDER, LR_FACTORS, VERSIO
                                   check_version, effective_threshold, train_top)
 from lengen.errors import ConfigError
 from lengen.fileio import save_json_atomic, savefig_atomic, write_text_atomic
-from lengen.provenance import source_commit
+from lengen.provenance import short_commit, source_commit
 from lengen.recipes.randomized_pe.published import PAPER_TABLE4
 from lengen.recipes.tra_flipflop.published import PAPER_TABLE1
 
@@ -376,8 +376,7 @@ def _cell_text(s) -> str:
 def _commit() -> str:
     """The lengen commit the card was written at (short hash), as every run records it
     (:func:`lengen.provenance.source_commit`)."""
-    commit = source_commit()
-    return commit if commit.startswith("version") else commit[:7]
+    return short_commit(source_commit())
 
 
 def load_baselines(baselines, scale: str, own: set) -> tuple[list[dict], str]:
