@@ -46,6 +46,8 @@ def wandb_records(path):
         if n == 0 and kind == 0:
             pos += left
             continue
+        if pos + 7 + n > len(data):           # a record wandb-core is still writing
+            return
         buf += data[pos + 7:pos + 7 + n]
         pos += 7 + n
         if kind in (1, 4):                    # full, or the last piece of a split record
@@ -58,9 +60,14 @@ def wandb_records(path):
 def finished_records(path, timeout=60.0):
     """The records once the file ends with the run's exit record: W&B's writer is a separate
     process (wandb-core) that may still be flushing when ``finish()`` has returned."""
+    from google.protobuf.message import DecodeError
+
     deadline = time.monotonic() + timeout
     while True:
-        records = list(wandb_records(path))
+        try:
+            records = list(wandb_records(path))
+        except DecodeError:                   # read mid-write (a CI run saw it): read again
+            records = []
         if any(r.WhichOneof("record_type") == "exit" for r in records):
             return records
         if time.monotonic() > deadline:
