@@ -30,6 +30,7 @@ import tempfile
 import time
 
 from lengen.bench.battery import VERSION
+from lengen.bench.fit_search import FIT_DIR
 from lengen.bench.run import run_name
 from lengen.bench.scorecard import FIT_SEARCH_CSV, read_fit_search, read_runs, runs_path
 from lengen.errors import ConfigError
@@ -52,7 +53,7 @@ def _run_configs(src: str, rows: list[dict], fits: list[dict]) -> list[tuple[str
         runs.append((os.path.join(src, name), name, r.get("status") != "failed"))
     for r in fits:
         name = run_name(r["variant"], r["cell"], r["seed"], r["lr"], r["steps"])
-        runs.append((os.path.join(src, "fit-search", name), os.path.join("fit-search", name),
+        runs.append((os.path.join(src, FIT_DIR, name), os.path.join(FIT_DIR, name),
                      r.get("status") != "failed"))
     return runs
 
