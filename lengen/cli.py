@@ -290,7 +290,8 @@ def cmd_bench(args) -> int:
         return _bench_fit_search(args, variants, baselines)
     if args.estimate:
         estimate_bench(variants, args.scale, workers=args.workers, cells=args.cells,
-                       threads=args.threads, seeds=args.seeds, protocol=protocol)
+                       threads=args.threads, seeds=args.seeds, protocol=protocol,
+                       out=args.out or os.path.join("runs", f"bench-{args.scale}"))
         return 0
     rows = run_bench(variants, args.scale, args.out, workers=args.workers, cells=args.cells,
                      threads=args.threads, baselines=baselines, seeds=args.seeds,
@@ -667,7 +668,8 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
     p.add_argument("--estimate", action="store_true",
                    help="time a few training steps and the evaluation of every variant x cell "
                         "and print the estimated wall time of the whole protocol instead of "
-                        "running")
+                        "running; runs already finished in --out (which the bench would reuse) "
+                        "are counted as done, not timed")
     p.add_argument("--seeds", type=int_at_least(0), nargs="+", default=None, metavar="S",
                    help="training seeds (init and data order) per variant x cell (default "
                         "0..n-1: n = 3 at cpu, 5 at paper, 2 at smoke and with --quick)")

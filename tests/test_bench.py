@@ -452,3 +452,33 @@ def test_estimate_names_every_cell_with_its_evaluation_and_runs(capsys):
     estimate_bench([("rope", ["model.posenc=rope"])], "smoke", protocol="quick", steps=1,
                    cells=["copy"], log=lines.append)
     assert any("x 2 runs" in ln for ln in lines)
+
+
+def test_estimate_counts_the_runs_finished_in_out_as_done(tmp_path):
+    """A bench run in parts: --estimate on the folder names what is left, not the whole
+    protocol. One cell fully run, then one run of it deleted: 1 run left, costed as such."""
+    import shutil
+
+    from lengen.bench.run import estimate_bench, finished_in, run_bench
+
+    out = str(tmp_path / "bench")
+    rope = ("rope", ["model.posenc=rope"])
+    rows = run_bench([rope], "smoke", out, cells=["copy"], seeds=[0, 1], baselines=None,
+                     log=lambda *a: None)
+    assert {r["status"] for r in rows} <= {"ok", "not fitted"} and len(rows) == 4  # 3 rates + s1
+    assert finished_in(out, "rope", rope[1], "copy", "smoke", [0, 1]) == 4
+    assert finished_in(out, "rope", rope[1], "copy", "smoke", [0, 1, 2]) == 4   # seed 2 not run
+    assert finished_in(out, "rope", ["model.posenc=alibi"], "copy", "smoke", [0, 1]) == 0
+
+    lines = []
+    total = estimate_bench([rope], "smoke", cells=["copy"], seeds=[0, 1], steps=1, out=out,
+                           log=lines.append)
+    assert total == 0 and any("copy: all 4 runs finished" in ln for ln in lines)
+    assert any("(0 runs:" in ln and "less 4 finished" in ln for ln in lines)
+    victim = next(d for d in os.listdir(out) if d.startswith("rope--copy--s1--"))
+    shutil.rmtree(os.path.join(out, victim))
+    lines.clear()
+    total = estimate_bench([rope], "smoke", cells=["copy"], seeds=[0, 1], steps=1, out=out,
+                           log=lines.append)
+    assert total > 0 and any("x 1 runs (3 of 4 finished" in ln for ln in lines)
+    assert any("(1 runs:" in ln and "less 3 finished" in ln for ln in lines)

@@ -431,14 +431,37 @@ def keep_earlier_pairs(rows: list[dict], out: str) -> list[dict]:
     return [r for r in read_runs(path) if (r["variant"], r["cell"]) not in now]
 
 
+def finished_in(out: str, label: str, overrides, cell: str, scale: str, seeds,
+                protocol: str = "full") -> int:
+    """How many of the protocol's runs of ``label`` x ``cell`` are already finished in ``out``
+    (same config, readable ``eval.json``: what :func:`run_bench` reuses as ``cached``). Tuning:
+    seed 0's runs at each rate of the grid, plus one per later seed finished at any rate of the
+    grid (the chosen rate is one of them); ``quick``: every seed at the default rate."""
+    from lengen.sweep.local import finished_rows
+
+    tune = PROTOCOLS[protocol][1]
+    rates = lr_grid(cell, scale) if tune else [default_lr(cell, scale)]
+
+    def done(seed, lr) -> bool:
+        spec = _spec(label, overrides, cell, scale, seed, lr, protocol, "final")
+        cfg = resolve(spec.config, check_device=False).config.to_dict()
+        return finished_rows(cfg, os.path.join(out, spec.name))[0] is not None
+
+    if not tune:
+        return sum(done(seed, rates[0]) for seed in seeds)
+    return (sum(done(seeds[0], lr) for lr in rates)
+            + sum(any(done(seed, lr) for lr in rates) for seed in seeds[1:]))
+
+
 def estimate_bench(variants, scale: str = "cpu", *, workers: int = 1, cells=None,
                    threads: int | None = None, steps: int = 5, seeds=None,
-                   protocol: str = "full", log=print) -> float:
+                   protocol: str = "full", out: str | None = None, log=print) -> float:
     """Time a few training steps and one test + validation evaluation of every variant x cell
     on this machine, and print the estimated wall time of the whole bench on ``workers``
     processes (every cell, every seed and learning rate of the protocol; a cell whose config
     cannot run for a variant is named as n/a, never dropped silently). Says how loaded the
-    machine was."""
+    machine was. ``out``: the bench's output folder; runs already finished there are reused
+    by :func:`run_bench`, so they are counted as done, not timed (:func:`finished_in`)."""
     from lengen.recipes.estimate import timed
 
     check_protocol(protocol)
@@ -449,8 +472,16 @@ def estimate_bench(variants, scale: str = "cpu", *, workers: int = 1, cells=None
     check_variants(variants)
     specs, na = build_specs(variants, scale, cells=cells, seeds=seeds[:1], protocol=protocol)
     check_some_cell_runs(variants, specs, na)
-    costs = []
+    overrides = dict(variants)
+    costs, reused = [], 0
     for spec in specs:
+        label, cell = spec.tags["variant"], spec.tags["cell"]
+        have = (finished_in(out, label, overrides[label], cell, scale, seeds, protocol)
+                if out and os.path.isdir(out) else 0)
+        reused += have
+        if have >= per_cell_runs:
+            log(f"  {label} / {cell}: all {per_cell_runs} runs finished in {out} (reused)")
+            continue
         resolved = resolve(spec.config)
         cfg = resolved.config
         task, model = prepare(resolved)
@@ -460,16 +491,18 @@ def estimate_bench(variants, scale: str = "cpu", *, workers: int = 1, cells=None
         vtask, _ = prepare(vcfg)[:2]
         ev += timed(lambda: _time_eval(vcfg.config, vtask, model))
         one = per_step * cfg.train.steps + ev
-        costs += [one] * per_cell_runs
-        log(f"  {spec.tags['variant']} / {spec.tags['cell']}: {per_step * 1000:.0f} ms/step x "
+        costs += [one] * (per_cell_runs - have)
+        log(f"  {label} / {cell}: {per_step * 1000:.0f} ms/step x "
             f"{cfg.train.steps} steps + evaluation {ev:.1f} s = {one / 60:.1f} min per run, "
-            f"x {per_cell_runs} runs")
+            f"x {per_cell_runs - have} runs"
+            + (f" ({have} of {per_cell_runs} finished in {out}, reused)" if have else ""))
     for r in na:
         log(f"  {r['variant']} / {r['cell']}: n/a ({r['reason']})")
     what = (f"lengen bench v{VERSION} protocol {protocol} ({len(costs)} runs: "
             + (f"{len(LR_FACTORS)} rates on seed 0 + {len(seeds) - 1} seed(s) at the chosen "
                f"rate" if tune else f"{len(seeds)} seeds at the default rate")
-            + " per variant x cell)")
+            + " per variant x cell"
+            + (f", less {reused} finished in {out} and reused" if reused else "") + ")")
     return report_total(costs, workers, what, log=log)
 
 
@@ -482,5 +515,5 @@ def _time_eval(cfg, task, model) -> None:
 
 
 __all__ = ["BASELINES", "BASELINE_GROUPS", "baseline_variants", "parse_variant", "load_variants", "build_specs", "run_bench",
-           "estimate_bench", "run_name", "run_bench_one", "run_row", "select_lr",
+           "estimate_bench", "finished_in", "run_name", "run_bench_one", "run_row", "select_lr",
            "default_seeds", "RUN_FIELDS", "SCALES"]
