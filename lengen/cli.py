@@ -252,6 +252,7 @@ def cmd_build_kernels(args) -> int:
 
 
 def cmd_bench(args) -> int:
+    from lengen.bench.battery import default_out  # start-up: only this command needs it
     from lengen.bench.run import (baseline_variants, estimate_bench, load_variants,
                                   parse_variant, run_bench)  # start-up: only this command needs it
     from lengen.bench.scorecard import compare_cards
@@ -267,7 +268,7 @@ def cmd_bench(args) -> int:
         if other:
             raise ConfigError(f"--export copies a finished bench (--out) and trains nothing; "
                               f"it takes no {', '.join(other)}")
-        export_card(args.out or os.path.join("runs", f"bench-{args.scale}"), args.export)
+        export_card(args.out or default_out(args.scale), args.export)
         return 0
     if args.compare:
         out = args.out or os.path.join("runs", "bench-compare")
@@ -291,7 +292,7 @@ def cmd_bench(args) -> int:
     if args.estimate:
         estimate_bench(variants, args.scale, workers=args.workers, cells=args.cells,
                        threads=args.threads, seeds=args.seeds, protocol=protocol,
-                       out=args.out or os.path.join("runs", f"bench-{args.scale}"))
+                       out=args.out or default_out(args.scale))
         return 0
     rows = run_bench(variants, args.scale, args.out, workers=args.workers, cells=args.cells,
                      threads=args.threads, baselines=baselines, seeds=args.seeds,

@@ -106,6 +106,8 @@ of different versions are never compared (:func:`check_version` raises).
 """
 from __future__ import annotations
 
+import os
+
 from lengen.errors import ConfigError
 from lengen.eval.length_sweep import sweep_lengths
 from lengen.model.presets import RUOSS2023_ENCODER, RUOSS2023_TRAIN
@@ -201,6 +203,11 @@ def check_protocol(protocol: str) -> str:
         raise ConfigError(f"unknown bench protocol {protocol!r}. Valid: "
                           f"{', '.join(PROTOCOLS)}")
     return protocol
+
+
+def default_out(scale: str) -> str:
+    """The bench's output folder when ``--out`` is not given: ``runs/bench-<scale>``."""
+    return os.path.join("runs", f"bench-{scale}")
 
 
 def default_lr(cell: str, scale: str = "cpu") -> float:
@@ -480,4 +487,5 @@ def effective_threshold(cell: str) -> float | None:
 __all__ = ["VERSION", "CELLS", "SCALES", "SEEDS", "LR_FACTORS", "PROTOCOLS", "EVAL_SEED",
            "VAL_SEED", "cell_config", "score", "curve", "effective_threshold", "lr_grid",
            "default_lr", "validation_config", "val_score", "train_top", "check_version",
-           "check_protocol", "FIT_LADDER", "fit_rung", "fit_rung_cost", "default_steps"]
+           "check_protocol", "FIT_LADDER", "fit_rung", "fit_rung_cost", "default_steps",
+           "default_out"]

@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 
 from lengen.bench.battery import (CELLS, FIT_LADDER, VERSION, check_version, default_lr,
-                                  default_steps, fit_rung_cost)
+                                  default_out, default_steps, fit_rung_cost)
 from lengen.bench.run import _rows_of, _spec, run_bench_one, select_lr
 from lengen.bench.scorecard import (FIT_FIELDS, FIT_SEARCH_CSV, _write_csv, read_fit_search,
                                     read_runs, runs_path, write_card)
@@ -171,7 +171,7 @@ def run_fit_search(variants, scale: str = "cpu", out: str | None = None, *, cell
     :func:`lengen.bench.run.run_bench` takes them). ``required``: labels that must have runs
     there (named on the command line; a variant of a group without runs is skipped). Returns
     the rows of this search."""
-    out = out or os.path.join("runs", f"bench-{scale}")
+    out = out or default_out(scale)
     log = log or (lambda *a, **k: None)
     runs, pairs = _targets(variants, scale, out, cells, set(required), log, device)
     fit_csv = os.path.join(out, FIT_SEARCH_CSV)
@@ -238,7 +238,7 @@ def estimate_fit_search(variants, scale: str = "cpu", out: str | None = None, *,
 
     import torch
 
-    out = out or os.path.join("runs", f"bench-{scale}")
+    out = out or default_out(scale)
     log = log or (lambda *a, **k: None)
     use_worker_threads(workers, threads)
     _, pairs = _targets(variants, scale, out, cells, set(required), log)

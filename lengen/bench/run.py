@@ -22,8 +22,8 @@ import torch
 import yaml
 
 from lengen.bench.battery import (CELLS, LR_FACTORS, PROTOCOLS, SCALES, SEEDS, VERSION,
-                                  cell_config, check_protocol, curve, default_lr, lr_grid, score,
-                                  val_score, validation_config)
+                                  cell_config, check_protocol, curve, default_lr, default_out,
+                                  lr_grid, score, val_score, validation_config)
 from lengen.bench.scorecard import read_runs, write_card
 from lengen.bench.variants import check_bench_file, check_some_cell_runs, check_variants
 from lengen.config import resolve
@@ -365,7 +365,7 @@ def run_bench(variants, scale: str = "cpu", out: str | None = None, *, workers: 
     check_protocol(protocol)
     check_variants(variants)                     # typos fail before any cell runs
     check_bench_file(None if baselines in (None, "default") else baselines, "--baselines")
-    out = out or os.path.join("runs", f"bench-{scale}")
+    out = out or default_out(scale)
     seeds = check_seeds(default_seeds(scale, protocol) if seeds is None else seeds)
     tune = PROTOCOLS[protocol][1]
     cells = select(cells, list(CELLS), list(CELLS), "bench cell")
