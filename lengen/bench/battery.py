@@ -72,7 +72,9 @@ cells; addition for FIRE, RoPE, ALiBi); a cell that misses it after the baseline
 probe and a v3. Addition's probe (``results/bench-cpu/v2/addition-probe/``, pre-registered)
 qualified none of its three candidate models (2 heads of 32, 3 layers, d_model 128): RoPE fitted
 on fewer than 2 of 3 seeds under the first and the third, FIRE under the second (ALiBi was not
-run), so the cell is unchanged.
+run), so the cell is unchanged. A second probe (``addition-probe-2/``, pre-registered) trained
+on 1..8 and 1..10 digits at v2's model and steps: RoPE fitted on no seed under either (FIRE and
+ALiBi were not run), so N stays 5.
 
 **The fit search** (``lengen bench --fit-search``, :data:`FIT_LADDER`; pre-registered: written
 here before any of its runs). The protocol gives every entry the same budget; a built-in
