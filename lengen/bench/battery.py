@@ -74,7 +74,11 @@ qualified none of its three candidate models (2 heads of 32, 3 layers, d_model 1
 on fewer than 2 of 3 seeds under the first and the third, FIRE under the second (ALiBi was not
 run), so the cell is unchanged. A second probe (``addition-probe-2/``, pre-registered) trained
 on 1..8 and 1..10 digits at v2's model and steps: RoPE fitted on no seed under either (FIRE and
-ALiBi were not run), so N stays 5.
+ALiBi were not run), so N stays 5. A third (``addition-probe-3/``, pre-registered, its rule in
+code) measured the three schemes' fit rates over ten seeds at 2 and 3 layers: every arm fitted
+on at most half of its seeds, so no model qualified and the cell is unchanged; at this budget
+addition fits no scheme reliably, and the card's 3-seed addition counts are draws of those
+rates (``results/bench-cpu/README.md``).
 
 **The fit search** (``lengen bench --fit-search``, :data:`FIT_LADDER`; pre-registered: written
 here before any of its runs). The protocol gives every entry the same budget; a built-in
