@@ -76,9 +76,9 @@ run), so the cell is unchanged. A second probe (``addition-probe-2/``, pre-regis
 on 1..8 and 1..10 digits at v2's model and steps: RoPE fitted on no seed under either (FIRE and
 ALiBi were not run), so N stays 5. A third (``addition-probe-3/``, pre-registered, its rule in
 code) measured the three schemes' fit rates over ten seeds at 2 and 3 layers: every arm fitted
-on at most half of its seeds, so no model qualified and the cell is unchanged; at this budget
-addition fits no scheme reliably, and the card's 3-seed addition counts are draws of those
-rates (``results/bench-cpu/README.md``).
+on at most half of its seeds, so no model qualified and the cell is unchanged; the card's
+3-seed addition counts of these three are draws of such rates
+(``results/bench-cpu/README.md``).
 
 **The fit search** (``lengen bench --fit-search``, :data:`FIT_LADDER`; pre-registered: written
 here before any of its runs). The protocol gives every entry the same budget; a built-in

@@ -42,7 +42,7 @@ def arm_rows(scheme: str, model: str) -> dict[int, dict]:
     if model == "2L":
         rows = {s: r for s, r in read(os.path.join(HERE, "..", "runs.csv"), scheme).items()
                 if s < 3}
-        new = read(probe, f"{scheme}-2L")
+        new = {s: r for s, r in read(probe, f"{scheme}-2L").items() if s >= 3}
     elif scheme == "ALiBi":
         rows, new = {}, read(probe, "ALiBi-3L")
     else:
@@ -79,8 +79,9 @@ def fisher(k1: int, n1: int, k2: int, n2: int) -> float:
 
 def verdict() -> str:
     lines = ["# Addition probe 3: fit rates over ten seeds (written by verdict.py)", "",
-             "| arm | rate | seeds | fitted k/n | 95% Wilson | seeds 1..9 | fitted seeds |",
-             "|---|---|---|---|---|---|---|"]
+             "| arm | rate | seeds | fitted k/n | 95% Wilson | seeds 1..9 | 95% Wilson 1..9 "
+             "| fitted seeds |",
+             "|---|---|---|---|---|---|---|---|"]
     stats = {}
     for model in MODELS:
         for scheme in SCHEMES:
@@ -91,14 +92,15 @@ def verdict() -> str:
             n19 = sum(1 for s in seeds if s >= 1)
             stats[scheme, model] = (k, len(seeds), seeds == SEEDS)
             if not seeds:
-                lines.append(f"| {scheme}-{model} | - | none | not run | - | - | - |")
+                lines.append(f"| {scheme}-{model} | - | none | not run | - | - | - | - |")
                 continue
             lo, hi = wilson(k, len(seeds))
+            lo19, hi19 = wilson(k19, n19)
             rate = float(next(iter(rows.values()))["lr"])
             fitted = ", ".join(str(s) for s in seeds if rows[s]["fitted"] == "True") or "none"
             lines.append(f"| {scheme}-{model} | {rate:g} | {seeds[0]}..{seeds[-1]} "
                          f"({len(seeds)}) | {k}/{len(seeds)} | {lo:.2f}-{hi:.2f} | "
-                         f"{k19}/{n19} | {fitted} |")
+                         f"{k19}/{n19} | {lo19:.2f}-{hi19:.2f} | {fitted} |")
     lines += ["", "## Which scheme fits more often (two-sided Fisher exact test, "
               f"p < {ALPHA} on the arms' seeds)", ""]
     for model in MODELS:
