@@ -78,7 +78,9 @@ ALiBi were not run), so N stays 5. A third (``addition-probe-3/``, pre-registere
 code) measured the three schemes' fit rates over ten seeds at 2 and 3 layers: every arm fitted
 on at most half of its seeds, so no model qualified and the cell is unchanged; the card's
 3-seed addition counts of these three are draws of such rates
-(``results/bench-cpu/README.md``).
+(``results/bench-cpu/README.md``). A fourth (``addition-probe-4/``, pre-registered) doubled the
+cell's steps on five seeds: FIRE and ALiBi fitted on exactly the seeds they fit at v2's steps
+and RoPE on fewer than the rule's four of five, so the steps are unchanged.
 
 **The fit search** (``lengen bench --fit-search``, :data:`FIT_LADDER`; pre-registered: written
 here before any of its runs). The protocol gives every entry the same budget; a built-in
