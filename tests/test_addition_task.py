@@ -12,7 +12,8 @@ from lengen.tasks.sequence.base import EOS, PAD, SEP, prompts_and_answers
 VARIANTS = [dict(), dict(format="standard"), dict(hints=False),
             dict(hints=False, format="standard"), dict(random_spaces=0.4),
             dict(operand_lengths="independent"), dict(hint_start="first"),
-            dict(format="standard", hint_order="lsd_first"), dict(hint_order="lsd_first")]
+            dict(format="standard", hint_order="lsd_first"), dict(hint_order="lsd_first"),
+            dict(n_hints=32)]
 
 
 def rows_of(task, batch):
@@ -140,6 +141,35 @@ def test_hint_start_covers_the_ordered_set():
     assert min(starts) == 0 and max(starts) == len(HINTS) - 11   # 11 hints fit up to the end
 
 
+def test_n_hints_limits_the_runs_to_the_first_symbols():
+    """n_hints = H: every run starts in 0..H - (n + 1) and so stays within the first H symbols,
+    all of those starts occur; the default H = 102 draws exactly what lengen drew before the
+    option (the same generator calls), and the ids do not depend on H."""
+    small = build_task("addition", max_train_length=5, max_eval_length=10, n_hints=12)
+    g = torch.Generator().manual_seed(3)
+    starts, used = set(), set()
+    for _ in range(30):
+        for batch in (small.train_batch(64, g), small.eval_batch("len=10", 64, g)):
+            for prompt, answer in rows_of(small, batch):
+                i = prompt.index(PLUS)
+                hints = [h for part in (prompt[:i], prompt[i + 1:-1], answer)
+                         for h in digits_and_hints(small, part)[1]]
+                used |= set(hints)
+                if len(digits_and_hints(small, answer)[0]) == 11:     # a len=10 row
+                    starts.add(min(hints))
+    assert starts == {0, 1} and used == set(range(12))
+    assert small.vocab_size == build_task("addition", max_train_length=5).vocab_size
+    g1, g2 = (torch.Generator().manual_seed(4) for _ in range(2))
+    default = build_task("addition", max_train_length=8).train_batch(32, g1)
+    explicit = build_task("addition", max_train_length=8, n_hints=len(HINTS)).train_batch(32, g2)
+    assert torch.equal(default.inputs, explicit.inputs)
+    with pytest.raises(ValueError, match="at most 11 digits"):
+        build_task("addition", max_train_length=5, max_eval_length=12, n_hints=12)
+    build_task("addition", max_train_length=5, max_eval_length=12, n_hints=12, hints=False)
+    with pytest.raises(ValueError, match="at most 11 digits"):
+        small.parse_prompt("123456789012 + 1")
+
+
 def test_random_blanks_only_in_training_by_default():
     task = build_task("addition", max_train_length=8, random_spaces=0.5)
     g = torch.Generator().manual_seed(0)
@@ -209,7 +239,10 @@ def test_lengths_and_limits():
                                       (dict(hint_order="msd_first"), "hint_order"),
                                       (dict(random_spaces=1.0), "random_spaces"),
                                       (dict(operand_lengths="mixed"), "operand_lengths"),
-                                      (dict(hints="yes"), "hints")])
+                                      (dict(hints="yes"), "hints"),
+                                      (dict(n_hints=1), "n_hints"), (dict(n_hints=103), "n_hints"),
+                                      (dict(n_hints=12.0), "n_hints"),
+                                      (dict(n_hints=True), "n_hints")])
 def test_bad_options(kw, match):
     with pytest.raises(ValueError, match=match):
         build_task("addition", **kw)

@@ -28,11 +28,15 @@ digit the first hint: the same as ``'written'`` in the reversed format, and in t
 hints that descend as written (``c0b4a2+c0b3a9=c0b8a1``): what lengen wrote before issue 27,
 kept to rerun the runs made with it and as an ablation in which both formats label each
 significance alike, so the reversed / standard comparison changes the digit order only. The run
-of an example starts at a random offset s ~ U{0, .., 102 - (n + 1)} (``hint_start='random'``,
+of an example starts at a random offset s ~ U{0, .., H - (n + 1)} (``hint_start='random'``,
 training and evaluation alike, as the paper's App. B.1 says: "the same hint sampling strategy is
 applied to questions"); the model writes the answer's hints itself. ``hint_start='first'`` always
-starts at the first symbol (what one public reimplementation does at evaluation). n + 1 <= 102, so
-the longest encodable operand has 101 digits; asking for more is an error before any training.
+starts at the first symbol (what one public reimplementation does at evaluation). H is the number
+of hint symbols the runs are drawn from, the first H of the ordered set (``n_hints``, default the
+paper's 102: its longest test, 100 digits, plus 2; ``n_hints = max_eval_length + 2`` keeps that
+relation at a smaller scale, where a run of the longest test can start at either of two symbols).
+n + 1 <= H, so the longest encodable operand has H - 1 digits; asking for more is an error before
+any training. The vocabulary keeps all 102 symbols whatever H is, so ids do not depend on it.
 
 Random-space augmentation (``random_spaces=p``; Shen et al. 2023, with a dedicated blank token
 ``_`` instead of a space, as Zhou et al. do "to prevent automatic merging by the tokenizer"): in
@@ -102,8 +106,8 @@ class Addition(SequenceTask):
                  hint_start: str = "random", hint_order: str = "written",
                  random_spaces: float = 0.0,
                  random_spaces_eval: bool = False, max_spaces: int = 4,
-                 operand_lengths: str = "equal", train_size: int | None = None,
-                 dataset_seed: int = 0):
+                 operand_lengths: str = "equal", n_hints: int = len(HINTS),
+                 train_size: int | None = None, dataset_seed: int = 0):
         super().__init__(min_length=min_length, max_train_length=max_train_length,
                          max_eval_length=max_eval_length, train_size=train_size,
                          dataset_seed=dataset_seed)
@@ -125,13 +129,20 @@ class Addition(SequenceTask):
         self.hint_order = hint_order
         self.random_spaces, self.random_spaces_eval = float(random_spaces), bool(random_spaces_eval)
         self.max_spaces, self.operand_lengths = int(max_spaces), operand_lengths
+        if (isinstance(n_hints, bool) or not isinstance(n_hints, int)
+                or not 2 <= n_hints <= len(HINTS)):
+            raise ValueError(f"task.kwargs.n_hints is how many of the {len(HINTS)} hint symbols "
+                             f"the runs are drawn from: an integer in 2..{len(HINTS)}, got "
+                             f"{n_hints!r}")
+        self.n_hints = n_hints
         longest = max(self.max_train_length, self.max_eval_length)
-        if hints and longest + 1 > len(HINTS):
+        if hints and longest + 1 > n_hints:
             raise ValueError(
                 f"with index hints an n-digit addition needs n + 1 distinct hints and there are "
-                f"{len(HINTS)}, so operands of at most {len(HINTS) - 1} digits can be labelled; "
-                f"got max(max_train_length, max_eval_length) = {longest}. Lower "
-                f"task.kwargs.max_eval_length or set task.kwargs.hints=false")
+                f"{n_hints} (task.kwargs.n_hints), so operands of at most {n_hints - 1} digits "
+                f"can be labelled; got max(max_train_length, max_eval_length) = {longest}. Lower "
+                f"task.kwargs.max_eval_length, raise task.kwargs.n_hints (at most {len(HINTS)}) "
+                f"or set task.kwargs.hints=false")
 
     # ---- token ids ----------------------------------------------------------------------------
     @property
@@ -223,7 +234,7 @@ class Addition(SequenceTask):
         (``'lsd_first'``)."""
         if self.hint_start == "first":
             return torch.zeros(batch_size, dtype=torch.long)
-        return torch.randint(0, len(HINTS) - self._width(n) + 1, (batch_size,), generator=g)
+        return torch.randint(0, self.n_hints - self._width(n) + 1, (batch_size,), generator=g)
 
     def write(self, digits: torch.Tensor, hint0: torch.Tensor | None) -> torch.Tensor:
         """Digits [B, W] (least significant first) -> tokens [B, W or 2W] in the task's format,
@@ -360,8 +371,9 @@ class Addition(SequenceTask):
         if a < 0 or b < 0:
             raise ValueError(f"addition takes non-negative operands, got {text!r}")
         n = max(len(str(a)), len(str(b)))
-        if self.hints and n + 1 > len(HINTS):
-            raise ValueError(f"with hints the operands may have at most {len(HINTS) - 1} digits")
+        if self.hints and n + 1 > self.n_hints:
+            raise ValueError(f"with {self.n_hints} hints (task.kwargs.n_hints) the operands may "
+                             f"have at most {self.n_hints - 1} digits")
         W = self._width(n)
         da, db = (torch.tensor([[int(c) for c in str(x).zfill(W)[::-1]]]) for x in (a, b))
         c, _ = add_digits(da, db)
