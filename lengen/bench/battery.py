@@ -80,7 +80,11 @@ on at most half of its seeds, so no model qualified and the cell is unchanged; t
 3-seed addition counts of these three are draws of such rates
 (``results/bench-cpu/README.md``). A fourth (``addition-probe-4/``, pre-registered) doubled the
 cell's steps on five seeds: FIRE and ALiBi fitted on exactly the seeds they fit at v2's steps
-and RoPE on fewer than the rule's four of five, so the steps are unchanged.
+and RoPE on fewer than the rule's four of five, so the steps are unchanged. A fifth
+(``addition-probe-5/``, pre-registered) widened the model to d_model 256 (the paper's 2M model's
+width and heads): RoPE fitted on no seed of three, so the width is unchanged; its per-token
+reading of the unfitted runs shows FIRE and ALiBi right mostly on the digits next to a landmark
+(they have not learned to index by the hints) and RoPE wrong on whole digit counts.
 
 **The fit search** (``lengen bench --fit-search``, :data:`FIT_LADDER`; pre-registered: written
 here before any of its runs). The protocol gives every entry the same budget; a built-in
