@@ -82,9 +82,10 @@ on at most half of its seeds, so no model qualified and the cell is unchanged; t
 cell's steps on five seeds: FIRE and ALiBi fitted on exactly the seeds they fit at v2's steps
 and RoPE on fewer than the rule's four of five, so the steps are unchanged. A fifth
 (``addition-probe-5/``, pre-registered) widened the model to d_model 256 (the paper's 2M model's
-width and heads): RoPE fitted on no seed of three, so the width is unchanged; its per-token
-reading of the unfitted runs shows FIRE and ALiBi right mostly on the digits next to a landmark
-(they have not learned to index by the hints) and RoPE wrong on whole digit counts.
+width and heads) at 2e-3: RoPE fitted on no seed of three, FIRE on two and ALiBi on one,
+short of two each, so the width is unchanged; its per-token reading of the unfitted runs shows
+most of FIRE's and ALiBi's right on the digits next to a landmark and near chance between them,
+and RoPE's wrong on whole digit counts.
 
 **The fit search** (``lengen bench --fit-search``, :data:`FIT_LADDER`; pre-registered: written
 here before any of its runs). The protocol gives every entry the same budget; a built-in
