@@ -143,8 +143,8 @@ def test_hint_start_covers_the_ordered_set():
 
 def test_n_hints_limits_the_runs_to_the_first_symbols():
     """n_hints = H: every run starts in 0..H - (n + 1) and so stays within the first H symbols,
-    all of those starts occur; the default H = 102 draws exactly what lengen drew before the
-    option (the same generator calls), and the ids do not depend on H."""
+    all of those starts occur; the default draws the same data as an explicit H = 102 (the one
+    generator call lengen made before the option), and the ids do not depend on H."""
     small = build_task("addition", max_train_length=5, max_eval_length=10, n_hints=12)
     g = torch.Generator().manual_seed(3)
     starts, used = set(), set()
