@@ -8,7 +8,10 @@ Writes one row per (run, length, answer position): ``kind`` is ``hint``, ``digit
 ``place`` the digit's significance (1 = least significant, written first in the reversed
 format; ``n + 1`` is the carry out of the zero pads), ``acc`` the share of the sequences whose
 token there is predicted right. Each length's exact match (every answer token right) is checked
-against the run's own ``eval.csv`` before anything is written. Run directories are not
+against the run's own ``eval.csv`` before anything is written. lengen's own error analysis
+(:func:`lengen.eval.addition_errors.addition_error_analysis`) reads greedy generations, where
+one wrong digit can derail the ones after it; teacher forcing scores each place on its own,
+which is what telling the plateau's places apart needs. Run directories are not
 committed (their weights are large); each run's config is (``configs/``), so a run can be
 retrained and read again.
 """
