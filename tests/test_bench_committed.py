@@ -84,3 +84,26 @@ def test_a_contributed_card_says_how_it_was_made(card):
     assert FILL not in text, (f"{card}/README.md still has a line of lengen bench --export's "
                               f"to complete ({FILL})")
     assert os.path.isfile(os.path.join(card, "scorecard.md"))
+
+
+def test_the_baseline_card_has_every_baseline_on_every_cell():
+    """The committed baseline card is whole: every built-in baseline has rows on every cell,
+    runs where the battery builds a config for it and one ``n/a`` row (with the reason) where
+    it cannot run, both as :func:`lengen.bench.run.build_specs` decides. A blank cell on the
+    card would otherwise read as "not run yet" when the scheme cannot run there."""
+    from lengen.bench.battery import CELLS
+    from lengen.bench.run import build_specs
+
+    rows = read_runs(CARDS[0])
+    for label, overrides in BASELINES.items():
+        mine = [r for r in rows if r["variant"] == label]
+        _, na = build_specs([(label, overrides)], "cpu")
+        runnable = set(CELLS) - {n["cell"] for n in na}
+        for cell in CELLS:
+            have = [r for r in mine if r["cell"] == cell]
+            assert have, f"{label} / {cell}: no row in the committed card"
+            if cell in runnable:
+                assert all(r["status"] != "n/a" for r in have), (label, cell)
+            else:
+                assert [r["status"] for r in have] == ["n/a"], (label, cell)
+                assert have[0]["reason"] == next(n for n in na if n["cell"] == cell)["reason"]
