@@ -326,7 +326,16 @@ def test_card_statistics_and_verdicts_on_constructed_runs(tmp_path):
     assert summ[("mine", "copy")]["effective_length"] == "21"    # 0.91 at 21, 0.455 at 37
     assert summ[("RoPE", "copy")]["effective_length"] == ""       # 0.11 < 90% at 21
     assert summ[("mine", "copy")]["fit_k"] == "3" and summ[("mine", "lm")]["status"] == "n/a"
+    # fitted cells: n/a left out; RoPE's addition (1 of 3) is neither two thirds nor none
+    assert "| mine | 3 | 2 | 1 |" in md and "| RoPE * | 3 | 2 | 0 |" in md
+    # a ‡ pair with no fit-search row says the search was not run
+    assert ("- ‡ mine / addition: fit search not run (`lengen bench --fit-search` runs it)."
+            in md) and summ[("mine", "addition")]["fit_search"] == "not run"
+    assert summ[("RoPE", "addition")]["fit_search"] == ""
     card = json.load(open(out / "scorecard.json"))
+    assert card["fitted_cells"] == [
+        {"variant": "mine", "cells": 3, "two_thirds": 2, "none": 1},
+        {"variant": "RoPE", "cells": 3, "two_thirds": 2, "none": 0}]
     poi = card["poi"][0]
     # per cell: copy 1 (every pair); even_pairs 0.6 0.8 0.4 vs 0.5 0.9 0.7: 0.6 > 0.5,
     # 0.8 > 0.5 and 0.7, 0.4 above none: 3/9; addition (unfitted = 0): mine 0 0 0 vs RoPE's

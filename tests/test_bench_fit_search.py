@@ -247,8 +247,7 @@ def test_the_card_footnote_says_what_the_search_tried(tmp_path):
 
 def test_the_committed_card_regenerates_identically(tmp_path):
     """The committed v2 card from its runs.csv (and its fit_search.csv, once committed): the
-    same scorecard.csv and scorecard.md but for the line naming the commit and the time; with
-    no fit_search.csv, no fit-search footnote and no fit_search column."""
+    same scorecard.csv and scorecard.md but for the line naming the commit and the time."""
     import shutil
 
     src = os.path.join(ROOT, "results", "bench-cpu", "v2")

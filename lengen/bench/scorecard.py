@@ -312,6 +312,23 @@ def aggregates(rows: list[dict]) -> list[dict]:
     return out
 
 
+def fitted_cells(summary: list[dict]) -> list[dict]:
+    """Per variant of ``summary`` (:func:`summarize`'s rows): the cells it ran (n/a cells left
+    out), those where at least two thirds of its counted seeds fitted (2 of 3 at the cpu
+    default), and those where none did (the card's ‡ and failed cells)."""
+    out = {}
+    for s in summary:
+        if s["status"] == "n/a":
+            continue
+        row = out.setdefault(s["variant"], {"variant": s["variant"], "cells": 0,
+                                            "two_thirds": 0, "none": 0})
+        row["cells"] += 1
+        k, n = s.get("fit_k") or 0, s.get("fit_n") or 0
+        row["two_thirds"] += bool(n) and 3 * k >= 2 * n
+        row["none"] += not k
+    return list(out.values())
+
+
 def comparisons(rows: list[dict], users: list[str], baselines: list[str]) -> dict:
     """Each user variant against each baseline: ``poi`` rows (probability of improvement
     across the cells both ran, with its interval, and its verdict by the PoI half of a cell's
@@ -439,6 +456,10 @@ def write_card(rows: list[dict], out: str, scale: str, *, baselines="default",
         if got:
             s["fit_search"] = got[0]
             footnotes.append(f"- ‡ {got[1]}.")
+        elif s["status"] == "not fitted":
+            s["fit_search"] = "not run"
+            footnotes.append(f"- ‡ {s['variant']} / {s['cell']}: fit search not run "
+                             f"(`lengen bench --fit-search` runs it).")
     agg = aggregates(all_rows)
     comp = comparisons(all_rows, own, base_names) if comparable else {"poi": [], "cells": []}
     cells = [c for c in CELLS if any(s["cell"] == c for s in summary)]
@@ -498,13 +519,26 @@ def write_card(rows: list[dict], out: str, scale: str, *, baselines="default",
                   "the first that fits (rungs: "
                   + ", ".join(n for n, _, _ in FIT_LADDER) + "; docs/bench.md). A fitted rung "
                   "says the cell's budget is short for that entry; it does not change the "
-                  "numbers above.", ""] + footnotes + [""]
+                  "numbers above. Only pairs with no fitted seed are searched; a pair where "
+                  "some seed fitted is not.", ""] + footnotes + [""]
+    fc = fitted_cells(summary)
+    lines += ["## Fitted cells", "",
+              "Per entry: the cells it ran (n/a left out), those where at least two thirds of "
+              "its seeds fitted their training distribution (2 of 3 at 3 seeds), and those "
+              "where none did (‡ or failed).", ""]
+    grid = [["variant", "cells run", "fitted on >= 2/3 of seeds", "fitted on none"]]
+    for f in fc:
+        grid.append([f["variant"] + star[f["variant"]], str(f["cells"]), str(f["two_thirds"]),
+                     str(f["none"])])
+    lines += [markdown_table(grid, align="lrrr"), ""]
     lines += ["## Effective length",
              "",
              "The longest tested length up to which the mean accuracy of the fitted seeds stays at "
              "or above the cell's threshold (its fit threshold: Chomsky and copy / reverse 90%, "
-             "addition 95%; lm: the multiple of the window up to which ppl(1x)/ppl(L) >= 0.9). "
-             "Lengths in the task's unit; curves in curves/<cell>.png.",
+             "addition 95%; lm: the multiple of the window up to which ppl(1x)/ppl(L) >= 0.9); "
+             "< shortest: already below it at the shortest tested length; -: no seed fitted, and "
+             "always for flip-flop, whose tests are not lengths. Lengths in the task's unit; "
+             "curves in curves/<cell>.png.",
              "", table(eff), "",
              "## Chosen learning rate", "", table(lr), "",
              "## Aggregate across cells", "",
@@ -546,7 +580,8 @@ def write_card(rows: list[dict], out: str, scale: str, *, baselines="default",
     js = os.path.join(out, "scorecard.json")
     save_json_atomic(_jsonable({"version": VERSION, "scale": scale, "protocol": protocol,
                                 "seeds": seeds, "commit": _commit(), "summary": summary,
-                                "aggregate": agg, "poi": comp["poi"], "cells": comp["cells"],
+                                "aggregate": agg, "fitted_cells": fc, "poi": comp["poi"],
+                                "cells": comp["cells"],
                                 "note": note}), js)
     png = os.path.join(out, "scorecard.png")
     _figure(variants, cells, by, png, scale)
@@ -690,7 +725,7 @@ def _figure(variants, cells, by, path, scale) -> None:
 
 
 __all__ = ["published", "read_runs", "read_scorecard", "baseline_path", "summarize",
-           "aggregates", "comparisons", "write_card", "compare_cards", "plot_curves",
+           "aggregates", "fitted_cells", "comparisons", "write_card", "compare_cards", "plot_curves",
            "load_baselines", "run_score", "mean_curve", "RUN_FIELDS", "SUMMARY_FIELDS",
            "FIT_FIELDS", "FIT_SEARCH_CSV", "read_fit_search", "fit_search_note",
            "baseline_fit_search"]
