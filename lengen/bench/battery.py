@@ -86,7 +86,9 @@ and RoPE on fewer than the rule's four of five, so the steps are unchanged. A fi
 width and heads) at 2e-3: RoPE fitted on no seed of three, FIRE on two and ALiBi on one,
 short of two each, so the width is unchanged; its per-token reading of the unfitted runs shows
 most of FIRE's and ALiBi's right on the digits next to a landmark and near chance between them,
-and RoPE's wrong on whole digit counts.
+and RoPE's wrong on whole digit counts. A sixth (``addition-probe-6/``, pre-registered) put that
+width through the protocol's rate grid, RoPE first: it fitted on no seed of three, so FIRE and
+ALiBi were not run and the cell keeps v2's width.
 
 **The fit search** (``lengen bench --fit-search``, :data:`FIT_LADDER`; pre-registered: written
 here before any of its runs). The protocol gives every entry the same budget; a built-in
