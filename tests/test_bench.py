@@ -302,6 +302,17 @@ def test_v1_rows_are_never_compared_with_v2_rows(tmp_path):
     assert check_version(VERSION) == VERSION and VERSION == 2
 
 
+def test_fitted_cells_counts_failed_seeds_and_leaves_out_na():
+    from lengen.bench.scorecard import fitted_cells
+    s = [{"variant": "x", "cell": "copy", "status": "ok", "fit_k": 1, "fit_n": 1, "failed": 2},
+         {"variant": "x", "cell": "reverse", "status": "ok", "fit_k": 2, "fit_n": 3,
+          "failed": 0},
+         {"variant": "x", "cell": "addition", "status": "failed", "fit_k": 0, "fit_n": 0,
+          "failed": 3},
+         {"variant": "x", "cell": "lm", "status": "n/a"}]
+    assert fitted_cells(s) == [{"variant": "x", "cells": 3, "two_thirds": 1, "none": 1}]
+
+
 def test_card_statistics_and_verdicts_on_constructed_runs(tmp_path):
     base = tmp_path / "base.csv"
     _write_runs(base, _runs("RoPE", "copy", [0.10, 0.12, 0.11])

@@ -102,8 +102,10 @@ def test_the_baseline_card_has_every_baseline_on_every_cell():
         for cell in CELLS:
             have = [r for r in mine if r["cell"] == cell]
             assert have, f"{label} / {cell}: no row in the committed card"
-            if cell in runnable:
+            if cell in runnable:                  # the protocol's seeds, each counted once
                 assert all(r["status"] != "n/a" for r in have), (label, cell)
+                assert sorted(r["seed"] for r in have if r.get("counted")) == [0, 1, 2], (
+                    label, cell)
             else:
                 assert [r["status"] for r in have] == ["n/a"], (label, cell)
                 assert have[0]["reason"] == next(n for n in na if n["cell"] == cell)["reason"]

@@ -14,8 +14,8 @@ import pytest
 import lengen.bench.fit_search as fs
 from lengen.bench.battery import (FIT_LADDER, VERSION, cell_config, default_steps, fit_rung,
                                   fit_rung_cost, lr_grid)
-from lengen.bench.scorecard import (FIT_FIELDS, RUN_FIELDS, SUMMARY_FIELDS, read_fit_search,
-                                    read_runs, write_card)
+from lengen.bench.scorecard import (FIT_FIELDS, RUN_FIELDS, SUMMARY_FIELDS, compare_cards,
+                                    read_fit_search, read_runs, write_card)
 from lengen.cli import main
 from lengen.errors import ConfigError
 from lengen.sweep import SweepResult
@@ -243,6 +243,19 @@ def test_the_card_footnote_says_what_the_search_tried(tmp_path):
                                                        scale="cpu")],
                str(mine), "cpu", baselines=str(out), log=None)
     assert "‡ NoPE / reverse: not fitted" in (mine / "scorecard.md").read_text()
+    # a variant of ours named like a baseline never takes the baseline's search
+    same = tmp_path / "same"
+    write_card(_pair("NoPE", "reverse", scale="cpu"), str(same), "cpu", baselines=str(out),
+               log=None)
+    assert ("- ‡ NoPE / reverse: fit search not run (`lengen bench --fit-search` runs it)."
+            in (same / "scorecard.md").read_text())
+    # --compare reads the search beside each card (names in both tagged A: / B:)
+    cmp = tmp_path / "cmp"
+    compare_cards(str(same), str(out), str(cmp), log=None)
+    md = (cmp / "scorecard.md").read_text()
+    assert "- ‡ B:NoPE / reverse: not fitted at lr 0.0005, 0.001, 0.002 x 4,000 steps" in md
+    assert "- ‡ A:NoPE / reverse: fit search not run" in md
+    assert "B:NoPE / flipflop: fit search not run" not in md
 
 
 def test_the_committed_card_regenerates_identically(tmp_path):

@@ -323,7 +323,8 @@ def fitted_cells(summary: list[dict]) -> list[dict]:
         row = out.setdefault(s["variant"], {"variant": s["variant"], "cells": 0,
                                             "two_thirds": 0, "none": 0})
         row["cells"] += 1
-        k, n = s.get("fit_k") or 0, s.get("fit_n") or 0
+        k = s.get("fit_k") or 0
+        n = (s.get("fit_n") or 0) + (s.get("failed") or 0)      # a failed seed counts too
         row["two_thirds"] += bool(n) and 3 * k >= 2 * n
         row["none"] += not k
     return list(out.values())
@@ -424,21 +425,25 @@ def baseline_fit_search(baselines, scale: str) -> list[dict]:
 
 def write_card(rows: list[dict], out: str, scale: str, *, baselines="default",
                base_rows: list[dict] | None = None, note: str | None = None,
-               title: str | None = None, log=print) -> list[str]:
+               title: str | None = None, fit_rows: list[dict] | None = None,
+               log=print) -> list[str]:
     """Write ``runs.csv`` (``rows``: this bench's runs and n/a rows) and the card beside the
     baselines (``baselines``: see :func:`load_baselines`; or ``base_rows`` given directly).
-    Returns the paths written."""
+    ``fit_rows``: the fit-search rows of both (default: ``out``'s ``fit_search.csv`` and the
+    one beside the baselines read from ``baselines``). Returns the paths written."""
     os.makedirs(out, exist_ok=True)
     log = log or (lambda *a, **k: None)
     for r in rows:
         check_version(r.get("bench_version", VERSION), "this bench's rows")
     own = list(dict.fromkeys(r["variant"] for r in rows))
-    fits = read_fit_search(os.path.join(out, FIT_SEARCH_CSV))
+    fits = (read_fit_search(os.path.join(out, FIT_SEARCH_CSV)) if fit_rows is None
+            else list(fit_rows))
     if base_rows is None:
         base_rows, note = load_baselines(baselines, scale, set(own))
+        shown = {r["variant"] for r in base_rows}     # a variant of ours never takes theirs
         mine = {(r["variant"], r["cell"]) for r in fits}
         fits += [r for r in baseline_fit_search(baselines, scale)
-                 if (r["variant"], r["cell"]) not in mine]
+                 if r["variant"] in shown and (r["variant"], r["cell"]) not in mine]
     base_names = list(dict.fromkeys(r["variant"] for r in base_rows))
     protocols = ({r.get("protocol") for r in rows if r.get("status") != "n/a"},
                  {r.get("protocol") for r in base_rows if r.get("status") != "n/a"})
@@ -620,12 +625,15 @@ def compare_cards(a: str, b: str, out: str, *, log=print) -> list[str]:
     if len(scales - {None, ""}) > 1:
         raise ConfigError(f"--compare: the two cards ran at different scales {sorted(scales)}; "
                           f"compare cards of one scale")
+    fa, fb = (read_fit_search(os.path.dirname(os.path.abspath(runs_path(x)))) for x in (a, b))
     clash = {r["variant"] for r in ra} & {r["variant"] for r in rb}
     if clash:
-        ra = [dict(r, variant=f"A:{r['variant']}") if r["variant"] in clash else r for r in ra]
-        rb = [dict(r, variant=f"B:{r['variant']}") if r["variant"] in clash else r for r in rb]
+        def tag(rows, t):
+            return [dict(r, variant=f"{t}:{r['variant']}") if r["variant"] in clash else r
+                    for r in rows]
+        ra, fa, rb, fb = tag(ra, "A"), tag(fa, "A"), tag(rb, "B"), tag(fb, "B")
     scale = next(iter(scales - {None, ""}), "cpu")
-    return write_card(ra, out, scale, base_rows=rb, log=log,
+    return write_card(ra, out, scale, base_rows=rb, fit_rows=fa + fb, log=log,
                       note=f"Entries from {runs_path(a)}; baselines (marked *) from "
                            f"{runs_path(b)}.", title=f"lengen bench: {a} vs {b}")
 
