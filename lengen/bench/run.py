@@ -56,7 +56,8 @@ from lengen.sweep import RunSpec, run_one, run_sweep, training_span
 #: chunked attention (chunk 16) and RMS q/k norm, layer 1 NoPE, global, with temperature
 #: tuning (``logn=llama4``, ``logn_floor_scale`` 16), the ``llama4-irope`` preset's layers 1:1
 #: instead of 3:1 (the preset's 4-layer list does not divide 2 layers; on the 5-layer encoder
-#: cells it is ``n/a``, as Llama 4's temperature tuning is decoder-only)
+#: cells it is ``n/a``: its 2-layer list does not divide 5 layers, and its chunked layer needs a
+#: causal decoder in any layout)
 BASELINES = {
     "NoPE": [],
     "RoPE": ["model.posenc=rope"],
