@@ -69,11 +69,12 @@ batch 32 and lr 1e-3 -> 6,000 at batch 64 and lr 2e-3 (v1 fitted for no baseline
 fitted RoPE at 2e-3). These budgets were the best guess from v1's card and probes, set before
 the v2 runs; the runs (``results/bench-cpu/README.md``) meet the issue's bar (every baseline
 fits on >= 2 of 3 seeds in >= 7 of 9 cells; addition for FIRE, RoPE, ALiBi) for most nine-cell
-baselines, not for NoPE and Rand. RoPE, and not for addition's RoPE; a cell that misses it gets a probe, and a probe that
-qualifies a change makes a v3. Addition's probe (``results/bench-cpu/v2/addition-probe/``, pre-registered)
-qualified none of its three candidate models (2 heads of 32, 3 layers, d_model 128): RoPE fitted
-on fewer than 2 of 3 seeds under the first and the third, FIRE under the second (ALiBi was not
-run), so the cell is unchanged. A second probe (``addition-probe-2/``, pre-registered) trained
+baselines, not for NoPE and Rand. RoPE, and not for addition's RoPE; a cell that misses it gets
+a probe, and a probe that qualifies a change makes a v3. Addition's probe
+(``results/bench-cpu/v2/addition-probe/``, pre-registered) qualified none of its three
+candidate models (2 heads of 32, 3 layers, d_model 128): RoPE fitted on fewer than 2 of 3 seeds
+under the first and the third, FIRE under the second (ALiBi was not run), so the cell is
+unchanged. A second probe (``addition-probe-2/``, pre-registered) trained
 on 1..8 and 1..10 digits at v2's model and steps: RoPE fitted on no seed under either (FIRE and
 ALiBi were not run), so N stays 5. A third (``addition-probe-3/``, pre-registered, its rule in
 code) measured the three schemes' fit rates over ten seeds at 2 and 3 layers: every arm fitted

@@ -733,7 +733,7 @@ def _figure(variants, cells, by, path, scale) -> None:
 
 
 __all__ = ["published", "read_runs", "read_scorecard", "baseline_path", "summarize",
-           "aggregates", "fitted_cells", "comparisons", "write_card", "compare_cards", "plot_curves",
-           "load_baselines", "run_score", "mean_curve", "RUN_FIELDS", "SUMMARY_FIELDS",
-           "FIT_FIELDS", "FIT_SEARCH_CSV", "read_fit_search", "fit_search_note",
+           "aggregates", "fitted_cells", "comparisons", "write_card", "compare_cards",
+           "plot_curves", "load_baselines", "run_score", "mean_curve", "RUN_FIELDS",
+           "SUMMARY_FIELDS", "FIT_FIELDS", "FIT_SEARCH_CSV", "read_fit_search", "fit_search_note",
            "baseline_fit_search"]
