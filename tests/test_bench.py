@@ -16,8 +16,8 @@ from lengen.bench.battery import (CELLS, EVAL_SEED, LR_FACTORS, SCALES, VAL_SEED
                                   validation_config)
 from lengen.bench.run import (BASELINE_GROUPS, BASELINES, baseline_variants, build_specs,
                               default_seeds, parse_variant, run_bench, select_lr)
-from lengen.bench.scorecard import (RUN_FIELDS, compare_cards, published, read_runs,
-                                    read_scorecard, write_card)
+from lengen.bench.scorecard import (RUN_FIELDS, compare_cards, fitted_cells, published,
+                                    read_runs, read_scorecard, write_card)
 from lengen.cli import main
 from lengen.errors import ConfigError
 from lengen.config import resolve
@@ -303,7 +303,6 @@ def test_v1_rows_are_never_compared_with_v2_rows(tmp_path):
 
 
 def test_fitted_cells_counts_failed_seeds_and_leaves_out_na():
-    from lengen.bench.scorecard import fitted_cells
     s = [{"variant": "x", "cell": "copy", "status": "ok", "fit_k": 1, "fit_n": 1, "failed": 2},
          {"variant": "x", "cell": "reverse", "status": "ok", "fit_k": 2, "fit_n": 3,
           "failed": 0},

@@ -11,9 +11,9 @@ import re
 
 import pytest
 
-from lengen.bench.battery import FIT_LADDER, default_lr, default_steps, fit_rung, lr_grid
+from lengen.bench.battery import CELLS, FIT_LADDER, default_lr, default_steps, fit_rung, lr_grid
 from lengen.bench.export import FILL
-from lengen.bench.run import BASELINES, _spec, run_name
+from lengen.bench.run import BASELINES, _spec, build_specs, run_name
 from lengen.bench.scorecard import read_fit_search, read_runs
 from lengen.config import RUNTIME_KEYS, config_diff, resolve
 
@@ -91,9 +91,6 @@ def test_the_baseline_card_has_every_baseline_on_every_cell():
     runs where the battery builds a config for it and one ``n/a`` row (with the reason) where
     it cannot run, both as :func:`lengen.bench.run.build_specs` decides. A blank cell on the
     card would otherwise read as "not run yet" when the scheme cannot run there."""
-    from lengen.bench.battery import CELLS
-    from lengen.bench.run import build_specs
-
     rows = read_runs(CARDS[0])
     for label, overrides in BASELINES.items():
         mine = [r for r in rows if r["variant"] == label]
