@@ -118,6 +118,29 @@ def test_padding_is_right_and_never_scored():
     assert torch.equal(pad.long().cummax(1).values.bool(), pad)
 
 
+@pytest.mark.parametrize("name", ["copy", "addition"])
+@pytest.mark.parametrize("train_size", [None, 40])
+def test_loss_on_all_trains_on_every_real_token_and_scores_the_answer(name, train_size):
+    """loss_on='all' (one reading of Zhou et al. 2024's causal language modelling): the same
+    data, the loss on every target up to and including EOS, never on padding; the eval mask and
+    evaluation batches unchanged."""
+    kw = {"max_train_length": 6, "max_eval_length": 8, "train_size": train_size}
+    answer, whole = build_task(name, **kw), build_task(name, loss_on="all", **kw)
+    a = answer.train_batch(32, torch.Generator().manual_seed(3))
+    w = whole.train_batch(32, torch.Generator().manual_seed(3))
+    assert torch.equal(a.inputs, w.inputs) and torch.equal(a.targets, w.targets)
+    assert torch.equal(a.eval_mask, w.eval_mask) and torch.equal(a.loss_mask, a.eval_mask)
+    real = w.targets != 0                                    # every target but the padding
+    assert torch.equal(w.loss_mask, real)
+    assert bool((w.loss_mask & ~a.loss_mask).any())          # the prompt is in the loss now
+    ea = answer.eval_batch("len=7", 4, torch.Generator().manual_seed(5))
+    ew = whole.eval_batch("len=7", 4, torch.Generator().manual_seed(5))
+    assert all(torch.equal(getattr(ea, f), getattr(ew, f))
+               for f in ("inputs", "targets", "loss_mask", "eval_mask"))
+    with pytest.raises(ValueError, match="loss_on 'prompt'.*Valid: answer, all"):
+        build_task(name, loss_on="prompt")
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_train_lengths_uniform(name):
     for train_size in (None, 4000):
@@ -214,7 +237,8 @@ def test_bad_splits_and_kwargs_are_clear_errors():
              ({"max_train_length": 7.5}, "max_train_length must be an integer"),
              ({"train_size": True}, "train_size must be an integer"),
              ({"max_len": 5}, ("unknown key 'max_len' in task.kwargs for task 'copy'. Valid keys: "
-                             "dataset_seed, max_eval_length, max_train_length, min_length")),
+                             "dataset_seed, loss_on, max_eval_length, max_train_length, "
+                             "min_length")),
              ({"dataset_seed": -1}, "task.kwargs.dataset_seed must be an integer in")]
     for kw, msg in cases:
         with pytest.raises(ValueError, match=msg):

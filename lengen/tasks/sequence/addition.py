@@ -56,7 +56,10 @@ Layout (token names; ``[SEP]`` plays the paper's ``=``)::
 
 Ids: <pad> 0, <eos> 1, [SEP] 2 ("="), '+' 3, '_' 4 (blank), digits 0..9 = 5..14, hints = 15..116
 (102 symbols: a-z, A-Z, 24 Greek lower-case, 10 Greek upper-case, 16 punctuation marks, in that
-order); vocab 117. The loss and exact match cover the answer (its hints and digits) and EOS.
+order); vocab 117. The loss and exact match cover the answer (its hints and digits) and EOS;
+``loss_on='all'`` trains on every token of the example (one reading of the paper's "causal
+language modeling", App. B: the operands' hints then teach the hint order in the prompt too;
+the other reading, the default, is a loss on the answer only).
 """
 from __future__ import annotations
 
@@ -107,10 +110,11 @@ class Addition(SequenceTask):
                  random_spaces: float = 0.0,
                  random_spaces_eval: bool = False, max_spaces: int = 4,
                  operand_lengths: str = "equal", n_hints: int = len(HINTS),
-                 train_size: int | None = None, dataset_seed: int = 0):
+                 train_size: int | None = None, dataset_seed: int = 0,
+                 loss_on: str = "answer"):
         super().__init__(min_length=min_length, max_train_length=max_train_length,
                          max_eval_length=max_eval_length, train_size=train_size,
-                         dataset_seed=dataset_seed)
+                         dataset_seed=dataset_seed, loss_on=loss_on)
         for key, value, valid in (("format", format, FORMATS),
                                   ("hint_start", hint_start, HINT_STARTS),
                                   ("hint_order", hint_order, HINT_ORDERS),

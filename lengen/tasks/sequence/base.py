@@ -11,7 +11,10 @@ copy task with K = 3 items::
     loss, eval     .    .  .   .   T    T  T   T          answer + EOS only
 
 The loss and evaluation masks cover exactly the answer tokens and the EOS: not the prompt, not the
-separator (the prompt is given, not predicted). So ``seq_acc`` (every scored position right) is the
+separator (the prompt is given, not predicted). ``loss_on='all'`` puts every real token of a
+TRAINING example in the loss instead (the prompt and separator too, never the padding): plain
+causal language modelling of the whole example, one reading of Zhou et al. 2024's "causal language
+modeling" (App. B); evaluation still scores the answer and EOS only. So ``seq_acc`` (every scored position right) is the
 exact match of answer + EOS under teacher forcing, which equals greedy-decoding exact match: greedy
 decoding reproduces the answer iff every answer token (and the EOS) is the argmax given the true
 prefix, and an EOS at the right place stops it there.
@@ -81,19 +84,27 @@ def _int_kwarg(key: str, value, *, minimum: int | None = None, allow_none: bool 
     return value
 
 
+#: what the training loss covers (``loss_on``): the answer and EOS, or every real token
+LOSS_ON = ("answer", "all")
+
+
 def batch_from_sequences(seq: torch.Tensor, prompt_len: torch.Tensor,
-                         seq_len: torch.Tensor) -> Batch:
-    """Right-padded sequences -> next-token Batch scoring answer + EOS only.
+                         seq_len: torch.Tensor, loss_on: str = "answer") -> Batch:
+    """Right-padded sequences -> next-token Batch scoring answer + EOS.
 
     seq [B, S] (PAD after each row's EOS), prompt_len [B] (tokens up to and including the
     separator), seq_len [B] (prompt + answer + EOS). Target column t holds sequence token t+1, so
     the answer and EOS (sequence tokens prompt_len .. seq_len-1) are target columns
-    prompt_len-1 .. seq_len-2.
+    prompt_len-1 .. seq_len-2: the eval mask, and the loss mask unless ``loss_on='all'``, where
+    the loss covers target columns 0 .. seq_len-2 (every token after the first, not the padding).
     """
     inputs, targets = seq[:, :-1], seq[:, 1:]                   # [B, S-1]
     t = torch.arange(seq.shape[1] - 1, device=seq.device)       # [S-1]
-    mask = (t >= prompt_len[:, None] - 1) & (t < seq_len[:, None] - 1)   # [B, S-1]
-    return Batch(inputs, targets, mask, mask.clone())
+    real = t < seq_len[:, None] - 1                             # [B, S-1]
+    mask = (t >= prompt_len[:, None] - 1) & real                # [B, S-1]
+    if loss_on not in LOSS_ON:
+        raise ValueError(f"unknown loss_on '{loss_on}'. Valid: {', '.join(LOSS_ON)}")
+    return Batch(inputs, targets, real.clone() if loss_on == "all" else mask, mask.clone())
 
 
 def prompts_and_answers(batch: Batch) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
@@ -136,7 +147,7 @@ class SequenceTask(Task):
 
     def __init__(self, min_length: int = 2, max_train_length: int | None = None,
                  max_eval_length: int | None = None, train_size: int | None = None,
-                 dataset_seed: int = 0):
+                 dataset_seed: int = 0, loss_on: str = "answer"):
         self.min_length = _int_kwarg("min_length", min_length, minimum=1)
         M = self.default_max_train_length if max_train_length is None else max_train_length
         self.max_train_length = _int_kwarg("max_train_length", M, minimum=self.min_length)
@@ -144,6 +155,11 @@ class SequenceTask(Task):
         self.max_eval_length = _int_kwarg("max_eval_length", E, minimum=self.max_train_length)
         self.train_size = _int_kwarg("train_size", train_size, minimum=1, allow_none=True)
         self.dataset_seed = _int_kwarg("dataset_seed", dataset_seed)
+        if loss_on not in LOSS_ON:
+            raise ValueError(f"unknown task.kwargs.loss_on '{loss_on}' for {self.name}. Valid: "
+                             f"{', '.join(LOSS_ON)} (the training loss on the answer and EOS, "
+                             f"or on every token of the example)")
+        self.loss_on = loss_on
         self._data = None            # the fixed training set, built on first use
         self._reader = None if self.train_size is None else EpochReader(self.train_size)
 
@@ -293,11 +309,12 @@ class SequenceTask(Task):
         if self.train_size is None:
             seq, p, s = self.mixed_sequences(self.sample_train_lengths(batch_size, generator),
                                              generator)
-            return batch_from_sequences(seq, p, s)
+            return batch_from_sequences(seq, p, s, self.loss_on)
         idx = self._reader.next_indices(batch_size, generator)
         seq, p, s = self.train_set()
         s = s[idx].long()
-        return batch_from_sequences(seq[idx, :int(s.max())].long(), p[idx].long(), s)
+        return batch_from_sequences(seq[idx, :int(s.max())].long(), p[idx].long(), s,
+                                    self.loss_on)
 
     def eval_batch(self, split: str, batch_size: int, generator: torch.Generator) -> Batch:
         return self.batch_for_length(self._parse(split), batch_size, generator)
