@@ -89,7 +89,10 @@ short of two each, so the width is unchanged; its per-token reading of the unfit
 most of FIRE's and ALiBi's right on the digits next to a landmark and near chance between them,
 and RoPE's wrong on whole digit counts. A sixth (``addition-probe-6/``, pre-registered) put that
 width through the protocol's rate grid, RoPE first: it fitted on no seed of three, so FIRE and
-ALiBi were not run and the cell keeps v2's width.
+ALiBi were not run and the cell keeps v2's width. A seventh (``addition-probe-7/``,
+pre-registered) ran FIRE at four times the steps on five seeds: it fitted on the same two seeds
+as at v2's and twice the steps, short of four, so RoPE and ALiBi were not run and the steps are
+unchanged.
 
 **The fit search** (``lengen bench --fit-search``, :data:`FIT_LADDER`; pre-registered: written
 here before any of its runs). The protocol gives every entry the same budget; a built-in
