@@ -5,18 +5,27 @@ when it started (issue 54 item 5: a rule must provably come before the runs it g
   a git checkout, else ``"version <X>"`` (the installed package's version).
 * :func:`source_dirty`: whether ``git status --porcelain`` of that checkout is non-empty; None
   when lengen does not run from a checkout (an installed package has no working tree).
-* :func:`run_record`: both, and the start time as UTC ISO 8601, as one dict: what
-  ``train`` writes to ``RUN_DIR/provenance.json`` and a sweep copies into its ``provenance.csv``.
+* :func:`machine`: the hardware and PyTorch that did the arithmetic (CPU model, the vector
+  instruction set PyTorch's CPU kernels dispatched to, the GPU when one is visible, the torch
+  version). PyTorch does not promise the same floating-point results on another CPU or GPU, and
+  a small model's training can amplify that difference into another outcome (a run near a
+  plateau fits on one machine and not on another), so a run's result is reproducible exactly
+  only on the machine its record names.
+* :func:`run_record`: the commit, whether it was dirty, the machine and the start time as UTC
+  ISO 8601, as one dict: what ``train`` writes to ``RUN_DIR/provenance.json`` and a sweep
+  copies into its ``provenance.csv``.
 
 ``RUN_DIR/provenance.json``::
 
     {"started_utc": "2026-11-29T05:10:00+00:00",   # the start of the training that made the
      "lengen_commit": "270d4f1...",                 #   weights (a restart from step 0 resets it)
      "lengen_dirty": false,
+     "machine": "AMD EPYC; cpu kernels AVX512; torch 2.13.0",
      "starts": [{"started_utc": ..., "step": 0, "lengen_commit": ..., "lengen_dirty": ...},
                 {"started_utc": ..., "step": 4000, ...}]}     # every start and resume
 
-The first start's commit is the run's; a resume under another commit is listed in ``starts``.
+The first start's commit and machine are the run's; a resume under another commit or on another
+machine is listed in ``starts``.
 """
 from __future__ import annotations
 
@@ -29,7 +38,7 @@ import subprocess
 #: the file a run directory keeps its record in
 RECORD_NAME = "provenance.json"
 #: the columns a sweep's provenance.csv gets from each run's record
-RECORD_COLUMNS = ("started_utc", "lengen_commit", "lengen_dirty")
+RECORD_COLUMNS = ("started_utc", "lengen_commit", "lengen_dirty", "machine")
 SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -92,10 +101,41 @@ def source_dirty(root: str = SOURCE_ROOT) -> bool | None:
     return None if out is None else bool(out.strip())
 
 
+def _cpu_model() -> str:
+    """The CPU's model name (Linux ``/proc/cpuinfo``; else ``platform.processor()``)."""
+    import platform
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown cpu"
+
+
+@functools.lru_cache(maxsize=None)
+def machine() -> str:
+    """What did the arithmetic, as one line: ``'<cpu model>; cpu kernels <ISA>[; gpu <name>];
+    torch <version>'`` (the ISA is ``torch.backends.cpu.get_cpu_capability()``, e.g. AVX512 or
+    AVX2; the GPU is named when CUDA is available). Cached per process."""
+    import torch
+    parts = [_cpu_model()]
+    try:
+        parts.append(f"cpu kernels {torch.backends.cpu.get_cpu_capability()}")
+    except (AttributeError, RuntimeError):
+        pass
+    if torch.cuda.is_available():
+        parts.append(f"gpu {torch.cuda.get_device_name(0)}")
+    parts.append(f"torch {torch.__version__}")
+    return "; ".join(parts)
+
+
 def run_record(root: str = SOURCE_ROOT, started: str | None = None) -> dict:
-    """``{started_utc, lengen_commit, lengen_dirty}`` for a run starting now (or at ``started``)."""
+    """``{started_utc, lengen_commit, lengen_dirty, machine}`` for a run starting now (or at
+    ``started``)."""
     return {"started_utc": started or utc_now(), "lengen_commit": source_commit(root),
-            "lengen_dirty": source_dirty(root)}
+            "lengen_dirty": source_dirty(root), "machine": machine()}
 
 
 def read_record(run_dir: str) -> dict | None:
@@ -122,4 +162,5 @@ def start_record(run_dir: str, step: int, root: str = SOURCE_ROOT) -> dict:
 
 
 __all__ = ["RECORD_NAME", "RECORD_COLUMNS", "utc_now", "git", "is_checkout", "package_version",
-           "source_commit", "short_commit", "source_dirty", "run_record", "read_record", "start_record"]
+           "source_commit", "short_commit", "source_dirty", "machine", "run_record", "read_record",
+           "start_record"]

@@ -13,6 +13,7 @@ import shutil
 
 import pytest
 
+from lengen import provenance
 from lengen.analysis.numbers import check_readme
 from lengen.bench import export as ex
 from lengen.bench.export import FILL, export_card
@@ -65,6 +66,7 @@ def test_export_copies_the_bench_files_and_every_runs_config(bench, tmp_path, ca
     prov = list(csv.DictReader(open(dest / "provenance.csv")))
     assert sorted(p["run"] for p in prov) == sorted(runs + fits) and not own >= set(runs)
     assert all(p["lengen_commit"] and p["lengen_dirty"] in ("True", "False") for p in prov)
+    assert all(p["machine"] == provenance.machine() for p in prov)
     text = (dest / "README.md").read_text()
     assert text.count(FILL) == 3          # what only the contributor knows, and the note
     assert "battery v2, scale smoke, protocol full;" in text and "`Mamba-2ish`" in text

@@ -99,6 +99,8 @@ def test_train_writes_the_record_and_a_resume_appends(tmp_path):
     assert _utc(rec["started_utc"]) >= before
     assert rec["lengen_commit"] == provenance.source_commit()
     assert rec["lengen_dirty"] == provenance.source_dirty()
+    assert rec["machine"] == provenance.machine()
+    assert "torch " in rec["machine"] and "cpu kernels" in rec["machine"]
     train(TINY, run, quiet=True)                                   # resume to the end
     with open(os.path.join(run, provenance.RECORD_NAME)) as f:
         resumed = json.load(f)

@@ -39,7 +39,7 @@ from lengen.provenance import read_record, short_commit
 CARD_FILES = ("scorecard.md", "scorecard.csv", "scorecard.json", "scorecard.png")
 #: the marker of a README line the contributor still has to write
 FILL = "FILL:"
-PROVENANCE_FIELDS = ("run", "lengen_commit", "lengen_dirty", "started_utc")
+PROVENANCE_FIELDS = ("run", "lengen_commit", "lengen_dirty", "started_utc", "machine")
 
 
 def _run_configs(src: str, rows: list[dict], fits: list[dict]) -> list[tuple[str, str, bool]]:
@@ -70,7 +70,8 @@ def _provenance(run_dirs: dict[str, str]) -> list[dict]:
         if p is not None:
             row.update(lengen_commit=str(p.get("lengen_commit") or ""),
                        lengen_dirty=str(p.get("lengen_dirty", "")),
-                       started_utc=str(p.get("started_utc") or ""))
+                       started_utc=str(p.get("started_utc") or ""),
+                       machine=str(p.get("machine") or ""))
         rows.append(row)
     return rows
 
