@@ -81,8 +81,8 @@ code) measured the three schemes' fit rates over ten seeds at 2 and 3 layers: ev
 on at most half of its seeds, so no model qualified and the cell is unchanged; the card's
 3-seed addition counts of these three are draws of such rates
 (``results/bench-cpu/README.md``). A fourth (``addition-probe-4/``, pre-registered) doubled the
-cell's steps on five seeds: FIRE and ALiBi fitted on exactly the seeds they fit at v2's steps
-and RoPE on fewer than the rule's four of five, so the steps are unchanged. A fifth
+cell's steps on five seeds: FIRE and ALiBi fitted on two of five each and RoPE on three,
+fewer than the rule's four of five, so the steps are unchanged. A fifth
 (``addition-probe-5/``, pre-registered) widened the model to d_model 256 (the paper's 2M model's
 width and heads) at 2e-3: RoPE fitted on no seed of three, FIRE on two and ALiBi on one,
 short of two each, so the width is unchanged; its per-token reading of the unfitted runs shows
@@ -90,9 +90,10 @@ most of FIRE's and ALiBi's right on the digits next to a landmark and near chanc
 and RoPE's wrong on whole digit counts. A sixth (``addition-probe-6/``, pre-registered) put that
 width through the protocol's rate grid, RoPE first: it fitted on no seed of three, so FIRE and
 ALiBi were not run and the cell keeps v2's width. A seventh (``addition-probe-7/``,
-pre-registered) ran FIRE at four times the steps on five seeds: it fitted on the same two seeds
-as at v2's and twice the steps, short of four, so RoPE and ALiBi were not run and the steps are
-unchanged.
+pre-registered) ran FIRE at four times the steps on five seeds: it fitted on two, as at twice
+the steps, short of four, so RoPE and ALiBi were not run and the steps are unchanged. Which
+seeds fit depends on the machine too: the card's addition command rerun on another CPU fitted
+FIRE on three seeds and ALiBi on none (``addition-replication/``).
 
 **The fit search** (``lengen bench --fit-search``, :data:`FIT_LADDER`; pre-registered: written
 here before any of its runs). The protocol gives every entry the same budget; a built-in
