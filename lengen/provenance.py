@@ -5,12 +5,12 @@ when it started (issue 54 item 5: a rule must provably come before the runs it g
   a git checkout, else ``"version <X>"`` (the installed package's version).
 * :func:`source_dirty`: whether ``git status --porcelain`` of that checkout is non-empty; None
   when lengen does not run from a checkout (an installed package has no working tree).
-* :func:`machine`: the hardware and PyTorch that did the arithmetic (CPU model, the vector
-  instruction set PyTorch's CPU kernels dispatched to, the GPU when one is visible, the torch
-  version). PyTorch does not promise the same floating-point results on another CPU or GPU, and
-  a small model's training can amplify that difference into another outcome (a run near a
-  plateau fits on one machine and not on another), so a run's result is reproducible exactly
-  only on the machine its record names.
+* :func:`machine`: the hardware and PyTorch that did the arithmetic (the CPU, the vector
+  instruction set PyTorch's CPU kernels dispatched to, the thread count, the GPU when the
+  process uses one, the torch version). PyTorch does not promise the same floating-point
+  results on another CPU, GPU, torch build or thread count, and a small model's training can
+  amplify such a difference into another outcome, so expect a run to repeat exactly only where
+  all of these are the same.
 * :func:`run_record`: the commit, whether it was dirty, the machine and the start time as UTC
   ISO 8601, as one dict: what ``train`` writes to ``RUN_DIR/provenance.json`` and a sweep
   copies into its ``provenance.csv``.
@@ -20,7 +20,8 @@ when it started (issue 54 item 5: a rule must provably come before the runs it g
     {"started_utc": "2026-11-29T05:10:00+00:00",   # the start of the training that made the
      "lengen_commit": "270d4f1...",                 #   weights (a restart from step 0 resets it)
      "lengen_dirty": false,
-     "machine": "AMD EPYC; cpu kernels AVX512; torch 2.13.0",
+     "machine": "AMD EPYC (cpu family 26, model 2, stepping 1); cpu kernels AVX512; 1 threads;
+                 torch 2.13.0+cpu",
      "starts": [{"started_utc": ..., "step": 0, "lengen_commit": ..., "lengen_dirty": ...},
                 {"started_utc": ..., "step": 4000, ...}]}     # every start and resume
 
@@ -102,31 +103,41 @@ def source_dirty(root: str = SOURCE_ROOT) -> bool | None:
 
 
 def _cpu_model() -> str:
-    """The CPU's model name (Linux ``/proc/cpuinfo``; else ``platform.processor()``)."""
+    """The CPU as Linux's ``/proc/cpuinfo`` names it (model name, and family / model / stepping,
+    which tell apart CPUs that share a marketing name); else ``platform.processor()``."""
     import platform
+    info: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                if not line.strip():
+                    break                                   # the first processor only
+                key, _, value = line.partition(":")
+                info.setdefault(key.strip().lower(), value.strip())
     except OSError:
         pass
-    return platform.processor() or platform.machine() or "unknown cpu"
+    name = info.get("model name") or platform.processor() or platform.machine() or "unknown cpu"
+    ids = [f"{k} {info[k]}" for k in ("cpu family", "model", "stepping") if k in info]
+    return f"{name} ({', '.join(ids)})" if ids else name
 
 
-@functools.lru_cache(maxsize=None)
 def machine() -> str:
-    """What did the arithmetic, as one line: ``'<cpu model>; cpu kernels <ISA>[; gpu <name>];
-    torch <version>'`` (the ISA is ``torch.backends.cpu.get_cpu_capability()``, e.g. AVX512 or
-    AVX2; the GPU is named when CUDA is available). Cached per process."""
+    """What did the arithmetic, as one line: ``'<cpu> ; cpu kernels <ISA>; <n> threads[; gpu
+    <name>]; torch <version>'``. The ISA is ``torch.backends.cpu.get_cpu_capability()`` (e.g.
+    AVX512, AVX2); the thread count is torch's at the call; a GPU is named only when this
+    process has already initialised CUDA (a CPU run is not made to touch the GPU)."""
     import torch
     parts = [_cpu_model()]
     try:
         parts.append(f"cpu kernels {torch.backends.cpu.get_cpu_capability()}")
     except (AttributeError, RuntimeError):
         pass
-    if torch.cuda.is_available():
-        parts.append(f"gpu {torch.cuda.get_device_name(0)}")
+    parts.append(f"{torch.get_num_threads()} threads")
+    try:
+        if torch.cuda.is_initialized():
+            parts.append(f"gpu {torch.cuda.get_device_name(torch.cuda.current_device())}")
+    except (AttributeError, RuntimeError, AssertionError):
+        pass
     parts.append(f"torch {torch.__version__}")
     return "; ".join(parts)
 

@@ -13,6 +13,7 @@ from collections import Counter
 import pytest
 import torch
 
+from lengen.contracts.task import masks
 from lengen.model import ModelConfig, Transformer
 from lengen.tasks import TASKS, build_task
 from lengen.tasks.sequence import SequenceTask, prompts_and_answers
@@ -137,6 +138,7 @@ def test_loss_on_all_trains_on_every_real_token_and_scores_the_answer(name, trai
     ew = whole.eval_batch("len=7", 4, torch.Generator().manual_seed(5))
     assert all(torch.equal(getattr(ea, f), getattr(ew, f))
                for f in ("inputs", "targets", "loss_mask", "eval_mask"))
+    masks(whole)                                            # the task contract holds for it
     with pytest.raises(ValueError, match="loss_on 'prompt'.*Valid: answer, all"):
         build_task(name, loss_on="prompt")
 

@@ -78,7 +78,7 @@ unchanged. A second probe (``addition-probe-2/``, pre-registered) trained
 on 1..8 and 1..10 digits at v2's model and steps: RoPE fitted on no seed under either (FIRE and
 ALiBi were not run), so N stays 5. A third (``addition-probe-3/``, pre-registered, its rule in
 code) measured the three schemes' fit rates over ten seeds at 2 and 3 layers: every arm fitted
-on at most half of its seeds, so no model qualified and the cell is unchanged; the card's
+on about half of its seeds or fewer, so no model qualified and the cell is unchanged; the card's
 3-seed addition counts of these three are draws of such rates
 (``results/bench-cpu/README.md``). A fourth (``addition-probe-4/``, pre-registered) doubled the
 cell's steps on five seeds: FIRE and ALiBi fitted on two of five each and RoPE on three,
@@ -93,7 +93,8 @@ ALiBi were not run and the cell keeps v2's width. A seventh (``addition-probe-7/
 pre-registered) ran FIRE at four times the steps on five seeds: it fitted on two, as at twice
 the steps, short of four, so RoPE and ALiBi were not run and the steps are unchanged. Which
 seeds fit depends on the machine too: the card's addition command rerun on another CPU fitted
-FIRE on three seeds and ALiBi on none (``addition-replication/``).
+FIRE on one more seed, and ALiBi's validation chose another rate among plateaued runs
+(``addition-replication/``).
 
 **The fit search** (``lengen bench --fit-search``, :data:`FIT_LADDER`; pre-registered: written
 here before any of its runs). The protocol gives every entry the same budget; a built-in

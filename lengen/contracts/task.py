@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from lengen.contracts.model import Failure, Skip
-from lengen.tasks.sequence.base import EOS, SEP, SequenceTask, prompts_and_answers
+from lengen.tasks.sequence.base import EOS, PAD, SEP, SequenceTask, prompts_and_answers
 
 
 def _splits(task) -> list[str]:
@@ -87,8 +87,11 @@ def masks(task) -> None:
         if b.inputs.min() < 0 or b.inputs.max() >= V:
             raise Failure(f"input ids outside the vocabulary [0, {V})")
         if isinstance(task, SequenceTask):
-            if not torch.equal(b.loss_mask, b.eval_mask):
-                raise Failure("a sequence task trains on exactly what it scores")
+            if getattr(task, "loss_on", "answer") == "answer":
+                if not torch.equal(b.loss_mask, b.eval_mask):
+                    raise Failure("a sequence task trains on exactly what it scores")
+            elif (b.eval_mask & ~b.loss_mask).any() or (b.loss_mask & (b.targets == PAD)).any():
+                raise Failure("loss_on='all' must train on every scored target and no padding")
             ends = (b.targets == EOS) & b.eval_mask
             if not (ends.sum(1) == 1).all():
                 raise Failure("each row must score exactly one EOS target")

@@ -15,8 +15,8 @@ Layout of ``out_dir``::
     out_dir/sweep.json         per-run status (done | cached | failed), seconds, worker
     out_dir/provenance.csv     one row per run: name, the grid's axis labels, status, seconds and
                                the run's record (``lengen.provenance``: ``started_utc``,
-                               ``lengen_commit``, ``lengen_dirty``; empty for a run made before
-                               lengen wrote ``provenance.json``)
+                               ``lengen_commit``, ``lengen_dirty``, ``machine``; empty for a
+                               run made before lengen wrote them)
 
 All of these are rewritten atomically after every finished run, so a killed sweep leaves complete
 files behind. Rerunning the same sweep skips finished runs (a readable ``eval.json`` and the same

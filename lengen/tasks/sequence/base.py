@@ -13,11 +13,11 @@ copy task with K = 3 items::
 The loss and evaluation masks cover exactly the answer tokens and the EOS: not the prompt, not the
 separator (the prompt is given, not predicted). ``loss_on='all'`` puts every real token of a
 TRAINING example in the loss instead (the prompt and separator too, never the padding): plain
-causal language modelling of the whole example, one reading of Zhou et al. 2024's "causal language
-modeling" (App. B); evaluation still scores the answer and EOS only. So ``seq_acc`` (every scored position right) is the
-exact match of answer + EOS under teacher forcing, which equals greedy-decoding exact match: greedy
-decoding reproduces the answer iff every answer token (and the EOS) is the argmax given the true
-prefix, and an EOS at the right place stops it there.
+causal language modelling of the whole example, one reading of Zhou et al. 2024's "causal
+language modeling" (App. B); evaluation still scores the answer and EOS only. So ``seq_acc``
+(every scored position right) is the exact match of answer + EOS under teacher forcing, which
+equals greedy-decoding exact match: greedy decoding reproduces the answer iff every answer token
+(and the EOS) is the argmax given the true prefix, and an EOS at the right place stops it there.
 
 Vocabulary layout, shared by every sequence task::
 
