@@ -102,9 +102,11 @@ def source_dirty(root: str = SOURCE_ROOT) -> bool | None:
     return None if out is None else bool(out.strip())
 
 
+@functools.lru_cache(maxsize=None)
 def _cpu_model() -> str:
     """The CPU as Linux's ``/proc/cpuinfo`` names it (model name, and family / model / stepping,
-    which tell apart CPUs that share a marketing name); else ``platform.processor()``."""
+    which tell apart CPUs that share a marketing name); else ``platform.processor()``. Read
+    once per process: the CPU does not change under it."""
     import platform
     info: dict[str, str] = {}
     try:

@@ -104,7 +104,7 @@ def batch_from_sequences(seq: torch.Tensor, prompt_len: torch.Tensor,
     mask = (t >= prompt_len[:, None] - 1) & real                # [B, S-1]
     if loss_on not in LOSS_ON:
         raise ValueError(f"unknown loss_on '{loss_on}'. Valid: {', '.join(LOSS_ON)}")
-    return Batch(inputs, targets, real.clone() if loss_on == "all" else mask, mask.clone())
+    return Batch(inputs, targets, real if loss_on == "all" else mask, mask.clone())
 
 
 def prompts_and_answers(batch: Batch) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
