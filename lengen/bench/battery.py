@@ -51,8 +51,9 @@ Cells (``CELLS``), cpu scale (``SCALES["cpu"]``), with every difference from the
 * ``addition`` — Zhou et al. 2024 (reversed format with index hints, decoder): train on 1..N
   digits, score exact match on N+1..2N. Fitted: mean EM at 1..N >= 95%. OOD score: mean EM over
   N+1..2N. cpu: N = 5 (paper 40), 2 layers x d_model 64 (paper 6 x 512), 6,000 steps at batch
-  64 (paper 50,000 at 128), lr 2e-3 (paper 3e-4 at its size; the addition recipe's probes found
-  2e-3..3e-3 at this size).
+  64 examples, one per row (paper 50,000 steps at 128 rows, each 2,048 tokens packed with
+  examples: thousands of examples a step), lr 2e-3 (paper 3e-4 at its size; the addition
+  recipe's probes found 2e-3..3e-3 at this size).
 * ``lm`` — TRA paper, App. B (perplexity vs length, 128-token window): score test perplexity
   at 1x, 2x, 4x, 8x the window. Fitted: a finite perplexity at 1x (the scorecard also shows it,
   so a variant far above the others can be read as not fitted). OOD score: ppl(1x) / ppl(8x).
