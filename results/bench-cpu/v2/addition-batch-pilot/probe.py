@@ -2,7 +2,8 @@
 ``LENGEN_PROBE_BATCH`` examples per step (battery v2: 64; Zhou et al. 2024 train on 128 packed
 sequences of 2,048 tokens, thousands of examples a step) and, if set, ``LENGEN_PROBE_STEPS``
 steps (v2: 6,000), with the learning-rate grid cut to one factor of the cell's default
-(``LENGEN_PROBE_LR_FACTOR``). Not a lengen feature: a pilot measures.
+(``LENGEN_PROBE_LR_FACTOR``; unset, the protocol's whole grid: probe 9). Not a lengen feature:
+a pilot measures.
 
     LENGEN_PROBE_BATCH=256 LENGEN_PROBE_LR_FACTOR=2 \
         python results/bench-cpu/v2/addition-batch-pilot/probe.py \
@@ -22,9 +23,10 @@ _change = {"batch_size": int(os.environ["LENGEN_PROBE_BATCH"])}
 if os.environ.get("LENGEN_PROBE_STEPS"):
     _change["steps"] = int(os.environ["LENGEN_PROBE_STEPS"])
 battery.SCALES["cpu"]["addition"] = dict(battery.SCALES["cpu"]["addition"], **_change)
-FACTOR = float(os.environ["LENGEN_PROBE_LR_FACTOR"])
-for module in (battery, run, scorecard):
-    module.LR_FACTORS = (FACTOR,)
+if os.environ.get("LENGEN_PROBE_LR_FACTOR"):      # unset: the protocol's whole grid
+    FACTOR = float(os.environ["LENGEN_PROBE_LR_FACTOR"])
+    for module in (battery, run, scorecard):
+        module.LR_FACTORS = (FACTOR,)
 
 if __name__ == "__main__":
     from lengen.cli import main
