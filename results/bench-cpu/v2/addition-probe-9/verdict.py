@@ -64,8 +64,25 @@ def arms() -> dict[str, dict]:
             assert abs(float(r["selected_lr"]) - float(r["lr"])) < 1e-12, (scheme, s)
             assert int(r["steps"]) == STEPS, (scheme, r["steps"])
             assert batch_of(f"{scheme}-b256g", s, float(r["lr"])) == BATCH, (scheme, s)
+        if rows:
+            grid_checked(scheme, float(next(iter(rows.values()))["lr"]))
         out[scheme] = rows
     return out
+
+
+def grid_checked(scheme: str, chosen: float) -> None:
+    """Checks added after the runs (they change no count): the bench ran the whole grid on seed
+    0 and chose ``chosen`` by the protocol's own rule on those rows' validation scores, and
+    seeds 1..4 ran as its final seeds (a probe run with one factor of the grid would fail)."""
+    every = [r for r in csv.DictReader(open(os.path.join(HERE, "runs.csv"), newline=""))
+             if r["variant"] == f"{scheme}-b256g" and r["cell"] == "addition"]
+    tune = [dict(r, val=float(r["val"])) for r in every if r["role"] == "tune"]
+    assert sorted(float(r["lr"]) for r in tune) == list(GRID), (scheme, "grid")
+    assert all(int(r["seed"]) == 0 for r in tune), (scheme, "tune seed")
+    from lengen.bench.run import select_lr     # the protocol's rule, as the bench applied it
+    assert abs(select_lr(tune, 0.002) - chosen) < 1e-12, (scheme, "chosen rate")
+    finals = [r for r in every if r["role"] == "final"]
+    assert sorted(int(r["seed"]) for r in finals) == SEEDS[1:], (scheme, "final seeds")
 
 
 def verdict() -> str:
