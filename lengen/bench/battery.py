@@ -92,7 +92,12 @@ and RoPE's wrong on whole digit counts. A sixth (``addition-probe-6/``, pre-regi
 width through the protocol's rate grid, RoPE first: it fitted on no seed of three, so FIRE and
 ALiBi were not run and the cell keeps v2's width. A seventh (``addition-probe-7/``,
 pre-registered) ran FIRE at four times the steps on five seeds: it fitted on two, as at twice
-the steps, short of four, so RoPE and ALiBi were not run and the steps are unchanged. Which
+the steps, short of four, so RoPE and ALiBi were not run and the steps are unchanged. An eighth
+(``addition-probe-8/``, pre-registered) trained on 256 examples a step instead of 64 (the paper
+packs thousands a step) at v2's chosen rates: RoPE and FIRE fitted on four of five seeds and
+ALiBi on three, so the batch is unchanged; a ninth (``addition-probe-9/``, pre-registered) put
+that batch through the protocol's rate grid, ALiBi first: its validation chose 1e-3 again and
+ALiBi fitted on the same three seeds, so RoPE and FIRE were not run there. Which
 seeds fit depends on the machine too: the card's addition command rerun on another CPU fitted
 FIRE on one more seed, and ALiBi's validation chose another rate among plateaued runs
 (``addition-replication/``).
