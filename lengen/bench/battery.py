@@ -97,7 +97,9 @@ the steps, short of four, so RoPE and ALiBi were not run and the steps are uncha
 packs thousands a step) at v2's chosen rates: RoPE and FIRE fitted on four of five seeds and
 ALiBi on three, so the batch is unchanged; a ninth (``addition-probe-9/``, pre-registered) put
 that batch through the protocol's rate grid, ALiBi first: its validation chose 1e-3 again and
-ALiBi fitted on the same three seeds, so RoPE and FIRE were not run there. Which
+ALiBi fitted on the same three seeds, so RoPE and FIRE were not run there. A tenth
+(``addition-probe-10/``, pre-registered) doubled the steps at that batch: ALiBi fitted on four
+of five, so RoPE and FIRE run there next (a later part); until they do, the cell stays. Which
 seeds fit depends on the machine too: the card's addition command rerun on another CPU fitted
 FIRE on one more seed, and ALiBi's validation chose another rate among plateaued runs
 (``addition-replication/``).
