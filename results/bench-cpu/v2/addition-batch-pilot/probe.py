@@ -1,9 +1,9 @@
 """The batch pilot (README.md): ``lengen bench`` on the addition cell with
 ``LENGEN_PROBE_BATCH`` examples per step (battery v2: 64; Zhou et al. 2024 train on 128 packed
 sequences of 2,048 tokens, by our estimate about two thousand examples a step) and, if set,
-``LENGEN_PROBE_STEPS`` steps (v2: 6,000; as probe 4's ``probe.py``), with the learning-rate grid cut to one factor of the cell's default
-(``LENGEN_PROBE_LR_FACTOR``; unset, the protocol's whole grid: probe 9). Not a lengen feature:
-a pilot measures.
+``LENGEN_PROBE_STEPS`` steps (v2: 6,000; as probe 4's ``probe.py``), with the learning-rate
+grid cut to one factor of the cell's default (``LENGEN_PROBE_LR_FACTOR``; unset, the
+protocol's whole grid: probe 9). Not a lengen feature: a pilot measures.
 
     LENGEN_PROBE_BATCH=256 LENGEN_PROBE_LR_FACTOR=2 \
         python results/bench-cpu/v2/addition-batch-pilot/probe.py \
