@@ -52,8 +52,8 @@ Cells (``CELLS``), cpu scale (``SCALES["cpu"]``), with every difference from the
   digits, score exact match on N+1..2N. Fitted: mean EM at 1..N >= 95%. OOD score: mean EM over
   N+1..2N. cpu: N = 5 (paper 40), 2 layers x d_model 64 (paper 6 x 512), 6,000 steps at batch
   64 examples, one per row (paper 50,000 steps at 128 rows, each 2,048 tokens packed with
-  examples: by our estimate about two thousand examples a step), lr 2e-3 (paper 3e-4 at its size; the addition
-  recipe's probes found 2e-3..3e-3 at this size).
+  examples: by our estimate about two thousand examples a step), lr 2e-3 (paper 3e-4 at its
+  size; the addition recipe's probes found 2e-3..3e-3 at this size).
 * ``lm`` — TRA paper, App. B (perplexity vs length, 128-token window): score test perplexity
   at 1x, 2x, 4x, 8x the window. Fitted: a finite perplexity at 1x (the scorecard also shows it,
   so a variant far above the others can be read as not fitted). OOD score: ppl(1x) / ppl(8x).
@@ -94,8 +94,8 @@ ALiBi were not run and the cell keeps v2's width. A seventh (``addition-probe-7/
 pre-registered) ran FIRE at four times the steps on five seeds: it fitted on two, as at twice
 the steps, short of four, so RoPE and ALiBi were not run and the steps are unchanged. An eighth
 (``addition-probe-8/``, pre-registered) trained on 256 examples a step instead of 64 (the paper
-packs about two thousand a step, by our estimate) at v2's chosen rates: RoPE and FIRE fitted on four of five seeds and
-ALiBi on three, so the batch is unchanged; a ninth (``addition-probe-9/``, pre-registered) put
+packs about two thousand a step, by our estimate) at v2's chosen rates: RoPE and FIRE fitted on
+four of five seeds and ALiBi on three, so the batch is unchanged; a ninth (``addition-probe-9/``, pre-registered) put
 that batch through the protocol's rate grid, ALiBi first: its validation chose 1e-3 again and
 ALiBi fitted on the same three seeds, so RoPE and FIRE were not run there. A tenth
 (``addition-probe-10/``, pre-registered) doubled the steps at that batch: ALiBi fitted on four
