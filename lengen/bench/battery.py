@@ -99,8 +99,9 @@ four of five seeds and ALiBi on three, so the batch is unchanged; a ninth
 (``addition-probe-9/``, pre-registered) put that batch through the protocol's rate grid, ALiBi
 first: its validation chose 1e-3 again and ALiBi fitted on the same three seeds, so RoPE and
 FIRE were not run there. A tenth
-(``addition-probe-10/``, pre-registered) doubled the steps at that batch: ALiBi fitted on four
-of five, so RoPE and FIRE run there next (a later part); until they do, the cell stays. Which
+(``addition-probe-10/``, pre-registered) doubled the steps at that batch: RoPE fitted on five
+of five and ALiBi on four, but FIRE on three, so the steps are unchanged; an eleventh
+(``addition-probe-11/``, pre-registered) doubles the batch again, to 512. Which
 seeds fit depends on the machine too: the card's addition command rerun on another CPU fitted
 FIRE on one more seed, and ALiBi's validation chose another rate among plateaued runs
 (``addition-replication/``).
