@@ -94,15 +94,19 @@ ALiBi were not run and the cell keeps v2's width. A seventh (``addition-probe-7/
 pre-registered) ran FIRE at four times the steps on five seeds: it fitted on two, as at twice
 the steps, short of four, so RoPE and ALiBi were not run and the steps are unchanged. An eighth
 (``addition-probe-8/``, pre-registered) trained on 256 examples a step instead of 64 (the paper
-packs about two thousand a step, by our estimate) at v2's chosen rates: RoPE and FIRE fitted on four
-of five seeds and ALiBi on three, so the batch is unchanged; a ninth (``addition-probe-9/``,
-pre-registered) put that batch through the protocol's rate grid, ALiBi first: its validation chose
-1e-3 again and ALiBi fitted on the same three seeds, so RoPE and FIRE were not run there. A tenth
-(``addition-probe-10/``, pre-registered) doubled the steps at that batch: RoPE fitted on five of
-five and ALiBi on four, but FIRE on three, so the steps are unchanged; an eleventh
-(``addition-probe-11/``, pre-registered) doubles the batch again, to 512. Which seeds fit depends on
-the machine too: the card's addition command rerun on another CPU fitted FIRE on one more seed, and
-ALiBi's validation chose another rate among plateaued runs (``addition-replication/``).
+packs about two thousand a step, by our estimate) at v2's chosen rates: RoPE and FIRE fitted on
+four of five seeds and ALiBi on three, so the batch is unchanged; a ninth
+(``addition-probe-9/``, pre-registered) put that batch through the protocol's rate grid, ALiBi
+first: its validation chose 1e-3 again and ALiBi fitted on the same three seeds, so RoPE and
+FIRE were not run there. A tenth (``addition-probe-10/``, pre-registered) doubled the steps at
+that batch: RoPE fitted on five of five and ALiBi on four, but FIRE on three, so the steps are
+unchanged; an eleventh (``addition-probe-11/``, pre-registered) doubled the batch again, to 512,
+at v2's rates: ALiBi fitted on five of five, FIRE on neither of its first two seeds, so it
+stopped; a twelfth (``addition-probe-12/``, pre-registered) put batch 512 through the rate grid,
+FIRE first: FIRE fitted on four of five at 2e-3, so RoPE and ALiBi run there next (a later
+part); until they do, the cell stays. Which seeds fit depends on the machine too: the card's
+addition command rerun on another CPU fitted FIRE on one more seed, and ALiBi's validation chose
+another rate among plateaued runs (``addition-replication/``).
 
 **The fit search** (``lengen bench --fit-search``, :data:`FIT_LADDER`; pre-registered: written
 here before any of its runs). The protocol gives every entry the same budget; a built-in
