@@ -102,8 +102,9 @@ FIRE were not run there. A tenth (``addition-probe-10/``, pre-registered) double
 that batch: RoPE fitted on five of five and ALiBi on four, but FIRE on three, so the steps are
 unchanged; an eleventh (``addition-probe-11/``, pre-registered) doubled the batch again, to 512,
 at v2's rates: ALiBi fitted on five of five, FIRE on neither of its first two seeds, so it
-stopped; a twelfth (``addition-probe-12/``, pre-registered) put batch 512 through the rate grid,
-FIRE first: FIRE fitted on four of five at 2e-3, so RoPE and ALiBi run there next (a later
+stopped without qualifying (RoPE not run); a twelfth (``addition-probe-12/``, pre-registered)
+put batch 512 through the rate grid, FIRE first: its validation chose 2e-3 (tied with 1e-3) and
+FIRE fitted on four of five there, so RoPE and ALiBi go through the same grid next (a later
 part); until they do, the cell stays. Which seeds fit depends on the machine too: the card's
 addition command rerun on another CPU fitted FIRE on one more seed, and ALiBi's validation chose
 another rate among plateaued runs (``addition-replication/``).
