@@ -11,8 +11,8 @@ import os
 
 import pytest
 
-from lengen.bench.battery import (CELLS, EVAL_SEED, LR_FACTORS, SCALES, VAL_SEED, VERSION,
-                                  cell_config, check_version, lr_grid, score, train_top,
+from lengen.bench.battery import (CELL_SINCE, CELLS, EVAL_SEED, LR_FACTORS, SCALES, VAL_SEED,
+                                  VERSION, cell_config, check_version, lr_grid, score, train_top,
                                   validation_config)
 from lengen.bench.run import (BASELINE_GROUPS, BASELINES, baseline_variants, build_specs,
                               default_seeds, parse_variant, run_bench, select_lr)
@@ -287,7 +287,8 @@ def test_v1_rows_are_never_compared_with_v2_rows(tmp_path):
         w.writerow({"variant": "RoPE", "cell": "copy", "status": "ok", "fitted": True,
                     "seen": 1.0, "ood": 0.2, "scale": "cpu", "bench_version": 1})
     assert read_scorecard(str(v1))[0]["bench_version"] == 1          # history stays readable
-    with pytest.raises(ConfigError, match="battery v1; this is battery v2.*never compared"):
+    with pytest.raises(ConfigError, match=f"battery v1; this is battery v{VERSION}.*never "
+                                          f"compared"):
         read_runs(str(v1))
     mine = _runs("mine", "copy", [0.5, 0.6])
     with pytest.raises(ConfigError, match="battery v1"):
@@ -299,7 +300,45 @@ def test_v1_rows_are_never_compared_with_v2_rows(tmp_path):
     with pytest.raises(ConfigError, match="battery v1"):
         write_card(_runs("x", "copy", [0.5], version=1), str(tmp_path / "o2"), "cpu",
                    baselines=None, log=None)
-    assert check_version(VERSION) == VERSION and VERSION == 2
+    assert check_version(VERSION) == VERSION and VERSION == 3
+
+
+def test_a_row_counts_while_its_cell_is_unchanged(tmp_path):
+    """Battery v3 changed only the addition cell (``CELL_SINCE``): a v2 row of any other cell
+    is this battery's row (same config, same rule), a v2 addition row is refused, and so is a
+    row of a version this lengen does not know, or of a cell it does not have."""
+    assert CELL_SINCE == {**{c: 2 for c in CELLS}, "addition": 3}
+    assert all(check_version(2, cell=c) == 2 for c in CELLS if c != "addition")
+    assert check_version(3, cell="addition") == 3
+    with pytest.raises(ConfigError, match=r"battery v2; this is battery v3's addition cell "
+                                          r"\(unchanged since v3\).*never compared"):
+        check_version(2, "rows", cell="addition")
+    for v, cell in ((1, "copy"), (4, "copy"), (2, None)):
+        with pytest.raises(ConfigError, match=f"battery v{v}; this is battery v3"):
+            check_version(v, "rows", cell=cell)
+    with pytest.raises(ConfigError, match="unknown bench cell 'adition'. Valid: flipflop"):
+        check_version(3, "rows", cell="adition")
+    old = tmp_path / "v2.csv"
+    _write_runs(old, _runs("RoPE", "copy", [0.5, 0.6], version=2)
+                + _runs("RoPE", "addition", [0.5], version=2))
+    with pytest.raises(ConfigError, match="battery v2; this is battery v3's addition cell"):
+        read_runs(str(old))
+    _write_runs(old, _runs("RoPE", "copy", [0.5, 0.6], version=2))
+    assert [r["bench_version"] for r in read_runs(str(old))] == [2, 2]
+    # a baseline card completed in parts names what it has not run yet (pending.csv beside it)
+    base = tmp_path / "base"
+    base.mkdir()
+    _write_runs(base / "runs.csv", _runs("RoPE", "copy", [0.5, 0.6], version=2)
+                + _runs("ALiBi", "addition", [0.4, 0.5]))
+    (base / "pending.csv").write_text("variant,cell\nRoPE,addition\nNoPE,addition\n")
+    write_card(_runs("mine", "copy", [0.5, 0.6]), str(tmp_path / "card"), "cpu",
+               baselines=str(base), log=None)
+    md = (tmp_path / "card" / "scorecard.md").read_text()
+    assert ("Not run yet at battery v3 (the baseline card is completed in parts; pending.csv): "
+            "addition: RoPE, NoPE.") in md
+    write_card(_runs("mine", "copy", [0.5, 0.6]), str(tmp_path / "card2"), "cpu",
+               baselines=str(old), log=None)
+    assert "Not run yet" not in (tmp_path / "card2" / "scorecard.md").read_text()
 
 
 def test_fitted_cells_counts_failed_seeds_and_leaves_out_na():
@@ -452,6 +491,38 @@ def test_a_bench_in_parts_keeps_one_runs_csv(tmp_path, capsys):
     capsys.readouterr()
     assert main(common + ["--baselines-only", "Rope"]) == 2
     assert "unknown baseline" in capsys.readouterr().err
+
+
+def test_a_bench_refuses_a_folder_it_cannot_finish_in_before_training(tmp_path, capsys):
+    """An output folder a bench would fail in at the end or run by run is refused before any
+    training: a run directory of one of its names holding a finished run of another config
+    (an earlier budget of the cell, say), and a runs.csv row it would keep that is of another
+    battery budget. A row of a pair the bench runs again is replaced, whatever its version."""
+    out = tmp_path / "b"
+    common = ["bench", "--scale", "smoke", "--cells", "flipflop", "--quick", "--out", str(out),
+              "--threads", "1", "--baselines", "none", "--baselines-only", "NoPE"]
+    assert main(common) == 0
+    run_dir = next(p for p in out.iterdir() if p.name.startswith("NoPE--flipflop--s0"))
+    cfg = json.loads((run_dir / "config.json").read_text())
+    cfg["train"]["batch_size"] += 1                       # made under another budget
+    (run_dir / "config.json").write_text(json.dumps(cfg))
+    before = sorted(p.name for p in out.iterdir())
+    capsys.readouterr()
+    assert main(common) == 2
+    err = capsys.readouterr().err
+    assert f"1 finished run(s) of this bench's names made with another config: {run_dir.name} " \
+           f"(different config (train.batch_size))" in err and "another --out" in err
+    assert sorted(p.name for p in out.iterdir()) == before          # nothing trained or written
+    cfg["train"]["batch_size"] -= 1
+    (run_dir / "config.json").write_text(json.dumps(cfg))
+    rows = list(csv.DictReader(open(out / "runs.csv")))
+    _write_runs(out / "runs.csv", rows + _runs("RoPE", "copy", [0.5], version=1))
+    assert main(common) == 2
+    assert "battery v1" in capsys.readouterr().err               # a kept row of another budget
+    _write_runs(out / "runs.csv", [dict(r, bench_version=1) for r in rows])
+    assert main(common) == 0                    # the pair run again: its old rows replaced
+    again = list(csv.DictReader(open(out / "runs.csv")))
+    assert {r["bench_version"] for r in again} == {str(VERSION)} and len(again) == len(rows)
 
 
 def test_estimate_names_every_cell_with_its_evaluation_and_runs(capsys):

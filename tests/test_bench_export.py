@@ -16,6 +16,7 @@ import pytest
 from lengen import provenance
 from lengen.analysis.numbers import check_readme
 from lengen.bench import export as ex
+from lengen.bench.battery import VERSION
 from lengen.bench.export import FILL, export_card
 from lengen.cli import main
 from lengen.errors import ConfigError
@@ -69,7 +70,7 @@ def test_export_copies_the_bench_files_and_every_runs_config(bench, tmp_path, ca
     assert all(p["machine"] == provenance.machine() for p in prov)
     text = (dest / "README.md").read_text()
     assert text.count(FILL) == 3          # what only the contributor knows, and the note
-    assert "battery v2, scale smoke, protocol full;" in text and "`Mamba-2ish`" in text
+    assert f"battery v{VERSION}, scale smoke, protocol full;" in text and "`Mamba-2ish`" in text
     assert f"{len(runs)} <!--" in text and f"{len(fits)} <!--" in text
     # its numbers are tied to the files beside it, so the number check passes as it is
     assert check_readme(str(dest / "README.md"), baseline={}) == []

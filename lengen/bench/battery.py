@@ -9,7 +9,7 @@ unfitted model's out-of-distribution number does not count), its **OOD score** i
 (higher is better, 1 = no loss outside the training distribution), its accuracy at every tested
 length, and its **validation** score (below).
 
-**Protocol (battery v2, the same for every entry, built-in baselines and a user's alike).**
+**Protocol (battery v3, the same for every entry, built-in baselines and a user's alike).**
 
 * *Seeds*: ``SEEDS[scale]`` seeds per variant x cell (3 at cpu, 5 at paper, 2 at smoke); seed
   ``s`` sets both the initialisation (``train.seed``) and the data order (``train.data_seed``).
@@ -51,7 +51,7 @@ Cells (``CELLS``), cpu scale (``SCALES["cpu"]``), with every difference from the
 * ``addition`` — Zhou et al. 2024 (reversed format with index hints, decoder): train on 1..N
   digits, score exact match on N+1..2N. Fitted: mean EM at 1..N >= 95%. OOD score: mean EM over
   N+1..2N. cpu: N = 5 (paper 40), 2 layers x d_model 64 (paper 6 x 512), 6,000 steps at batch
-  64 examples, one per row (paper 50,000 steps at 128 rows, each 2,048 tokens packed with
+  512 examples, one per row (paper 50,000 steps at 128 rows, each 2,048 tokens packed with
   examples: by our estimate about two thousand examples a step), lr 2e-3 (paper 3e-4 at its
   size; the addition recipe's probes found 2e-3..3e-3 at this size).
 * ``lm`` — TRA paper, App. B (perplexity vs length, 128-token window): score test perplexity
@@ -76,9 +76,19 @@ pre-registered probes (``results/bench-cpu/v2/addition-probe*/``, each with its 
 the third on, its rule in code; ``results/bench-cpu/README.md`` lists them with their counts):
 another model (heads, depth, width), longer training lengths, more steps, and more examples per
 step (the paper packs about two thousand a step, by our estimate), at v2's rates and through the
-rate grid. None has qualified yet, so the cell is v2's; more examples per step moved it most,
-and the twelfth probe (batch 512 through the grid) is still to run for RoPE and ALiBi. Which
-seeds fit depends on the machine too (``addition-replication/``).
+rate grid. More examples per step moved it most, and the twelfth (``addition-probe-12/``: batch
+512 through the grid) qualified: RoPE, FIRE and ALiBi each fitted on at least four of five
+seeds, and battery v3 takes it. Which seeds fit depends on the machine too
+(``addition-replication/``).
+
+**Changes from battery v2** (v3): the addition cell only, batch 64 -> 512 examples a step
+(probe 12, above; its steps, rate grid and every other setting are v2's). Every other cell keeps
+v2's budget and rule, so its v2 rows count at v3 (:data:`CELL_SINCE`): the committed v3 card
+carries them (``results/bench-cpu/v3/carry.py``) and reruns only the addition rows. The cell's
+runs cost several times v2's (``results/bench-cpu/README.md`` gives the measured ratio), so a
+card's total grows by about the addition cell's share; ``--estimate`` times it. The seeds the
+probe qualified the budget on include the card's seeds 0..2, so RoPE's, FIRE's and ALiBi's v3
+addition counts are not an independent check of it.
 
 **The fit search** (``lengen bench --fit-search``, :data:`FIT_LADDER`; pre-registered: written
 here before any of its runs). The protocol gives every entry the same budget; a built-in
@@ -107,8 +117,10 @@ tried. A rung that fits means *the cell's budget is short for that variant* (on 
 never changes the card's numbers, which stay the equal-budget protocol's: the card names the
 rungs tried in a footnote (``fit_search.csv`` beside ``runs.csv``).
 
-``VERSION`` changes whenever a cell's protocol or budget changes; every row records it, and rows
-of different versions are never compared (:func:`check_version` raises).
+``VERSION`` changes whenever a cell's protocol or budget changes; every row records it, and
+:data:`CELL_SINCE` names, per cell, the version whose budget the cell still has: a row counts
+while its cell is unchanged since the row's version, and rows of two budgets of one cell are
+never compared (:func:`check_version` raises).
 """
 from __future__ import annotations
 
@@ -120,7 +132,7 @@ from lengen.model.presets import RUOSS2023_ENCODER, RUOSS2023_TRAIN
 from lengen.registry import lookup
 from lengen.tasks.splits import length_splits
 
-VERSION = 2
+VERSION = 3
 
 CHOMSKY = {  # cell -> task (Ruoss et al. 2023); budgets below are per cell
     "bucket_sort": "bucket_sort", "reverse_string": "reverse_string",
@@ -136,6 +148,9 @@ CELLS = {
     "addition": ("addition", "Zhou et al. 2024 Fig. 3", "mean exact match N+1..2N digits"),
     "lm": ("language modelling", "TRA paper App. B", "ppl(1x) / ppl(8x)"),
 }
+#: cell -> the battery version whose protocol and budget the cell still has: a row of battery
+#: version v counts for the cell when CELL_SINCE[cell] <= v <= VERSION (:func:`check_version`)
+CELL_SINCE = {**{c: 2 for c in CELLS}, "addition": 3}
 
 SCALES = {
     "smoke": dict(flipflop=dict(n_pairs=8, steps=4, batch_size=8, sequences=16),
@@ -152,7 +167,7 @@ SCALES = {
                                        "reverse_string": dict(steps=6000, batch_size=16),
                                        "missing_duplicate": dict(steps=4000, batch_size=32)}),
                 sequence=dict(M=10, top=30, steps=4000, batch_size=64, sequences=64),
-                addition=dict(N=5, steps=6000, batch_size=64, sequences=100, L=256, lr=2e-3),
+                addition=dict(N=5, steps=6000, batch_size=512, sequences=100, L=256, lr=2e-3),
                 lm=dict(tokenizer="bpe", tokenizer_kwargs={"vocab_size": 2048}, seq_len=128,
                         steps=800, batch_size=32, max_chars=None, max_eval_tokens=16384),
                 model=dict(d_model=64, n_layers=2, n_heads=4), workers_hint=2),
@@ -188,17 +203,23 @@ PROTOCOLS = {"full": (None, True, True), "quick": (2, False, False)}
 FIT_LADDER = (("lr-wide", (0.25, 4.0), 1), ("steps-x2", None, 2), ("steps-x4", None, 4))
 
 
-def check_version(version, where: str = "rows") -> int:
-    """``version`` as an int, which must be this battery's :data:`VERSION`: rows of another
-    battery version are never compared with this one's (other budgets, other rules)."""
+def check_version(version, where: str = "rows", cell: str | None = None) -> int:
+    """``version`` as an int, which must be a battery version whose ``cell`` is this battery's
+    (:data:`CELL_SINCE`: ``CELL_SINCE[cell] <= version <= VERSION``); without ``cell``, this
+    battery's :data:`VERSION` itself. A row of another budget is never compared with this
+    battery's rows (other budgets, other rules)."""
     try:
         v = int(version)
     except (TypeError, ValueError):
         raise ConfigError(f"{where}: bench_version must be an integer battery version, got "
                           f"{version!r}") from None
-    if v != VERSION:
-        raise ConfigError(f"{where} were made with battery v{v}; this is battery v{VERSION}. "
-                          f"Rows of different battery versions are never compared (the cells' "
+    if cell is not None and cell not in CELL_SINCE:
+        raise ConfigError(f"{where}: unknown bench cell {cell!r}. Valid: {', '.join(CELLS)}")
+    since = VERSION if cell is None else CELL_SINCE[cell]
+    if not since <= v <= VERSION:
+        what = "" if cell is None else f"'s {cell} cell (unchanged since v{since})"
+        raise ConfigError(f"{where} were made with battery v{v}; this is battery v{VERSION}"
+                          f"{what}. Rows of different budgets are never compared (the cells' "
                           f"budgets, seeds and rules differ): rerun them with this lengen, or "
                           f"check out the lengen version of their battery to read them")
     return v
@@ -490,8 +511,8 @@ def effective_threshold(cell: str) -> float | None:
     return LM_EFFECTIVE
 
 
-__all__ = ["VERSION", "CELLS", "SCALES", "SEEDS", "LR_FACTORS", "PROTOCOLS", "EVAL_SEED",
-           "VAL_SEED", "cell_config", "score", "curve", "effective_threshold", "lr_grid",
-           "default_lr", "validation_config", "val_score", "train_top", "check_version",
+__all__ = ["VERSION", "CELL_SINCE", "CELLS", "SCALES", "SEEDS", "LR_FACTORS", "PROTOCOLS",
+           "EVAL_SEED", "VAL_SEED", "cell_config", "score", "curve", "effective_threshold",
+           "lr_grid", "default_lr", "validation_config", "val_score", "train_top", "check_version",
            "check_protocol", "FIT_LADDER", "fit_rung", "fit_rung_cost", "default_steps",
            "default_out"]

@@ -217,7 +217,7 @@ def run_fit_search(variants, scale: str = "cpu", out: str | None = None, *, cell
             log(f"  {r['variant']} / {r['cell']} {rung[0]}: lr {float(r['lr']):g} x "
                 f"{int(r['steps']):,} steps: {r['status']}")
     for r in rows:
-        check_version(r["bench_version"], "the fit search's rows")
+        check_version(r["bench_version"], "the fit search's rows", r.get("cell"))
     if pairs:
         write_card(runs, out, scale, baselines=baselines, log=log)
     return rows

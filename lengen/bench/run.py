@@ -36,7 +36,7 @@ from lengen.eval.evaluate import evaluate
 from lengen.rundir.checkpoint import load_weights, verify_final_weights
 from lengen.rundir.load import prepare
 from lengen.runfiles import BENCH_VALIDATION
-from lengen.sweep import RunSpec, run_one, run_sweep, training_span
+from lengen.sweep import RunSpec, finished_rows, run_one, run_sweep, training_span
 
 #: the baselines of the committed scorecard: label -> model overrides, in two groups
 #: (:data:`BASELINE_GROUPS`). ``classic``: the schemes and attention kinds of the four papers.
@@ -379,6 +379,12 @@ def run_bench(variants, scale: str = "cpu", out: str | None = None, *, workers: 
                             lrs=grid, protocol=protocol, role="tune" if tune else "final",
                             device=device)
     check_some_cell_runs(variants, first, na)
+    if tune and len(seeds) > 1:               # the later seeds, at any rate the grid may choose
+        later_any, _ = build_specs(variants, scale, cells=cells, seeds=seeds[1:], lrs=grid,
+                                   protocol=protocol, device=device)
+    else:
+        later_any = []
+    check_out_folder(first + later_any, {(v, c) for v, _ in variants for c in cells}, out)
     n_later = len(first) // len(grid[cells[0]]) * (len(seeds) - 1) if tune else 0
     log(f"lengen bench v{VERSION} at scale {scale}, protocol {protocol}: {len(variants)} "
         f"variant(s) x {len(cells)} cell(s) x seeds {seeds}"
@@ -424,12 +430,36 @@ def keep_earlier_pairs(rows: list[dict], out: str) -> list[dict]:
     """The rows of ``out/runs.csv`` (an earlier part of this bench) of the variant x cell pairs
     not run now, so a bench run in parts into one folder keeps one ``runs.csv`` of every part,
     whether a part adds variants or cells (a variant run again on some cells keeps its rows on
-    the others); a runs.csv of another battery version there is refused (:func:`read_runs`)."""
+    the others). The rows of the pairs run now are replaced whatever their battery version; a
+    row kept there must be of this battery's budget for its cell (:func:`read_runs`), and
+    :func:`run_bench` checks that before it trains anything."""
     path = os.path.join(out, "runs.csv")
     if not os.path.isfile(path):
         return []
     now = {(r["variant"], r["cell"]) for r in rows}
-    return [r for r in read_runs(path) if (r["variant"], r["cell"]) not in now]
+    return read_runs(path, drop=now)
+
+
+def check_out_folder(specs, pairs, out: str) -> None:
+    """Before a bench trains anything: the rows ``out/runs.csv`` keeps (those of other pairs
+    than ``pairs``) must be of this battery's budget (:func:`keep_earlier_pairs`), and no run
+    directory there may hold a finished run of the same name with another config (one made
+    under an earlier budget of its cell, say), which the sweep would refuse run by run."""
+    keep_earlier_pairs([{"variant": v, "cell": c} for v, c in pairs], out)
+    stale = []
+    for spec in specs:
+        run_dir = os.path.join(out, spec.name)
+        if os.path.exists(os.path.join(run_dir, "eval.json")):
+            why = finished_rows(resolve(spec.config, check_device=False).config.to_dict(),
+                                run_dir)[1]
+            if why not in (None, "train", "eval"):
+                stale.append(f"{spec.name} ({why})")
+    if stale:
+        raise ConfigError(f"{out} holds {len(stale)} finished run(s) of this bench's names "
+                          f"made with another config: {'; '.join(stale[:4])}"
+                          f"{' ...' if len(stale) > 4 else ''}. Delete those directories "
+                          f"(an earlier battery version's runs of a cell it changed, say) or "
+                          f"bench into another --out")
 
 
 def finished_in(out: str, label: str, overrides, cell: str, scale: str, seeds,
@@ -438,8 +468,6 @@ def finished_in(out: str, label: str, overrides, cell: str, scale: str, seeds,
     (same config, readable ``eval.json``: what :func:`run_bench` reuses as ``cached``). Tuning:
     seed 0's runs at each rate of the grid, plus one per later seed finished at any rate of the
     grid (the chosen rate is one of them); ``quick``: every seed at the default rate."""
-    from lengen.sweep.local import finished_rows
-
     tune = PROTOCOLS[protocol][1]
     rates = lr_grid(cell, scale) if tune else [default_lr(cell, scale)]
 

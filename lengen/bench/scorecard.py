@@ -107,19 +107,22 @@ def runs_path(path: str) -> str:
     return os.path.join(path, "runs.csv") if os.path.isdir(path) else path
 
 
-def read_runs(path: str) -> list[dict]:
+def read_runs(path: str, drop=frozenset()) -> list[dict]:
     """Rows of a card's ``runs.csv`` (a file or the card's folder), typed; every row must be of
-    this battery version (:func:`check_version`: v1 rows are never compared with v2 rows)."""
+    this battery's budget for its cell (:func:`check_version`: a v2 row of a cell v3 changed is
+    never compared with a v3 row). Rows of the ``(variant, cell)`` pairs in ``drop`` are left
+    out before that check (a bench that runs those pairs again replaces them)."""
     p = runs_path(path)
     if not os.path.isfile(p):
         raise ConfigError(f"{p}: no such file; give a bench output folder (holding runs.csv) "
                           f"or a runs.csv")
     with open(p, newline="") as f:
-        rows = [_conv_run(r) for r in csv.DictReader(f)]
+        rows = [_conv_run(r) for r in csv.DictReader(f)
+                if (r.get("variant"), r.get("cell")) not in drop]
     for r in rows:
         if "bench_version" not in r or r["bench_version"] in (None, ""):
             raise ConfigError(f"{p}: rows without a bench_version column are not bench runs")
-        check_version(r["bench_version"], f"the rows of {p}")
+        check_version(r["bench_version"], f"the rows of {p}", r.get("cell"))
         if "seed" not in r:
             raise ConfigError(f"{p} is a scorecard, not a runs.csv (no seed column)")
     return rows
@@ -141,7 +144,7 @@ def read_fit_search(path: str) -> list[dict]:
         if missing:
             raise ConfigError(f"{p}: a row without {', '.join(missing)}: not a fit_search.csv "
                               f"(columns: {', '.join(FIT_FIELDS)})")
-        check_version(r["bench_version"], f"the rows of {p}")
+        check_version(r["bench_version"], f"the rows of {p}", r.get("cell"))
         if r["rung"] not in rungs:
             raise ConfigError(f"{p}: unknown fit-search rung {r['rung']!r}. Valid: "
                               f"{', '.join(rungs)}")
@@ -397,6 +400,27 @@ def _commit() -> str:
     return short_commit(source_commit())
 
 
+#: beside a baseline card's runs.csv while it is completed in parts: the (variant, cell) pairs
+#: not run yet at this battery version, as ``variant,cell`` rows
+PENDING_CSV = "pending.csv"
+
+
+def pending_note(folder: str) -> str:
+    """A sentence naming the pairs ``folder/pending.csv`` lists, by cell ('' without one)."""
+    p = os.path.join(folder, PENDING_CSV)
+    if not os.path.isfile(p):
+        return ""
+    by_cell: dict[str, list[str]] = {}
+    with open(p, newline="") as f:
+        for r in csv.DictReader(f):
+            by_cell.setdefault(r["cell"], []).append(r["variant"])
+    if not by_cell:
+        return ""
+    return (f"Not run yet at battery v{VERSION} (the baseline card is completed in parts; "
+            f"{PENDING_CSV}): " + "; ".join(f"{c}: {', '.join(v)}" for c, v in by_cell.items())
+            + ".")
+
+
 def load_baselines(baselines, scale: str, own: set) -> tuple[list[dict], str]:
     """(rows, note) of the baselines shown beside ``own`` variants: ``baselines`` is
     ``'default'`` (:func:`baseline_path`), a runs.csv / card folder, or None."""
@@ -411,7 +435,9 @@ def load_baselines(baselines, scale: str, own: set) -> tuple[list[dict], str]:
     where = (f"lengen's committed battery v{VERSION} baselines "
              f"({os.path.relpath(path, _REPO)} at lengen {_commit()})"
              if baselines == "default" else path)
-    return rows, f"Baselines (marked *) read from {where}, not retrained."
+    pending = pending_note(os.path.dirname(os.path.abspath(runs_path(path))))
+    return rows, f"Baselines (marked *) read from {where}, not retrained." + (
+        f" {pending}" if pending else "")
 
 
 def baseline_fit_search(baselines, scale: str) -> list[dict]:
@@ -434,7 +460,7 @@ def write_card(rows: list[dict], out: str, scale: str, *, baselines="default",
     os.makedirs(out, exist_ok=True)
     log = log or (lambda *a, **k: None)
     for r in rows:
-        check_version(r.get("bench_version", VERSION), "this bench's rows")
+        check_version(r.get("bench_version", VERSION), "this bench's rows", r.get("cell"))
     own = list(dict.fromkeys(r["variant"] for r in rows))
     fits = (read_fit_search(os.path.join(out, FIT_SEARCH_CSV)) if fit_rows is None
             else list(fit_rows))
@@ -444,6 +470,9 @@ def write_card(rows: list[dict], out: str, scale: str, *, baselines="default",
         mine = {(r["variant"], r["cell"]) for r in fits}
         fits += [r for r in baseline_fit_search(baselines, scale)
                  if r["variant"] in shown and (r["variant"], r["cell"]) not in mine]
+    own_pending = pending_note(out)          # the committed baseline card, written in place
+    if own_pending:
+        note = f"{note} {own_pending}" if note else own_pending
     base_names = list(dict.fromkeys(r["variant"] for r in base_rows))
     protocols = ({r.get("protocol") for r in rows if r.get("status") != "n/a"},
                  {r.get("protocol") for r in base_rows if r.get("status") != "n/a"})
@@ -736,4 +765,5 @@ __all__ = ["published", "read_runs", "read_scorecard", "baseline_path", "summari
            "aggregates", "fitted_cells", "comparisons", "write_card", "compare_cards",
            "plot_curves", "load_baselines", "run_score", "mean_curve", "RUN_FIELDS",
            "SUMMARY_FIELDS", "FIT_FIELDS", "FIT_SEARCH_CSV", "read_fit_search", "fit_search_note",
+           "PENDING_CSV", "pending_note",
            "baseline_fit_search"]
