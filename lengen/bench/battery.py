@@ -85,10 +85,10 @@ seeds, and battery v3 takes it. Which seeds fit depends on the machine too
 (probe 12, above; its steps, rate grid and every other setting are v2's). Every other cell keeps
 v2's budget and rule, so its v2 rows count at v3 (:data:`CELL_SINCE`): the committed v3 card
 carries them (``results/bench-cpu/v3/carry.py``) and reruns only the addition rows. The cell's
-runs cost several times v2's (``results/bench-cpu/README.md`` gives the measured ratio), so a
-card's total grows by about the addition cell's share; ``--estimate`` times it. The seeds the
-probe qualified the budget on include the card's seeds 0..2, so RoPE's, FIRE's and ALiBi's v3
-addition counts are not an independent check of it.
+runs train on eight times v2's examples and cost several times v2's, about half of a
+one-variant card (``--estimate`` times it; ``results/bench-cpu/README.md`` gives its figure).
+The seeds the probe qualified the budget on include the card's seeds 0..2, so RoPE's, FIRE's
+and ALiBi's v3 addition counts are not an independent check of it.
 
 **The fit search** (``lengen bench --fit-search``, :data:`FIT_LADDER`; pre-registered: written
 here before any of its runs). The protocol gives every entry the same budget; a built-in
