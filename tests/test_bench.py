@@ -1,8 +1,8 @@
-"""lengen bench (battery v2): variants parsed and refused as documented, one run per variant x
-cell x seed x learning rate with n/a rows where a variant cannot run, the cells' fit rules and
-OOD scores on constructed rows, the held-out validation split, learning-rate selection that never
-reads the OOD columns, v1 rows refused beside v2 ones, the card's statistics and verdicts on
-constructed runs, and a two-seed smoke bench end to end from the CLI and on a local Ray cluster."""
+"""lengen bench (battery v3): variants parsed and refused as documented, one run per variant x cell
+x seed x learning rate with n/a rows where a variant cannot run, the cells' fit rules and OOD scores
+on constructed rows, the held-out validation split, learning-rate selection that never reads the OOD
+columns, rows of another budget of a cell refused, the card's statistics and verdicts on constructed
+runs, and a two-seed smoke bench end to end from the CLI and on a local Ray cluster."""
 from __future__ import annotations
 
 import csv
@@ -107,7 +107,7 @@ def test_baseline_groups_cover_every_baseline_once():
 
 
 def test_committed_baselines_are_built_in_baselines_run_as_such():
-    """The committed v2 baseline rows (``results/bench-cpu/v2/runs.csv``, bench parts run with
+    """The committed baseline rows (``results/bench-cpu/v<VERSION>/runs.csv``, bench parts run with
     ``--baselines-only`` or as ``--variant 'name=LABEL ...'``): every label is one of
     ``BASELINES``, every run is of the full protocol at the cpu scale, on its cell's grid and
     with its cell's budget."""
@@ -510,15 +510,29 @@ def test_a_bench_refuses_a_folder_it_cannot_finish_in_before_training(tmp_path, 
     capsys.readouterr()
     assert main(common) == 2
     err = capsys.readouterr().err
-    assert f"1 finished run(s) of this bench's names made with another config: {run_dir.name} " \
-           f"(different config (train.batch_size))" in err and "another --out" in err
+    assert f"1 run(s) of this bench's names started with another config: {run_dir.name} " \
+           f"(different config: train.batch_size)" in err and "another --out" in err
     assert sorted(p.name for p in out.iterdir()) == before          # nothing trained or written
+    (run_dir / "eval.json").rename(run_dir / "eval.bak")     # unfinished: refused all the same
+    assert main(common) == 2
+    assert "started with another config" in capsys.readouterr().err
+    (run_dir / "eval.bak").rename(run_dir / "eval.json")
     cfg["train"]["batch_size"] -= 1
     (run_dir / "config.json").write_text(json.dumps(cfg))
+    sweep = (out / "sweep.json").stat().st_mtime_ns
     rows = list(csv.DictReader(open(out / "runs.csv")))
     _write_runs(out / "runs.csv", rows + _runs("RoPE", "copy", [0.5], version=1))
     assert main(common) == 2
     assert "battery v1" in capsys.readouterr().err               # a kept row of another budget
+    assert (out / "sweep.json").stat().st_mtime_ns == sweep          # refused before the sweep
+    _write_runs(out / "runs.csv", rows)
+    fit = "variant,cell,seed,lr,steps,rung,status,fitted,bench_version\n"
+    (out / "fit_search.csv").write_text(fit + "NoPE,flipflop,0,0.001,8,lr-wide,ok,False,1\n")
+    assert main(common) == 2
+    err = capsys.readouterr().err
+    assert "battery v1" in err and "move that file away" in err
+    assert (out / "sweep.json").stat().st_mtime_ns == sweep
+    (out / "fit_search.csv").unlink()
     _write_runs(out / "runs.csv", [dict(r, bench_version=1) for r in rows])
     assert main(common) == 0                    # the pair run again: its old rows replaced
     again = list(csv.DictReader(open(out / "runs.csv")))

@@ -107,12 +107,12 @@ def test_a_contributed_card_says_how_it_was_made(card):
 
 
 def test_the_baseline_card_has_every_baseline_on_every_cell():
-    """The committed baseline card is whole: every built-in baseline has rows on every cell,
-    runs where the battery builds a config for it and one ``n/a`` row (with the reason) where
-    it cannot run, both as :func:`lengen.bench.run.build_specs` decides. A blank cell on the
-    card would otherwise read as "not run yet" when the scheme cannot run there. The only
-    exception: the pairs ``pending.csv`` names (not run yet at this battery version, each a
-    pair the battery can run), which have no row."""
+    """The committed baseline card is whole but for its pending pairs: every built-in baseline has
+    rows on every cell, runs where the battery builds a config for it and one ``n/a`` row (with
+    the reason) where it cannot run, both as :func:`lengen.bench.run.build_specs` decides. A
+    blank cell on the card would otherwise read as "not run yet" when the scheme cannot run
+    there. The only exception: the pairs ``pending.csv`` names (not run yet at this battery
+    version, each a pair the battery can run), which have no row."""
     rows = read_runs(CARDS[0])
     pending = _pending()
     assert pending <= {(v, c) for v in BASELINES for c in CELLS}, pending

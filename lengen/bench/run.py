@@ -24,9 +24,9 @@ import yaml
 from lengen.bench.battery import (CELLS, LR_FACTORS, PROTOCOLS, SCALES, SEEDS, VERSION,
                                   cell_config, check_protocol, curve, default_lr, default_out,
                                   lr_grid, score, val_score, validation_config)
-from lengen.bench.scorecard import read_runs, write_card
+from lengen.bench.scorecard import FIT_SEARCH_CSV, read_fit_search, read_runs, write_card
 from lengen.bench.variants import check_bench_file, check_some_cell_runs, check_variants
-from lengen.config import resolve
+from lengen.config import RESUME_IGNORED, config_diff, resolve
 from lengen.config_files import apply_overrides, load_config_file
 from lengen.errors import ConfigError
 from lengen.fileio import save_json_atomic
@@ -34,6 +34,7 @@ from lengen.recipes.common import select
 from lengen.recipes.estimate import report_total, time_training_steps, use_worker_threads
 from lengen.eval.evaluate import evaluate
 from lengen.rundir.checkpoint import load_weights, verify_final_weights
+from lengen.rundir.layout import read_stored_config
 from lengen.rundir.load import prepare
 from lengen.runfiles import BENCH_VALIDATION
 from lengen.sweep import RunSpec, finished_rows, run_one, run_sweep, training_span
@@ -441,22 +442,33 @@ def keep_earlier_pairs(rows: list[dict], out: str) -> list[dict]:
 
 
 def check_out_folder(specs, pairs, out: str) -> None:
-    """Before a bench trains anything: the rows ``out/runs.csv`` keeps (those of other pairs
-    than ``pairs``) must be of this battery's budget (:func:`keep_earlier_pairs`), and no run
-    directory there may hold a finished run of the same name with another config (one made
-    under an earlier budget of its cell, say), which the sweep would refuse run by run."""
+    """Before a bench trains anything, what it would otherwise fail on at the end or run by
+    run: the rows ``out/runs.csv`` keeps (those of other pairs than ``pairs``) and every row
+    of ``out/fit_search.csv`` (the card reads them all) must be of this battery's budget for
+    their cell, and no run directory of one of ``specs``' names may hold a run (finished or
+    not) started with another config, one made under an earlier budget of its cell, say.
+    ``specs`` may include runs the bench will not reach (later seeds at every rate of the
+    grid), so such a folder is refused even where the chosen rate would have missed it."""
     keep_earlier_pairs([{"variant": v, "cell": c} for v, c in pairs], out)
+    try:
+        read_fit_search(out)
+    except ConfigError as e:
+        raise ConfigError(f"{e}. The card reads every row of {FIT_SEARCH_CSV}: move that "
+                          f"file away or bench into another --out") from None
     stale = []
     for spec in specs:
         run_dir = os.path.join(out, spec.name)
-        if os.path.exists(os.path.join(run_dir, "eval.json")):
-            why = finished_rows(resolve(spec.config, check_device=False).config.to_dict(),
-                                run_dir)[1]
-            if why not in (None, "train", "eval"):
-                stale.append(f"{spec.name} ({why})")
+        stored = read_stored_config(run_dir) if os.path.isdir(run_dir) else None
+        if stored is None:
+            continue
+        diff = config_diff(stored, resolve(spec.config, check_device=False).config.to_dict(),
+                           RESUME_IGNORED)
+        if diff:
+            stale.append(f"{spec.name} (different config: "
+                         f"{', '.join(k for k, _, _ in diff[:6])})")
     if stale:
-        raise ConfigError(f"{out} holds {len(stale)} finished run(s) of this bench's names "
-                          f"made with another config: {'; '.join(stale[:4])}"
+        raise ConfigError(f"{out} holds {len(stale)} run(s) of this bench's names started "
+                          f"with another config: {'; '.join(stale[:4])}"
                           f"{' ...' if len(stale) > 4 else ''}. Delete those directories "
                           f"(an earlier battery version's runs of a cell it changed, say) or "
                           f"bench into another --out")

@@ -21,8 +21,8 @@ card's numbers stay the protocol's. Without ``fit_search.csv`` the card is as be
 
 Written into the output folder: ``runs.csv`` (own runs), ``scorecard.md / .csv / .json``,
 ``scorecard.png`` (variants x cells, colour = OOD mean over fitted seeds, an x where no seed
-fitted), ``curves/<cell>.png``. Rows of another battery version are refused
-(:func:`lengen.bench.battery.check_version`); v1 scorecards stay readable through
+fitted), ``curves/<cell>.png``. A row of another budget of its cell than this battery's is
+refused (:func:`lengen.bench.battery.check_version`, per cell); v1 scorecards stay readable through
 :func:`read_scorecard` for history.
 """
 from __future__ import annotations
@@ -130,7 +130,7 @@ def read_runs(path: str, drop=frozenset()) -> list[dict]:
 
 def read_fit_search(path: str) -> list[dict]:
     """Rows of a ``fit_search.csv`` (the file, or a card folder holding one; none there: []),
-    typed; every row must be of this battery version and name a rung of
+    typed; every row must be of this battery's budget for its cell and name a rung of
     :data:`lengen.bench.battery.FIT_LADDER`."""
     p = os.path.join(path, FIT_SEARCH_CSV) if os.path.isdir(path) else path
     if not os.path.isfile(p):
@@ -418,7 +418,8 @@ def pending_note(folder: str) -> str:
         return ""
     return (f"Not run yet at battery v{VERSION} (the baseline card is completed in parts; "
             f"{PENDING_CSV}): " + "; ".join(f"{c}: {', '.join(v)}" for c, v in by_cell.items())
-            + ".")
+            + ". Until they are, the aggregate and fitted-cell tables count those entries over "
+              "their other cells only, so compare them there with care.")
 
 
 def load_baselines(baselines, scale: str, own: set) -> tuple[list[dict], str]:
