@@ -539,6 +539,34 @@ def test_a_bench_refuses_a_folder_it_cannot_finish_in_before_training(tmp_path, 
     assert {r["bench_version"] for r in again} == {str(VERSION)} and len(again) == len(rows)
 
 
+def test_the_pre_flight_compares_configs_up_to_name_and_runtime_keys(tmp_path):
+    """check_out_folder on the full protocol's specs (later seeds at every rate of the grid): a
+    run directory whose stored config differs only in its name or a runtime key (a run copied
+    in under another name, as results/bench-cpu/v3/seed_from_probe12.py does) passes; one that
+    differs in a training key is refused, whichever seed or rate its name has."""
+    from lengen.bench.run import check_out_folder
+
+    grid = {"copy": lr_grid("copy", "smoke")}
+    first, _ = build_specs([("RoPE", ["model.posenc=rope"])], "smoke", cells=["copy"],
+                           seeds=[0], lrs=grid, role="tune")
+    later, _ = build_specs([("RoPE", ["model.posenc=rope"])], "smoke", cells=["copy"],
+                           seeds=[1], lrs=grid)
+    specs = first + later
+    assert len(specs) == 2 * len(grid["copy"])
+    pairs = {("RoPE", "copy")}
+    target = later[-1]                               # seed 1 at a rate the grid may not choose
+    cfg = resolve(target.config, check_device=False).config.to_dict()
+    run_dir = tmp_path / target.name
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text(json.dumps(dict(cfg, name="elsewhere", train=dict(
+        cfg["train"], threads=7))))
+    check_out_folder(specs, pairs, str(tmp_path))                    # name, threads: fine
+    (run_dir / "config.json").write_text(json.dumps(dict(cfg, train=dict(
+        cfg["train"], steps=cfg["train"]["steps"] + 1))))
+    with pytest.raises(ConfigError, match=f"{target.name} \\(different config: train.steps\\)"):
+        check_out_folder(specs, pairs, str(tmp_path))
+
+
 def test_estimate_names_every_cell_with_its_evaluation_and_runs(capsys):
     from lengen.bench.run import estimate_bench
 
