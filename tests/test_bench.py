@@ -339,6 +339,10 @@ def test_a_row_counts_while_its_cell_is_unchanged(tmp_path):
     write_card(_runs("mine", "copy", [0.5, 0.6]), str(tmp_path / "card2"), "cpu",
                baselines=str(old), log=None)
     assert "Not run yet" not in (tmp_path / "card2" / "scorecard.md").read_text()
+    # a part written into the baseline folder itself, which --baselines also names: said once
+    write_card(_runs("mine", "copy", [0.5, 0.6]), str(base), "cpu", baselines=str(base),
+               log=None)
+    assert (base / "scorecard.md").read_text().count("Not run yet at battery v3") == 1
 
 
 def test_fitted_cells_counts_failed_seeds_and_leaves_out_na():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import glob
+import importlib.util
 import json
 import os
 import re
@@ -91,6 +92,37 @@ def test_the_baseline_cards_runs_are_this_batterys_runs():
         built = resolve(spec.config, check_device=False).config.to_dict()
         stored = _config(card, sub, spec.name, r["bench_version"])
         assert config_diff(stored, built, ignore) == [], (spec.name, r["bench_version"])
+
+
+def test_the_baseline_cards_earlier_rows_are_those_its_carry_script_keeps():
+    """The baseline card's rows of an earlier battery version are exactly that version's rows
+    whose cell the battery still counts (``check_version``, which ``carry.py`` calls), none
+    dropped or added by hand since; a card without a ``carry.py`` keeps no earlier rows."""
+    card = CARDS[0]
+    script = os.path.join(card, "carry.py")
+    kept = {}
+    for name in ("runs.csv", "fit_search.csv"):
+        with open(os.path.join(card, name), newline="") as f:
+            for r in csv.DictReader(f):
+                if int(r["bench_version"]) != VERSION:
+                    kept.setdefault((name, r["bench_version"]), set()).add(_key(r))
+    if not os.path.isfile(script):
+        assert not kept, "earlier battery versions' rows but no carry.py that says which"
+        return
+    spec = importlib.util.spec_from_file_location("carry", script)
+    carry = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(carry)
+    assert kept
+    for (name, version), have in kept.items():
+        with open(os.path.join(BENCH, f"v{version}", name), newline="") as f:
+            rows = list(csv.DictReader(f))
+        assert have == {_key(r) for r in rows if carry.counts_at_v3(r)}, (name, version)
+        assert any(not carry.counts_at_v3(r) for r in rows)   # the rule drops a changed cell
+
+
+def _key(r: dict) -> tuple:
+    lr = float(r["lr"]) if r["lr"] else ""                # an n/a row has no seed or rate
+    return (r["variant"], r["cell"], r["seed"], lr, r.get("steps", ""))
 
 
 @pytest.mark.parametrize("card", CARDS[1:], ids=[os.path.relpath(c, BENCH) for c in CARDS[1:]])

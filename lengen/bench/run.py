@@ -26,7 +26,7 @@ from lengen.bench.battery import (CELLS, LR_FACTORS, PROTOCOLS, SCALES, SEEDS, V
                                   lr_grid, score, val_score, validation_config)
 from lengen.bench.scorecard import FIT_SEARCH_CSV, read_fit_search, read_runs, write_card
 from lengen.bench.variants import check_bench_file, check_some_cell_runs, check_variants
-from lengen.config import RESUME_IGNORED, config_diff, resolve
+from lengen.config import resolve
 from lengen.config_files import apply_overrides, load_config_file
 from lengen.errors import ConfigError
 from lengen.fileio import save_json_atomic
@@ -34,7 +34,7 @@ from lengen.recipes.common import select
 from lengen.recipes.estimate import report_total, time_training_steps, use_worker_threads
 from lengen.eval.evaluate import evaluate
 from lengen.rundir.checkpoint import load_weights, verify_final_weights
-from lengen.rundir.layout import read_stored_config
+from lengen.rundir.layout import stored_changes
 from lengen.rundir.load import prepare
 from lengen.runfiles import BENCH_VALIDATION
 from lengen.sweep import RunSpec, finished_rows, run_one, run_sweep, training_span
@@ -457,12 +457,8 @@ def check_out_folder(specs, pairs, out: str) -> None:
                           f"file away or bench into another --out") from None
     stale = []
     for spec in specs:
-        run_dir = os.path.join(out, spec.name)
-        stored = read_stored_config(run_dir) if os.path.isdir(run_dir) else None
-        if stored is None:
-            continue
-        diff = config_diff(stored, resolve(spec.config, check_device=False).config.to_dict(),
-                           RESUME_IGNORED)
+        diff = stored_changes(os.path.join(out, spec.name),
+                              resolve(spec.config, check_device=False).config.to_dict())
         if diff:
             stale.append(f"{spec.name} (different config: "
                          f"{', '.join(k for k, _, _ in diff[:6])})")

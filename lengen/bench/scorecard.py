@@ -472,7 +472,7 @@ def write_card(rows: list[dict], out: str, scale: str, *, baselines="default",
         fits += [r for r in baseline_fit_search(baselines, scale)
                  if r["variant"] in shown and (r["variant"], r["cell"]) not in mine]
     own_pending = pending_note(out)          # the committed baseline card, written in place
-    if own_pending:
+    if own_pending and own_pending not in (note or ""):   # --baselines may be ``out`` itself
         note = f"{note} {own_pending}" if note else own_pending
     base_names = list(dict.fromkeys(r["variant"] for r in base_rows))
     protocols = ({r.get("protocol") for r in rows if r.get("status") != "n/a"},

@@ -138,6 +138,14 @@ def read_stored_config(run_dir: str) -> dict | None:
     return None
 
 
+def stored_changes(run_dir: str, new: dict) -> list | None:
+    """How the config stored in ``run_dir`` differs from ``new`` in the keys that change what is
+    computed (``config_diff`` rows, [] when the same run), or None when it stores no readable
+    config. The one comparison a resume (:func:`check_same_run`) and a bench's pre-flight make."""
+    stored = read_stored_config(run_dir) if os.path.isdir(run_dir) else None
+    return None if stored is None else config_diff(stored, new, RESUME_IGNORED)
+
+
 def check_same_run(run_dir: str, new: dict) -> None:
     """Raise RunDirError if ``run_dir`` holds a run whose config differs from ``new`` in a key
     that changes what is computed (or whose config cannot be read at all)."""
@@ -146,11 +154,10 @@ def check_same_run(run_dir: str, new: dict) -> None:
     fix = (f"Rerun with the stored settings (in {os.path.join(run_dir, 'config.json')}) to "
            f"resume, pass --fresh (fresh=True) to move the old run to "
            f"{os.path.join(run_dir, PREVIOUS)}/ and start over, or use another --run-dir")
-    stored = read_stored_config(run_dir)
-    if stored is None:
+    diff = stored_changes(run_dir, new)
+    if diff is None:
         raise RunDirError(f"{run_dir} holds run files but no readable config.json or checkpoint "
                           f"config, so it cannot be checked against this run. {fix}")
-    diff = config_diff(stored, new, RESUME_IGNORED)
     if diff:
         shown = "; ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in diff[:6])
         more = f" (and {len(diff) - 6} more)" if len(diff) > 6 else ""
@@ -208,5 +215,5 @@ def write_rows(rows, run_dir, stem: str = "eval"):
 
 
 __all__ = ["check_run_dir", "RunDirLock", "has_run", "move_aside", "read_stored_config",
-           "check_same_run", "truncate_metrics", "run_meta", "write_rows", "refuse_owned_output",
-           "RUN_FILES", "OWNED_NAMES", "PREVIOUS"]
+           "stored_changes", "check_same_run", "truncate_metrics", "run_meta", "write_rows",
+           "refuse_owned_output", "RUN_FILES", "OWNED_NAMES", "PREVIOUS"]
