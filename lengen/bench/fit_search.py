@@ -31,11 +31,11 @@ from lengen.bench.run import _rows_of, _spec, run_bench_one, select_lr
 from lengen.bench.scorecard import (FIT_FIELDS, FIT_SEARCH_CSV, _write_csv, read_fit_search,
                                     read_runs, runs_path, write_card)
 from lengen.bench.variants import check_variants
-from lengen.config import RESUME_IGNORED, config_diff, resolve
+from lengen.config import resolve
 from lengen.errors import ConfigError
 from lengen.provenance import short_commit, source_commit
 from lengen.recipes.common import select
-from lengen.rundir.layout import read_stored_config
+from lengen.rundir.layout import stored_changes
 from lengen.sweep import run_sweep
 
 #: the fit search's run folders, inside the bench's output folder
@@ -103,11 +103,8 @@ def _check_base_config(spec, out: str) -> None:
     """The fit search's configs are the protocol's with other steps and rates: where the
     protocol's run of the same variant, cell, seed and rate is in ``out``, its stored config
     must be the one these overrides make (other overrides under the same label: an error)."""
-    stored = read_stored_config(os.path.join(out, spec.name))
-    if stored is None:
-        return
-    diff = config_diff(stored, resolve(spec.config, check_device=False).config.to_dict(),
-                       RESUME_IGNORED)
+    diff = stored_changes(os.path.join(out, spec.name),
+                          resolve(spec.config, check_device=False).config.to_dict())
     if diff:
         keys = ", ".join(f"{k}: {a!r} there, {b!r} here" for k, a, b in diff[:4])
         raise ConfigError(f"variant {spec.tags['variant']!r}: the overrides given make another "

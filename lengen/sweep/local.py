@@ -74,9 +74,9 @@ def finished_rows(cfg_dict: dict, run_dir: str):
     stored = read_stored_config(run_dir)
     if stored is None:
         return None, "train"          # train() explains what is wrong with the directory
-    if config_diff(stored, cfg_dict, RESUME_IGNORED):
-        keys = ", ".join(k for k, _, _ in config_diff(stored, cfg_dict, RESUME_IGNORED)[:6])
-        return None, f"different config ({keys})"
+    diff = config_diff(stored, cfg_dict, RESUME_IGNORED)
+    if diff:
+        return None, f"different config ({', '.join(k for k, _, _ in diff[:6])})"
     rows = _read_rows(path)
     if rows is None or config_diff(stored, cfg_dict, RUNTIME_KEYS):
         return None, "eval"
