@@ -8,12 +8,13 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 
 import pytest
 
 from lengen.bench.battery import (CELL_SINCE, CELLS, EVAL_SEED, LR_FACTORS, SCALES, VAL_SEED,
                                   VERSION, cell_config, check_version, lr_grid, score, train_top,
-                                  validation_config)
+                                  validation_config, counts_now)
 from lengen.bench.run import (BASELINE_GROUPS, BASELINES, baseline_variants, build_specs,
                               default_seeds, parse_variant, run_bench, select_lr)
 from lengen.bench.scorecard import (RUN_FIELDS, compare_cards, fitted_cells, published,
@@ -310,6 +311,14 @@ def test_a_row_counts_while_its_cell_is_unchanged(tmp_path):
     assert CELL_SINCE == {**{c: 2 for c in CELLS}, "addition": 3}
     assert all(check_version(2, cell=c) == 2 for c in CELLS if c != "addition")
     assert check_version(3, cell="addition") == 3
+    # the rule itself (what results/bench-cpu/v3/carry.py keeps rows by): a malformed row is
+    # an error, never a row quietly left out
+    assert counts_now(2, "copy") and counts_now(3, "addition") and not counts_now(2, "addition")
+    assert not counts_now(4, "copy") and not counts_now(1, "copy")
+    with pytest.raises(ConfigError, match="unknown bench cell 'adition'"):
+        counts_now(2, "adition")
+    with pytest.raises(ConfigError, match="must be an integer battery version, got 'x'"):
+        counts_now("x", "copy")
     with pytest.raises(ConfigError, match=r"battery v2; this is battery v3's addition cell "
                                           r"\(unchanged since v3\).*never compared"):
         check_version(2, "rows", cell="addition")
@@ -343,6 +352,14 @@ def test_a_row_counts_while_its_cell_is_unchanged(tmp_path):
     write_card(_runs("mine", "copy", [0.5, 0.6]), str(base), "cpu", baselines=str(base),
                log=None)
     assert (base / "scorecard.md").read_text().count("Not run yet at battery v3") == 1
+    # a card completed in parts beside another folder's baselines, with the same pending pairs:
+    # the sentence is said for each
+    (tmp_path / "card3").mkdir()
+    shutil.copy(base / "pending.csv", tmp_path / "card3" / "pending.csv")
+    write_card(_runs("mine", "copy", [0.5, 0.6]), str(tmp_path / "card3"), "cpu",
+               baselines=str(base), log=None)
+    assert (tmp_path / "card3" / "scorecard.md").read_text().count("Not run yet at battery v3") \
+        == 2
 
 
 def test_fitted_cells_counts_failed_seeds_and_leaves_out_na():

@@ -203,20 +203,32 @@ PROTOCOLS = {"full": (None, True, True), "quick": (2, False, False)}
 FIT_LADDER = (("lr-wide", (0.25, 4.0), 1), ("steps-x2", None, 2), ("steps-x4", None, 4))
 
 
-def check_version(version, where: str = "rows", cell: str | None = None) -> int:
-    """``version`` as an int, which must be a battery version whose ``cell`` is this battery's
-    (:data:`CELL_SINCE`: ``CELL_SINCE[cell] <= version <= VERSION``); without ``cell``, this
-    battery's :data:`VERSION` itself. A row of another budget is never compared with this
-    battery's rows (other budgets, other rules)."""
+def _version(version, where: str) -> int:
     try:
-        v = int(version)
+        return int(version)
     except (TypeError, ValueError):
         raise ConfigError(f"{where}: bench_version must be an integer battery version, got "
                           f"{version!r}") from None
-    if cell is not None and cell not in CELL_SINCE:
+
+
+def counts_now(version, cell: str, where: str = "rows") -> bool:
+    """Whether a row of battery ``version`` on ``cell`` is this battery's row: the one rule,
+    ``CELL_SINCE[cell] <= version <= VERSION`` (:data:`CELL_SINCE`). A version that is not an
+    integer or a cell this battery does not have is an error, not a row that does not count."""
+    v = _version(version, where)
+    if cell not in CELL_SINCE:
         raise ConfigError(f"{where}: unknown bench cell {cell!r}. Valid: {', '.join(CELLS)}")
+    return CELL_SINCE[cell] <= v <= VERSION
+
+
+def check_version(version, where: str = "rows", cell: str | None = None) -> int:
+    """``version`` as an int, which must be a battery version whose ``cell`` is this battery's
+    (:func:`counts_now`); without ``cell``, this battery's :data:`VERSION` itself. A row of
+    another budget is never compared with this battery's rows (other budgets, other rules)."""
+    v = _version(version, where)
+    ok = v == VERSION if cell is None else counts_now(v, cell, where)
     since = VERSION if cell is None else CELL_SINCE[cell]
-    if not since <= v <= VERSION:
+    if not ok:
         what = "" if cell is None else f"'s {cell} cell (unchanged since v{since})"
         raise ConfigError(f"{where} were made with battery v{v}; this is battery v{VERSION}"
                           f"{what}. Rows of different budgets are never compared (the cells' "
@@ -514,5 +526,5 @@ def effective_threshold(cell: str) -> float | None:
 __all__ = ["VERSION", "CELL_SINCE", "CELLS", "SCALES", "SEEDS", "LR_FACTORS", "PROTOCOLS",
            "EVAL_SEED", "VAL_SEED", "cell_config", "score", "curve", "effective_threshold",
            "lr_grid", "default_lr", "validation_config", "val_score", "train_top", "check_version",
-           "check_protocol", "FIT_LADDER", "fit_rung", "fit_rung_cost", "default_steps",
-           "default_out"]
+           "counts_now", "check_protocol", "FIT_LADDER", "fit_rung", "fit_rung_cost",
+           "default_steps", "default_out"]

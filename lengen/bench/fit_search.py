@@ -103,8 +103,10 @@ def _check_base_config(spec, out: str) -> None:
     """The fit search's configs are the protocol's with other steps and rates: where the
     protocol's run of the same variant, cell, seed and rate is in ``out``, its stored config
     must be the one these overrides make (other overrides under the same label: an error)."""
-    diff = stored_changes(os.path.join(out, spec.name),
-                          resolve(spec.config, check_device=False).config.to_dict())
+    run_dir = os.path.join(out, spec.name)
+    if not os.path.isdir(run_dir):
+        return
+    diff = stored_changes(run_dir, resolve(spec.config, check_device=False).config.to_dict())
     if diff:
         keys = ", ".join(f"{k}: {a!r} there, {b!r} here" for k, a, b in diff[:4])
         raise ConfigError(f"variant {spec.tags['variant']!r}: the overrides given make another "

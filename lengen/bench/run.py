@@ -457,8 +457,10 @@ def check_out_folder(specs, pairs, out: str) -> None:
                           f"file away or bench into another --out") from None
     stale = []
     for spec in specs:
-        diff = stored_changes(os.path.join(out, spec.name),
-                              resolve(spec.config, check_device=False).config.to_dict())
+        run_dir = os.path.join(out, spec.name)
+        if not os.path.isdir(run_dir):         # nothing to compare: resolve no config for it
+            continue
+        diff = stored_changes(run_dir, resolve(spec.config, check_device=False).config.to_dict())
         if diff:
             stale.append(f"{spec.name} (different config: "
                          f"{', '.join(k for k, _, _ in diff[:6])})")

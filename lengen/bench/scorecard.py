@@ -441,6 +441,12 @@ def load_baselines(baselines, scale: str, own: set) -> tuple[list[dict], str]:
         f" {pending}" if pending else "")
 
 
+def _folder(baselines, scale: str) -> str | None:
+    """The folder of the baselines' runs.csv (``baselines`` as in :func:`load_baselines`)."""
+    path = baseline_path(scale) if baselines == "default" else baselines
+    return os.path.realpath(os.path.dirname(os.path.abspath(runs_path(path)))) if path else None
+
+
 def baseline_fit_search(baselines, scale: str) -> list[dict]:
     """The ``fit_search.csv`` rows beside the baselines' runs.csv (``baselines`` as in
     :func:`load_baselines`); none there: []."""
@@ -465,14 +471,16 @@ def write_card(rows: list[dict], out: str, scale: str, *, baselines="default",
     own = list(dict.fromkeys(r["variant"] for r in rows))
     fits = (read_fit_search(os.path.join(out, FIT_SEARCH_CSV)) if fit_rows is None
             else list(fit_rows))
+    same = False                              # --baselines is ``out`` itself?
     if base_rows is None:
         base_rows, note = load_baselines(baselines, scale, set(own))
+        same = _folder(baselines, scale) == os.path.realpath(out)
         shown = {r["variant"] for r in base_rows}     # a variant of ours never takes theirs
         mine = {(r["variant"], r["cell"]) for r in fits}
         fits += [r for r in baseline_fit_search(baselines, scale)
                  if r["variant"] in shown and (r["variant"], r["cell"]) not in mine]
     own_pending = pending_note(out)          # the committed baseline card, written in place
-    if own_pending and own_pending not in (note or ""):   # --baselines may be ``out`` itself
+    if own_pending and not same:          # a baselines folder's own is in their note already
         note = f"{note} {own_pending}" if note else own_pending
     base_names = list(dict.fromkeys(r["variant"] for r in base_rows))
     protocols = ({r.get("protocol") for r in rows if r.get("status") != "n/a"},

@@ -15,22 +15,17 @@ import csv
 import io
 import os
 
-from lengen.bench.battery import check_version
-from lengen.errors import ConfigError
+from lengen.bench.battery import counts_now
 from lengen.fileio import write_text_atomic
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 V2 = os.path.join(os.path.dirname(HERE), "v2")
 
 
-def counts_at_v3(row: dict) -> bool:
-    """Whether battery v3 counts ``row`` as its own (the battery's one rule, :func:`check_version`:
-    the row's version is at least its cell's ``CELL_SINCE``)."""
-    try:
-        check_version(row["bench_version"], "row", row["cell"])
-    except ConfigError:
-        return False
-    return True
+def carried(row: dict) -> bool:
+    """Whether this battery counts ``row`` (of an earlier battery's card) as its own: the
+    battery's one rule, :func:`lengen.bench.battery.counts_now` (a malformed row is an error)."""
+    return counts_now(row["bench_version"], row["cell"], "row")
 
 
 def carry(name: str) -> int:
@@ -41,7 +36,7 @@ def carry(name: str) -> int:
     with open(src, newline="") as f:
         reader = csv.DictReader(f)
         fields, rows = reader.fieldnames, list(reader)
-    kept = [r for r in rows if counts_at_v3(r)]
+    kept = [r for r in rows if carried(r)]
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=fields)
     w.writeheader()
