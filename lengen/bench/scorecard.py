@@ -422,10 +422,15 @@ def pending_note(folder: str) -> str:
               "their other cells only, so compare them there with care.")
 
 
+def _base_path(baselines, scale: str) -> str | None:
+    """The runs.csv (or card folder) ``baselines`` names: ``'default'`` is the committed one."""
+    return baseline_path(scale) if baselines == "default" else baselines
+
+
 def load_baselines(baselines, scale: str, own: set) -> tuple[list[dict], str]:
     """(rows, note) of the baselines shown beside ``own`` variants: ``baselines`` is
     ``'default'`` (:func:`baseline_path`), a runs.csv / card folder, or None."""
-    path = baseline_path(scale) if baselines == "default" else baselines
+    path = _base_path(baselines, scale)
     if not path:
         return [], ""
     if baselines == "default" and not os.path.isfile(path):
@@ -443,14 +448,14 @@ def load_baselines(baselines, scale: str, own: set) -> tuple[list[dict], str]:
 
 def _folder(baselines, scale: str) -> str | None:
     """The folder of the baselines' runs.csv (``baselines`` as in :func:`load_baselines`)."""
-    path = baseline_path(scale) if baselines == "default" else baselines
+    path = _base_path(baselines, scale)
     return os.path.realpath(os.path.dirname(os.path.abspath(runs_path(path)))) if path else None
 
 
 def baseline_fit_search(baselines, scale: str) -> list[dict]:
     """The ``fit_search.csv`` rows beside the baselines' runs.csv (``baselines`` as in
     :func:`load_baselines`); none there: []."""
-    path = baseline_path(scale) if baselines == "default" else baselines
+    path = _base_path(baselines, scale)
     if not path or not os.path.exists(path):
         return []
     return read_fit_search(os.path.dirname(os.path.abspath(runs_path(path))))
