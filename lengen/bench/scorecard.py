@@ -427,6 +427,11 @@ def _base_path(baselines, scale: str) -> str | None:
     return baseline_path(scale) if baselines == "default" else baselines
 
 
+def _folder(path: str) -> str:
+    """The folder of the runs.csv ``path`` names (the file or its card folder)."""
+    return os.path.dirname(os.path.abspath(runs_path(path)))
+
+
 def load_baselines(baselines, scale: str, own: set) -> tuple[list[dict], str]:
     """(rows, note) of the baselines shown beside ``own`` variants: ``baselines`` is
     ``'default'`` (:func:`baseline_path`), a runs.csv / card folder, or None."""
@@ -441,15 +446,9 @@ def load_baselines(baselines, scale: str, own: set) -> tuple[list[dict], str]:
     where = (f"lengen's committed battery v{VERSION} baselines "
              f"({os.path.relpath(path, _REPO)} at lengen {_commit()})"
              if baselines == "default" else path)
-    pending = pending_note(os.path.dirname(os.path.abspath(runs_path(path))))
+    pending = pending_note(_folder(path))
     return rows, f"Baselines (marked *) read from {where}, not retrained." + (
         f" {pending}" if pending else "")
-
-
-def _folder(baselines, scale: str) -> str | None:
-    """The folder of the baselines' runs.csv (``baselines`` as in :func:`load_baselines`)."""
-    path = _base_path(baselines, scale)
-    return os.path.realpath(os.path.dirname(os.path.abspath(runs_path(path)))) if path else None
 
 
 def baseline_fit_search(baselines, scale: str) -> list[dict]:
@@ -458,7 +457,7 @@ def baseline_fit_search(baselines, scale: str) -> list[dict]:
     path = _base_path(baselines, scale)
     if not path or not os.path.exists(path):
         return []
-    return read_fit_search(os.path.dirname(os.path.abspath(runs_path(path))))
+    return read_fit_search(_folder(path))
 
 
 def write_card(rows: list[dict], out: str, scale: str, *, baselines="default",
@@ -479,7 +478,8 @@ def write_card(rows: list[dict], out: str, scale: str, *, baselines="default",
     same = False                              # --baselines is ``out`` itself?
     if base_rows is None:
         base_rows, note = load_baselines(baselines, scale, set(own))
-        same = _folder(baselines, scale) == os.path.realpath(out)
+        path = _base_path(baselines, scale)
+        same = bool(path) and os.path.realpath(_folder(path)) == os.path.realpath(out)
         shown = {r["variant"] for r in base_rows}     # a variant of ours never takes theirs
         mine = {(r["variant"], r["cell"]) for r in fits}
         fits += [r for r in baseline_fit_search(baselines, scale)
