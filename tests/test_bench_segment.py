@@ -49,9 +49,21 @@ def test_a_kept_segment_restored_on_another_machine_gives_the_same_rows(tmp_path
     for n in later:                            # the segment stopped before seeds 1 and 2
         shutil.rmtree(first / n)
 
+    s0 = sorted(n for n in os.listdir(first) if "--s0--" in n)
+    aside = tmp_path / "aside"                 # kept once while its last run still trained
+    shutil.move(first / s0[-1], aside)
+    assert seg.save(str(first), "RoPE", start="2026-12-01T09:00:00Z",
+                    end="2026-12-01T09:20:00Z", commit="c", label="early", machine="m0") == s0[:2]
+    shutil.move(aside, first / s0[-1])
+    with pytest.raises(SystemExit, match="started at"):
+        seg.save(str(first), "RoPE", start="2026-12-01T09:01:00Z", end="x", commit="c",
+                 label="first", machine="m", extend=True)
     kept = seg.save(str(first), "RoPE", start="2026-12-01T09:00:00Z",
-                    end="2026-12-01T09:30:30Z", commit="c", label="first", machine="m")
-    assert kept == sorted(n for n in os.listdir(first) if "--s0--" in n) and len(kept) == 3
+                    end="2026-12-01T09:30:30Z", commit="c", label="first", machine="m",
+                    extend=True)
+    assert kept == s0[2:]
+    kept = seg.read_manifest("RoPE")["segments"][0]["runs_kept"]
+    assert kept == s0 and len(seg.read_manifest("RoPE")["segments"]) == 1
     store = tmp_path / "store" / "segments" / "RoPE"
     assert sorted(os.listdir(store / kept[0])) == sorted(seg.KEPT)    # no weights kept
     with pytest.raises(SystemExit, match="not kept already"):

@@ -1,10 +1,10 @@
 """Carry a baseline part's finished runs from one session's machine to the next.
 
 A part of the v3 card (``parts.csv``) runs ``lengen bench --baselines-only X --cells addition
-... --out DIR``. Some parts take longer than one working session (Mamba-2's five runs take
-about four hours on the 2-core machine), and a session may start on a fresh machine, so a
-part is run in segments stopped at a run boundary, and the runs a segment finished are kept
-here until the part lands (its rows then live in ``runs.csv``, and its folder here is removed):
+... --out DIR``. Some parts take longer than one working session on the 2-core machine
+(``parts.csv``), and a session may start on a fresh machine, so such a part is run in
+segments stopped at a run boundary, and the runs a segment finished are kept here until the
+part lands (its rows then live in ``runs.csv``, and its folder here is removed):
 
     python results/bench-cpu/v3/segment.py save DIR VARIANT --start UTC --end UTC \\
         --commit SHA --label TEXT --machine TEXT      # after a segment: keep its finished runs
@@ -20,12 +20,14 @@ run's ``config.json`` and ``eval.json`` modification times: the bench states a r
 seconds as the span between them (:func:`lengen.sweep.training_span`), which git does not
 keep. The weights are not kept: a finished run whose ``val.json`` matches is read back
 without them (:func:`lengen.sweep.finished_rows`, :func:`lengen.bench.run._validate`).
+``save --extend`` keeps more runs of the segment kept last (the same bench, still running
+when it was kept) and updates its end instead of adding a segment.
 
 ``restore`` writes those files back into DIR (refusing a run directory that exists), with
 the recorded modification times, so the same command on DIR reads the runs back (cached,
 not retrained) and trains only the rest. Nothing here changes a run or a row.
 
-    python results/bench-cpu/v3/segment.py land DIR VARIANT --start UTC --end UTC \
+    python results/bench-cpu/v3/segment.py land DIR VARIANT --start UTC --end UTC \\
         --commit SHA --label TEXT --machine TEXT      # after the last segment
 
 ``land`` commits nothing; it writes the finished part into this folder for a commit: it checks
@@ -79,9 +81,18 @@ def read_manifest(variant: str) -> dict:
 
 
 def save(out: str, variant: str, *, start: str, end: str, commit: str, label: str,
-         machine: str) -> list[str]:
-    """Keep the finished runs of ``variant`` in ``out`` not kept yet; return their names."""
+         machine: str, extend: bool = False) -> list[str]:
+    """Keep the finished runs of ``variant`` in ``out`` not kept yet; return their names.
+    ``extend``: the runs belong to the segment kept last (same start and commit), still
+    running when it was kept; its end, label and machine note become these."""
     man = read_manifest(variant)
+    if extend:
+        if not man["segments"]:
+            raise SystemExit(f"--extend: no segment of {variant} is kept yet")
+        last = man["segments"][-1]
+        if (last["start_utc"], last["lengen_commit"]) != (start, commit):
+            raise SystemExit(f"--extend: the kept segment started at {last['start_utc']} at "
+                             f"{last['lengen_commit']}, not {start} at {commit}")
     new = [n for n in runs_in(out, variant)
            if finished(os.path.join(out, n)) and n not in man["runs"]]
     if not new:
@@ -98,9 +109,13 @@ def save(out: str, variant: str, *, start: str, end: str, commit: str, label: st
         t1 = os.path.getmtime(os.path.join(src, "eval.json"))
         man["runs"][name] = {"config_mtime": t0, "eval_mtime": t1,
                              "seconds": round(t1 - t0, 1)}
-    man["segments"].append({"label": label, "command": _command(variant),
-                            "lengen_commit": commit, "start_utc": start, "end_utc": end,
-                            "machine": machine, "runs_kept": new})
+    seg = {"label": label, "command": _command(variant), "lengen_commit": commit,
+           "start_utc": start, "end_utc": end, "machine": machine, "runs_kept": new}
+    if extend:            # the same bench invocation, kept once more after more of its runs
+        seg["runs_kept"] = man["segments"][-1]["runs_kept"] + new
+        man["segments"][-1] = seg
+    else:
+        man["segments"].append(seg)
     save_json_atomic(man, os.path.join(folder(variant), "segment.json"))
     return new
 
@@ -209,11 +224,15 @@ def main() -> None:
                        ("--machine", "what ran beside it, as parts.csv says")):
         s.add_argument(flag, required=True, help=what)
         ld.add_argument(flag, required=True, help=what + " (the last segment)")
+    s.add_argument("--extend", action="store_true",
+                   help="the runs belong to the segment kept last (the same bench, kept "
+                        "again after more of its runs ended): update it, add no segment")
     a = p.parse_args()
     if a.what in ("save", "land"):
+        more = {"extend": a.extend} if a.what == "save" else {}
         names = (save if a.what == "save" else land)(
             a.out, a.variant, start=a.start, end=a.end, commit=a.commit, label=a.label,
-            machine=a.machine)
+            machine=a.machine, **more)
     else:
         names = restore(a.out, a.variant)
     print(f"{a.what}: {', '.join(names)}")
