@@ -2,17 +2,19 @@
 runs one segment finished are kept (without their weights) and restored into a fresh folder; the
 same bench command there reads them back (cached, same rows and seconds) and trains only the
 rest, so the part's rows equal those of the part run in one go; ``land`` then writes the part
-into the card's folder with one ``parts.csv`` row per segment."""
+into the card's folder with one ``parts.csv`` row per segment. A kept run the bench would not
+read back as it is (another config) is refused, with nothing left behind."""
 from __future__ import annotations
 
 import csv
 import importlib.util
+import json
 import os
 import shutil
 
 import pytest
 
-from lengen.bench.run import BASELINES, run_bench
+from lengen.bench.run import BASELINES, run_bench, run_name
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "results", "bench-cpu", "v3",
                       "segment.py")
@@ -26,8 +28,8 @@ def _segment(store):
     return mod
 
 
-def _bench(out):
-    return run_bench([("RoPE", BASELINES["RoPE"])], "smoke", str(out), cells=["addition"],
+def _bench(label, out):
+    return run_bench([(label, BASELINES[label])], "smoke", str(out), cells=["addition"],
                      seeds=[0, 1, 2], baselines=None, log=lambda *a: None)
 
 
@@ -38,36 +40,46 @@ def _write_rows(path, rows):
         w.writerows(rows)
 
 
-def test_a_kept_segment_restored_on_another_machine_gives_the_same_rows(tmp_path):
-    seg = _segment(tmp_path / "store")
+def _first_segment(seg, label, tmp_path):
+    """A whole part, then its later seeds' runs deleted (the segment stopped before them) and
+    seed 0's runs kept in two saves of one segment. Returns (the whole part's rows, folder)."""
     first = tmp_path / "first"
-    whole = _bench(first)            # the part in one go: seed 0 x 3 rates, then seeds 1, 2
+    whole = _bench(label, first)     # the part in one go: seed 0 x 3 rates, then seeds 1, 2
     assert len(whole) == 5
-    later = [n for n in os.listdir(first) if n.startswith(("RoPE--addition--s1--",
-                                                           "RoPE--addition--s2--"))]
+    stem = run_name(label, "addition")
+    later = [n for n in os.listdir(first) if n.startswith((stem + "--s1--", stem + "--s2--"))]
     assert len(later) == 2
-    for n in later:                            # the segment stopped before seeds 1 and 2
+    for n in later:
         shutil.rmtree(first / n)
-
-    s0 = sorted(n for n in os.listdir(first) if "--s0--" in n)
+    s0 = sorted(n for n in os.listdir(first) if n.startswith(stem + "--s0--"))
+    assert len(s0) == 3
     aside = tmp_path / "aside"                 # kept once while its last run still trained
     shutil.move(first / s0[-1], aside)
-    assert seg.save(str(first), "RoPE", start="2026-12-01T09:00:00Z",
+    assert seg.save(str(first), label, start="2026-12-01T09:00:00Z",
                     end="2026-12-01T09:20:00Z", commit="c", label="early", machine="m0") == s0[:2]
     shutil.move(aside, first / s0[-1])
     with pytest.raises(SystemExit, match="started at"):
-        seg.save(str(first), "RoPE", start="2026-12-01T09:01:00Z", end="x", commit="c",
+        seg.save(str(first), label, start="2026-12-01T09:01:00Z", end="2026-12-01T09:30:30Z",
+                 commit="c", label="first", machine="m", extend=True)
+    with pytest.raises(SystemExit, match="ISO UTC"):
+        seg.save(str(first), label, start="2026-12-01T09:00:00Z", end="x", commit="c",
                  label="first", machine="m", extend=True)
-    kept = seg.save(str(first), "RoPE", start="2026-12-01T09:00:00Z",
+    assert seg.save(str(first), label, start="2026-12-01T09:00:00Z",
                     end="2026-12-01T09:30:30Z", commit="c", label="first", machine="m",
-                    extend=True)
-    assert kept == s0[2:]
-    kept = seg.read_manifest("RoPE")["segments"][0]["runs_kept"]
-    assert kept == s0 and len(seg.read_manifest("RoPE")["segments"]) == 1
-    store = tmp_path / "store" / "segments" / "RoPE"
-    assert sorted(os.listdir(store / kept[0])) == sorted(seg.KEPT)    # no weights kept
+                    extend=True) == s0[2:]
+    man = seg.read_manifest(label)
+    assert len(man["segments"]) == 1 and man["segments"][0]["runs_kept"] == s0
+    assert sorted(os.listdir(os.path.join(seg.folder(label), s0[0]))) == sorted(seg.KEPT)
     with pytest.raises(SystemExit, match="not kept already"):
-        seg.save(str(first), "RoPE", start="a", end="b", commit="c", label="again", machine="m")
+        seg.save(str(first), label, start="2026-12-01T10:00:00Z",
+                 end="2026-12-01T10:01:00Z", commit="c", label="again", machine="m")
+    return whole, first, s0
+
+
+@pytest.mark.parametrize("label", ["RoPE", "Rand. RoPE"])      # a label with a space
+def test_a_kept_segment_restored_on_another_machine_gives_the_same_rows(tmp_path, label):
+    seg = _segment(tmp_path / "store")
+    whole, first, kept = _first_segment(seg, label, tmp_path)
 
     second = tmp_path / "second"               # the next machine: nothing of the first
     second.mkdir()
@@ -75,10 +87,10 @@ def test_a_kept_segment_restored_on_another_machine_gives_the_same_rows(tmp_path
         other = [dict(r, variant="Other") for r in csv.DictReader(f) if r["seed"] == "0"]
     _write_rows(second / "runs.csv", other)
     _write_rows(second / "pending.csv", [{"variant": "Later", "cell": "addition"}])
-    assert seg.restore(str(second), "RoPE") == kept
+    assert seg.restore(str(second), label, "smoke") == kept
     with pytest.raises(SystemExit, match="exists"):
-        seg.restore(str(second), "RoPE")
-    rows = _bench(second)
+        seg.restore(str(second), label, "smoke")
+    rows = _bench(label, second)
     by = {(r["seed"], r["lr"]): r for r in rows}
     assert set(by) == {(r["seed"], r["lr"]) for r in whole}
     for r in whole:
@@ -98,15 +110,44 @@ def test_a_kept_segment_restored_on_another_machine_gives_the_same_rows(tmp_path
     with open(card / "parts.csv", "w", newline="") as f:
         csv.writer(f).writerow(["part", "command", "lengen_commit", "start_utc", "end_utc",
                                 "wall_min", "machine"])
-    written = seg.land(str(second), "RoPE", start="2026-12-02T10:00:00Z",
+    written = seg.land(str(second), label, start="2026-12-02T10:00:00Z",
                        end="2026-12-02T10:41:15Z", commit="d", label="second", machine="m2")
-    assert not os.path.exists(store)           # the kept runs leave with the landing
+    assert not os.path.exists(seg.folder(label))    # the kept runs leave with the landing
     with open(card / "parts.csv", newline="") as f:
-        parts = list(csv.DictReader(f))
-    assert [(p["part"], p["wall_min"]) for p in parts] == [
-        ("RoPE, addition (first)", "30.5"), ("RoPE, addition (second)", "41.3")]
-    assert len(os.listdir(card / "configs")) == 5 and str(card / "scorecard.md") in written
+        text = f.read()
+    quoted = f"'{label}'" if " " in label else label
+    assert text.splitlines()[1:] == [
+        f'"{label}, addition (first)",lengen bench --baselines-only {quoted} --cells addition '
+        f"--scale cpu --workers 2 --threads 1 --out DIR --baselines none,c,"
+        f"2026-12-01T09:00:00Z,2026-12-01T09:30:30Z,30.5,m",
+        f'"{label}, addition (second)",lengen bench --baselines-only {quoted} --cells addition '
+        f"--scale cpu --workers 2 --threads 1 --out DIR --baselines none,d,"
+        f"2026-12-02T10:00:00Z,2026-12-02T10:41:15Z,41.3,m2"]
+    assert text.count("\r\n") == 3             # parts.csv's line ends
+    configs = sorted(os.listdir(card / "configs"))
+    assert len(configs) == 5 and all(c.startswith(run_name(label, "addition")) for c in configs)
+    assert str(card / "scorecard.md") in written
     with open(card / "runs.csv", newline="") as f:
         assert len(list(csv.DictReader(f))) == len(other) + 5
     with pytest.raises(SystemExit, match="exists"):  # a committed config is never overwritten
-        seg.land(str(second), "RoPE", start="a", end="b", commit="d", label="x", machine="m")
+        seg.land(str(second), label, start="2026-12-02T10:00:00Z", end="2026-12-02T10:41:15Z",
+                 commit="d", label="x", machine="m")
+
+
+def test_a_kept_run_the_bench_would_not_read_back_is_refused(tmp_path):
+    """A kept run whose config is not what this checkout's bench builds (its evaluation
+    settings changed since, say) would be evaluated again, and without its weights trained
+    again: restore refuses it and leaves nothing in the folder."""
+    seg = _segment(tmp_path / "store")
+    _, _, kept = _first_segment(seg, "RoPE", tmp_path)
+    path = os.path.join(seg.folder("RoPE"), kept[1], "config.json")
+    with open(path) as f:
+        cfg = json.load(f)
+    cfg["eval"]["sequences"] += 1
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    second = tmp_path / "second"
+    second.mkdir()
+    with pytest.raises(SystemExit, match=kept[1].replace(".", r"\.") + ": its config"):
+        seg.restore(str(second), "RoPE", "smoke")
+    assert os.listdir(second) == []

@@ -14,8 +14,8 @@ part lands (its rows then live in ``runs.csv``, and its folder here is removed):
 bench's ``val.json`` present) not kept yet, the files the bench reads a finished run back
 from -- ``config.json`` (the config it ran with), ``eval.json`` (its test rows),
 ``val.json`` (its held-out validation rows) -- plus ``provenance.json`` and
-``metrics.jsonl`` (its record), into ``segments/VARIANT/<run name>/``, and records in
-``segments/VARIANT/segment.json`` the segment (command, commit, start, end, machine) and each
+``metrics.jsonl`` (its record), into ``segments/<VARIANT>/<run name>/`` (the bench's names: a space becomes ``_``), and
+records in ``segments/<VARIANT>/segment.json`` the segment (command, commit, start, end, machine) and each
 run's ``config.json`` and ``eval.json`` modification times: the bench states a run's
 seconds as the span between them (:func:`lengen.sweep.training_span`), which git does not
 keep. The weights are not kept: a finished run whose ``val.json`` matches is read back
@@ -24,18 +24,25 @@ without them (:func:`lengen.sweep.finished_rows`, :func:`lengen.bench.run._valid
 when it was kept) and updates its end instead of adding a segment.
 
 ``restore`` writes those files back into DIR (refusing a run directory that exists), with
-the recorded modification times, so the same command on DIR reads the runs back (cached,
-not retrained) and trains only the rest. Nothing here changes a run or a row.
+the recorded modification times, and checks that the bench of this checkout would read each
+one back as it is: the stored config equals the one the battery builds now (runtime keys
+aside, :func:`lengen.sweep.finished_rows`) and ``val.json`` was made by today's validation
+evaluation. A run that fails either would be evaluated or trained again (its weights are not
+kept), so ``restore`` then removes what it wrote and says which; otherwise the same command
+on DIR reads the runs back (cached, not retrained) and trains only the rest. Nothing here
+changes a run or a row.
 
     python results/bench-cpu/v3/segment.py land DIR VARIANT --start UTC --end UTC \\
         --commit SHA --label TEXT --machine TEXT      # after the last segment
 
 ``land`` commits nothing; it writes the finished part into this folder for a commit: it checks
 that DIR's ``runs.csv`` holds the part's five rows and, apart from them, exactly the rows of
-this folder's ``runs.csv``; copies the card (``runs.csv``, ``scorecard.*``,
+this folder's ``runs.csv``, and that the kept runs in DIR are the ones kept here (same
+``eval.json``); copies the card (``runs.csv``, ``scorecard.*``,
 ``curves/addition.png``, ``pending.csv``) and the five runs' ``config.json`` (as
 ``configs/<run>.json``); appends one ``parts.csv`` row per segment (the kept ones, then the
-last, given on the command line); and removes ``segments/VARIANT``.
+last, given on the command line); and removes ``segments/<VARIANT>``. Every check comes
+before the first file is written.
 """
 from __future__ import annotations
 
@@ -44,30 +51,44 @@ import csv
 import io
 import json
 import os
+import re
 import shutil
 from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
 
+from lengen.bench.battery import validation_config
+from lengen.bench.run import BASELINES, _spec, run_name
+from lengen.config import resolve
 from lengen.fileio import save_json_atomic, write_text_atomic
+from lengen.runfiles import BENCH_VALIDATION
+from lengen.sweep import finished_rows
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CELL = "addition"
 #: what the bench reads a finished run back from, then the run's own record
-KEPT = ("config.json", "eval.json", "val.json", "provenance.json", "metrics.jsonl")
+KEPT = ("config.json", "eval.json", BENCH_VALIDATION, "provenance.json", "metrics.jsonl")
 COMMAND = ("lengen bench --baselines-only {v} --cells addition --scale cpu --workers 2 "
            "--threads 1 --out DIR --baselines none")
 
 
+def _check_variant(variant: str) -> None:
+    if variant not in BASELINES:
+        raise SystemExit(f"{variant!r} is not a built-in baseline; one of: "
+                         f"{', '.join(BASELINES)}")
+
+
 def folder(variant: str) -> str:
-    return os.path.join(HERE, "segments", variant)
+    """``segments/<the bench's name for the variant>`` (a space becomes ``_``)."""
+    return os.path.join(HERE, "segments", run_name(variant, CELL).split("--")[0])
 
 
 def finished(run_dir: str) -> bool:
-    return all(os.path.isfile(os.path.join(run_dir, f)) for f in ("eval.json", "val.json"))
+    return all(os.path.isfile(os.path.join(run_dir, f))
+               for f in ("config.json", "eval.json", BENCH_VALIDATION))
 
 
 def runs_in(out: str, variant: str) -> list[str]:
-    prefix = f"{variant}--{CELL}--s"
+    prefix = run_name(variant, CELL) + "--s"
     return sorted(n for n in os.listdir(out) if n.startswith(prefix)
                   and os.path.isdir(os.path.join(out, n)))
 
@@ -80,11 +101,30 @@ def read_manifest(variant: str) -> dict:
         return json.load(f)
 
 
+def wall_min(start: str, end: str) -> str:
+    """Minutes from ``start`` to ``end`` (ISO UTC), to 0.1 rounded half up, as parts.csv has."""
+    try:
+        t = [datetime.fromisoformat(x.replace("Z", "+00:00")) for x in (start, end)]
+    except (AttributeError, ValueError):
+        raise SystemExit(f"start and end must be ISO UTC times such as 2026-12-02T09:18:56Z, "
+                         f"got {start!r} and {end!r}") from None
+    if t[1] < t[0]:
+        raise SystemExit(f"the end {end} is before the start {start}")
+    minutes = Decimal(str((t[1] - t[0]).total_seconds())) / 60
+    return str(minutes.quantize(Decimal("0.1"), rounding=ROUND_HALF_UP))
+
+
+def _command(variant: str) -> str:
+    return COMMAND.format(v=f"'{variant}'" if " " in variant else variant)
+
+
 def save(out: str, variant: str, *, start: str, end: str, commit: str, label: str,
          machine: str, extend: bool = False) -> list[str]:
     """Keep the finished runs of ``variant`` in ``out`` not kept yet; return their names.
     ``extend``: the runs belong to the segment kept last (same start and commit), still
     running when it was kept; its end, label and machine note become these."""
+    _check_variant(variant)
+    wall_min(start, end)                         # refuse a malformed time before writing
     man = read_manifest(variant)
     if extend:
         if not man["segments"]:
@@ -98,17 +138,19 @@ def save(out: str, variant: str, *, start: str, end: str, commit: str, label: st
     if not new:
         raise SystemExit(f"no finished {variant} run in {out} that is not kept already")
     for name in new:
+        if os.path.exists(os.path.join(folder(variant), name)):
+            raise SystemExit(f"{os.path.join(folder(variant), name)} exists; lengen never "
+                             f"overwrites a kept run")
+    for name in new:
         src, dst = os.path.join(out, name), os.path.join(folder(variant), name)
-        if os.path.exists(dst):
-            raise SystemExit(f"{dst} exists; lengen never overwrites a kept run")
         os.makedirs(dst)
         for f in KEPT:
             if os.path.exists(os.path.join(src, f)):
                 shutil.copyfile(os.path.join(src, f), os.path.join(dst, f))
-        t0 = os.path.getmtime(os.path.join(src, "config.json"))
-        t1 = os.path.getmtime(os.path.join(src, "eval.json"))
-        man["runs"][name] = {"config_mtime": t0, "eval_mtime": t1,
-                             "seconds": round(t1 - t0, 1)}
+        t0 = os.stat(os.path.join(src, "config.json")).st_mtime_ns
+        t1 = os.stat(os.path.join(src, "eval.json")).st_mtime_ns
+        man["runs"][name] = {"config_mtime_ns": t0, "eval_mtime_ns": t1,
+                             "seconds": round((t1 - t0) / 1e9, 1)}
     seg = {"label": label, "command": _command(variant), "lengen_commit": commit,
            "start_utc": start, "end_utc": end, "machine": machine, "runs_kept": new}
     if extend:            # the same bench invocation, kept once more after more of its runs
@@ -120,23 +162,57 @@ def save(out: str, variant: str, *, start: str, end: str, commit: str, label: st
     return new
 
 
-def restore(out: str, variant: str) -> list[str]:
-    """Write the kept runs of ``variant`` back into ``out``; return their names."""
+def why_not_read_back(run_dir: str, variant: str, scale: str) -> str | None:
+    """Why the bench of this checkout would not read the finished run in ``run_dir`` back as
+    it is (None: it would): its stored config or its validation key is not today's."""
+    m = re.search(r"--s(\d+)--lr(.+)$", os.path.basename(run_dir))
+    if not m:
+        return "not a bench run name"
+    spec = _spec(variant, BASELINES[variant], CELL, scale, int(m.group(1)),
+                 float(m.group(2)), "full", "final")
+    if finished_rows(resolve(spec.config).config.to_dict(), run_dir)[0] is None:
+        return "its config or test rows are not what the bench would read back"
+    vconf = validation_config(CELL, spec.config, scale)
+    with open(os.path.join(run_dir, BENCH_VALIDATION)) as f:
+        if json.load(f).get("key") != {"eval": vconf.get("eval"), "task": vconf.get("task")}:
+            return "its validation rows come from another validation evaluation"
+    return None
+
+
+def restore(out: str, variant: str, scale: str = "cpu") -> list[str]:
+    """Write the kept runs of ``variant`` back into ``out`` and check that the bench reads
+    each one back (module docstring); return their names."""
+    _check_variant(variant)
     man = read_manifest(variant)
     if not man["runs"]:
         raise SystemExit(f"nothing kept for {variant} in {folder(variant)}")
     for name in man["runs"]:
         if os.path.exists(os.path.join(out, name)):
             raise SystemExit(f"{os.path.join(out, name)} exists; move it away first")
-    for name, times in man["runs"].items():
-        src, dst = os.path.join(folder(variant), name), os.path.join(out, name)
-        os.makedirs(dst)
-        for f in KEPT:
-            if os.path.exists(os.path.join(src, f)):
-                shutil.copyfile(os.path.join(src, f), os.path.join(dst, f))
-        for f in ("val.json", "eval.json"):      # both at the run's end
-            os.utime(os.path.join(dst, f), (times["eval_mtime"], times["eval_mtime"]))
-        os.utime(os.path.join(dst, "config.json"), (times["config_mtime"],) * 2)
+    written = []
+    try:
+        for name, times in man["runs"].items():
+            src, dst = os.path.join(folder(variant), name), os.path.join(out, name)
+            os.makedirs(dst)
+            written.append(dst)
+            for f in KEPT:
+                if os.path.exists(os.path.join(src, f)):
+                    shutil.copyfile(os.path.join(src, f), os.path.join(dst, f))
+            for f in (BENCH_VALIDATION, "eval.json"):       # both at the run's end
+                os.utime(os.path.join(dst, f), ns=(times["eval_mtime_ns"],) * 2)
+            os.utime(os.path.join(dst, "config.json"), ns=(times["config_mtime_ns"],) * 2)
+        bad = {n: why for n in man["runs"]
+               if (why := why_not_read_back(os.path.join(out, n), variant, scale))}
+    except BaseException:
+        for d in written:
+            shutil.rmtree(d, ignore_errors=True)
+        raise
+    if bad:
+        for d in written:
+            shutil.rmtree(d, ignore_errors=True)
+        raise SystemExit("the bench of this checkout would not read these kept runs back "
+                         "(their weights are not kept, so it would train them again); "
+                         "nothing restored: " + "; ".join(f"{n}: {w}" for n, w in bad.items()))
     return list(man["runs"])
 
 
@@ -145,17 +221,11 @@ def _rows(path: str) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def wall_min(start: str, end: str) -> str:
-    """Minutes from ``start`` to ``end`` (ISO UTC), to 0.1 rounded half up, as parts.csv has."""
-    t = [datetime.fromisoformat(x.replace("Z", "+00:00")) for x in (start, end)]
-    minutes = Decimal(str((t[1] - t[0]).total_seconds())) / 60
-    return str(minutes.quantize(Decimal("0.1"), rounding=ROUND_HALF_UP))
-
-
 def land(out: str, variant: str, *, start: str, end: str, commit: str, label: str,
          machine: str) -> list[str]:
     """Write the finished part of ``variant`` from ``out`` into this folder (module docstring);
     return the paths written."""
+    _check_variant(variant)
     mine = lambda r: r["variant"] == variant and r["cell"] == CELL      # noqa: E731
     new, old = _rows(os.path.join(out, "runs.csv")), _rows(os.path.join(HERE, "runs.csv"))
     part = [r for r in new if mine(r)]
@@ -166,26 +236,20 @@ def land(out: str, variant: str, *, start: str, end: str, commit: str, label: st
         raise SystemExit(f"{out}/runs.csv differs from {HERE}/runs.csv in rows of other pairs")
     if any(r["variant"] == variant for r in _rows(os.path.join(out, "pending.csv"))):
         raise SystemExit(f"{out}/pending.csv still lists {variant}")
-    names = [f"{variant}--{CELL}--s{r['seed']}--lr{r['lr']}" for r in part]
+    names = [run_name(variant, CELL, int(r["seed"]), float(r["lr"])) for r in part]
     for n in names:
         if not os.path.isfile(os.path.join(out, n, "config.json")):
             raise SystemExit(f"{os.path.join(out, n)} has no config.json")
-    for n in names:
-        dst = os.path.join(HERE, "configs", n + ".json")
-        if os.path.exists(dst):
-            raise SystemExit(f"{dst} exists; lengen never overwrites a committed config")
-    written = []
-    for f in ("runs.csv", "scorecard.md", "scorecard.csv", "scorecard.json", "scorecard.png",
-              "pending.csv", os.path.join("curves", "addition.png")):
-        if f.startswith("curves") and not os.path.exists(os.path.join(out, f)):
-            continue                             # no fitted run in the cell: no curve plot
-        shutil.copyfile(os.path.join(out, f), os.path.join(HERE, f))
-        written.append(os.path.join(HERE, f))
-    for n in names:
-        dst = os.path.join(HERE, "configs", n + ".json")
-        shutil.copyfile(os.path.join(out, n, "config.json"), dst)
-        written.append(dst)
+        if os.path.exists(os.path.join(HERE, "configs", n + ".json")):
+            raise SystemExit(f"{os.path.join(HERE, 'configs', n + '.json')} exists; lengen "
+                             f"never overwrites a committed config")
     man = read_manifest(variant)
+    for n in man["runs"]:
+        with open(os.path.join(folder(variant), n, "eval.json"), "rb") as a, \
+                open(os.path.join(out, n, "eval.json"), "rb") as b:
+            if a.read() != b.read():
+                raise SystemExit(f"{os.path.join(out, n)} is not the run kept in "
+                                 f"{folder(variant)} (its eval.json differs)")
     segs = man["segments"] + [{"label": label, "command": _command(variant),
                                "lengen_commit": commit, "start_utc": start, "end_utc": end,
                                "machine": machine}]
@@ -198,15 +262,22 @@ def land(out: str, variant: str, *, start: str, end: str, commit: str, label: st
     parts = os.path.join(HERE, "parts.csv")
     with open(parts, newline="") as f:
         text = f.read()
+    written = []                                 # every check above: now write
+    for f in ("runs.csv", "scorecard.md", "scorecard.csv", "scorecard.json", "scorecard.png",
+              "pending.csv", os.path.join("curves", "addition.png")):
+        if f.startswith("curves") and not os.path.exists(os.path.join(out, f)):
+            continue                             # no fitted run in the cell: no curve plot
+        shutil.copyfile(os.path.join(out, f), os.path.join(HERE, f))
+        written.append(os.path.join(HERE, f))
+    for n in names:
+        dst = os.path.join(HERE, "configs", n + ".json")
+        shutil.copyfile(os.path.join(out, n, "config.json"), dst)
+        written.append(dst)
     write_text_atomic(text + buf.getvalue(), parts)
     written.append(parts)
     if os.path.isdir(folder(variant)):
         shutil.rmtree(folder(variant))
     return written
-
-
-def _command(variant: str) -> str:
-    return COMMAND.format(v=f"'{variant}'" if " " in variant else variant)
 
 
 def main() -> None:
@@ -217,7 +288,7 @@ def main() -> None:
     ld = sub.add_parser("land", help="write the finished part into this folder")
     for q in (s, r, ld):
         q.add_argument("out", help="the bench's --out folder")
-        q.add_argument("variant", help="the baseline's label, e.g. Mamba-2")
+        q.add_argument("variant", help="the baseline's label, e.g. Mamba-2 or 'Gated DeltaNet'")
     for flag, what in (("--start", "the segment's start, UTC"), ("--end", "its end, UTC"),
                        ("--commit", "the lengen commit it ran at"),
                        ("--label", "e.g. 'first segment: seed 0 at the grid's three rates'"),
@@ -227,14 +298,16 @@ def main() -> None:
     s.add_argument("--extend", action="store_true",
                    help="the runs belong to the segment kept last (the same bench, kept "
                         "again after more of its runs ended): update it, add no segment")
+    r.add_argument("--scale", default="cpu", help="the bench's --scale (default cpu)")
     a = p.parse_args()
-    if a.what in ("save", "land"):
-        more = {"extend": a.extend} if a.what == "save" else {}
-        names = (save if a.what == "save" else land)(
-            a.out, a.variant, start=a.start, end=a.end, commit=a.commit, label=a.label,
-            machine=a.machine, **more)
+    if a.what == "save":
+        names = save(a.out, a.variant, start=a.start, end=a.end, commit=a.commit,
+                     label=a.label, machine=a.machine, extend=a.extend)
+    elif a.what == "land":
+        names = land(a.out, a.variant, start=a.start, end=a.end, commit=a.commit,
+                     label=a.label, machine=a.machine)
     else:
-        names = restore(a.out, a.variant)
+        names = restore(a.out, a.variant, a.scale)
     print(f"{a.what}: {', '.join(names)}")
 
 
