@@ -1,4 +1,4 @@
-"""``results/bench-cpu/v3/segment.py``: a baseline part run in segments, on two machines. The
+"""``experiments/bench-cpu/segment.py``: a baseline part run in segments, on two machines. The
 runs one segment finished are kept (without their weights) and restored into a fresh folder; the
 same bench command there reads them back (cached, same rows and seconds) and trains only the
 rest, so the part's rows equal those of the part run in one go; ``land`` then writes the part
@@ -16,8 +16,7 @@ import pytest
 
 from lengen.bench.run import BASELINES, run_bench, run_name
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "..", "results", "bench-cpu", "v3",
-                      "segment.py")
+SCRIPT = os.path.join(os.path.dirname(__file__), "..", "experiments", "bench-cpu", "segment.py")
 
 
 def _segment(store):

@@ -1,24 +1,25 @@
 """Carry a baseline part's finished runs from one session's machine to the next.
 
-A part of the v3 card (``parts.csv``) runs ``lengen bench --baselines-only X --cells addition
-... --out DIR``. Some parts take longer than one working session on the 2-core machine
-(``parts.csv``), and a session may start on a fresh machine, so such a part is run in
-segments stopped at a run boundary, and the runs a segment finished are kept here until the
-part lands (its rows then live in ``runs.csv``, and its folder here is removed):
+A part of the v3 card (``results/bench-cpu/v3/parts.csv``) runs ``lengen bench
+--baselines-only X --cells addition ... --out DIR``. Some parts take longer than one working
+session on the 2-core machine, and a session may start on a fresh machine, so such a part is
+run in segments stopped at a run boundary, and the runs a segment finished are kept in
+``results/bench-cpu/v3/segments/`` until the part lands (its rows then live in the card's
+``runs.csv``, and its kept runs are removed). ``HERE`` below is the card's folder.
 
-    python results/bench-cpu/v3/segment.py save DIR VARIANT --start UTC --end UTC \\
+    python experiments/bench-cpu/segment.py save DIR VARIANT --start UTC --end UTC \\
         --commit SHA --label TEXT --machine TEXT      # after a segment: keep its finished runs
-    python results/bench-cpu/v3/segment.py restore DIR VARIANT   # before the next segment
+    python experiments/bench-cpu/segment.py restore DIR VARIANT   # before the next segment
 
 ``save`` copies, for every finished run of VARIANT x addition in DIR (``eval.json`` and the
 bench's ``val.json`` present) not kept yet, the files the bench reads a finished run back
 from -- ``config.json`` (the config it ran with), ``eval.json`` (its test rows),
 ``val.json`` (its held-out validation rows) -- plus ``provenance.json`` and
-``metrics.jsonl`` (its record), into ``segments/<VARIANT>/<run name>/`` (the bench's names: a space becomes ``_``), and
-records in ``segments/<VARIANT>/segment.json`` the segment (command, commit, start, end, machine) and each
-run's ``config.json`` and ``eval.json`` modification times: the bench states a run's
-seconds as the span between them (:func:`lengen.sweep.training_span`), which git does not
-keep. The weights are not kept: a finished run whose ``val.json`` matches is read back
+``metrics.jsonl`` (its record), into ``segments/<VARIANT>/<run name>/`` (the bench's
+names: a space becomes ``_``), and records in ``segments/<VARIANT>/segment.json`` the
+segment (command, commit, start, end, machine) and each run's ``config.json`` and
+``eval.json`` modification times: the bench states a run's seconds as the span between them
+(:func:`lengen.sweep.training_span`), which git does not keep. The weights are not kept: a finished run whose ``val.json`` matches is read back
 without them (:func:`lengen.sweep.finished_rows`, :func:`lengen.bench.run._validate`).
 ``save --extend`` keeps more runs of the segment kept last (the same bench, still running
 when it was kept) and updates its end instead of adding a segment.
@@ -32,15 +33,14 @@ kept), so ``restore`` then removes what it wrote and says which; otherwise the s
 on DIR reads the runs back (cached, not retrained) and trains only the rest. Nothing here
 changes a run or a row.
 
-    python results/bench-cpu/v3/segment.py land DIR VARIANT --start UTC --end UTC \\
+    python experiments/bench-cpu/segment.py land DIR VARIANT --start UTC --end UTC \\
         --commit SHA --label TEXT --machine TEXT      # after the last segment
 
-``land`` commits nothing; it writes the finished part into this folder for a commit: it checks
-that DIR's ``runs.csv`` holds the part's five rows and, apart from them, exactly the rows of
-this folder's ``runs.csv``, and that the kept runs in DIR are the ones kept here (same
-``eval.json``); copies the card (``runs.csv``, ``scorecard.*``,
-``curves/addition.png``, ``pending.csv``) and the five runs' ``config.json`` (as
-``configs/<run>.json``); appends one ``parts.csv`` row per segment (the kept ones, then the
+``land`` commits nothing; it writes the finished part into the card's folder for a commit: it
+checks that DIR's ``runs.csv`` holds the part's five rows and, apart from them, exactly the
+rows of the card's ``runs.csv``, and that the kept runs in DIR are the ones kept (same
+``eval.json``); copies the card (``runs.csv``, ``scorecard.*``, ``curves/addition.png``,
+``pending.csv``) and the five runs' ``config.json`` (as ``configs/<run>.json``); appends one ``parts.csv`` row per segment (the kept ones, then the
 last, given on the command line); and removes ``segments/<VARIANT>``. Every check comes
 before the first file is written.
 """
@@ -56,14 +56,16 @@ import shutil
 from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
 
+from lengen import resolve
 from lengen.bench.battery import validation_config
-from lengen.bench.run import BASELINES, _spec, run_name
-from lengen.config import resolve
+from lengen.bench.run import BASELINES, build_specs, run_name
 from lengen.fileio import save_json_atomic, write_text_atomic
-from lengen.runfiles import BENCH_VALIDATION
 from lengen.sweep import finished_rows
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+BENCH_VALIDATION = "val.json"     # the bench's held-out validation rows, beside eval.json
+#: the v3 card's folder: where segments are kept and parts land
+HERE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                    "results", "bench-cpu", "v3")
 CELL = "addition"
 #: what the bench reads a finished run back from, then the run's own record
 KEPT = ("config.json", "eval.json", BENCH_VALIDATION, "provenance.json", "metrics.jsonl")
@@ -168,8 +170,11 @@ def why_not_read_back(run_dir: str, variant: str, scale: str) -> str | None:
     m = re.search(r"--s(\d+)--lr(.+)$", os.path.basename(run_dir))
     if not m:
         return "not a bench run name"
-    spec = _spec(variant, BASELINES[variant], CELL, scale, int(m.group(1)),
-                 float(m.group(2)), "full", "final")
+    specs, _ = build_specs([(variant, BASELINES[variant])], scale, cells=[CELL],
+                           seeds=[int(m.group(1))], lrs={CELL: [float(m.group(2))]})
+    if len(specs) != 1 or specs[0].name != os.path.basename(run_dir):
+        return "the bench builds no run of this name"
+    spec = specs[0]
     if finished_rows(resolve(spec.config).config.to_dict(), run_dir)[0] is None:
         return "its config or test rows are not what the bench would read back"
     vconf = validation_config(CELL, spec.config, scale)
