@@ -150,3 +150,79 @@ def test_a_kept_run_the_bench_would_not_read_back_is_refused(tmp_path):
     with pytest.raises(SystemExit, match=kept[1].replace(".", r"\.") + ": its config"):
         seg.restore(str(second), "RoPE", "smoke")
     assert os.listdir(second) == []
+
+
+def test_an_unfinished_run_is_kept_from_its_checkpoint_resumed_and_its_seconds_add_up(
+        tmp_path):
+    """A segment stopped inside a run (Ctrl-C saves a checkpoint): the run is kept from its
+    newest checkpoint, resumed by the bench on the next machine, and ends with the rows of
+    a run trained in one go; its seconds on the card are both segments' spans."""
+    import socket
+
+    from lengen import train
+    from lengen.bench.battery import lr_grid
+    from lengen.bench.run import build_specs, run_bench_one
+
+    seg = _segment(tmp_path / "store")
+    whole = _bench("RoPE", tmp_path / "ref")
+    specs, _ = build_specs([("RoPE", BASELINES["RoPE"])], "smoke", cells=["addition"],
+                           seeds=[0], lrs={"addition": lr_grid("addition", "smoke")},
+                           role="tune")
+    first = tmp_path / "first"
+    for spec in specs[:2]:
+        assert run_bench_one(spec, str(first))["status"] == "done"
+    stopped = specs[2].name
+    assert train(specs[2].config, str(first / stopped), stop_at=2, quiet=True)[2] is None
+    (first / stopped / ".lock").write_text(f"pid {os.getpid()} on {socket.gethostname()}, "
+                                           f"training since now")
+    with pytest.raises(SystemExit, match="still trains it"):
+        seg.save(str(first), "RoPE", start="2026-12-01T09:00:00Z", end="2026-12-01T09:30:00Z",
+                 commit="c", label="first", machine="m", unfinished=True)
+    (first / stopped / ".lock").unlink()
+    kept = seg.save(str(first), "RoPE", start="2026-12-01T09:00:00Z",
+                    end="2026-12-01T09:30:00Z", commit="c", label="first", machine="m",
+                    unfinished=True)
+    assert kept == [s.name for s in specs]
+    man = seg.read_manifest("RoPE")
+    entry = man["runs"][stopped]
+    assert entry["unfinished"] and entry["step"] == 2 and entry["seconds"] >= 0
+    assert sorted(os.listdir(os.path.join(seg.folder("RoPE"), stopped, "checkpoints"))) == \
+        ["latest", "step_0000002"]
+    entry["seconds"] = 100.0                 # a smoke run's span rounds to 0: make it count
+    with open(os.path.join(seg.folder("RoPE"), "segment.json"), "w") as f:
+        json.dump(man, f)
+
+    second = tmp_path / "second"
+    second.mkdir()
+    with open(tmp_path / "ref" / "runs.csv", newline="") as f:
+        other = [dict(r, variant="Other") for r in csv.DictReader(f) if r["seed"] == "0"]
+    _write_rows(second / "runs.csv", other)
+    _write_rows(second / "pending.csv", [{"variant": "Later", "cell": "addition"}])
+    seg.restore(str(second), "RoPE", "smoke")
+    rows = _bench("RoPE", second)
+    by = {(r["seed"], r["lr"]): r for r in rows}
+    for r in whole:                          # the resumed run equals the one trained in one go
+        got = by[(r["seed"], r["lr"])]
+        assert {k: v for k, v in got.items() if k != "seconds"} == \
+               {k: v for k, v in r.items() if k != "seconds"}
+    resumed = next(r for r in rows if run_name("RoPE", "addition", r["seed"], r["lr"])
+                   == stopped)
+
+    card = tmp_path / "store"
+    (card / "configs").mkdir()
+    (card / "curves").mkdir()
+    _write_rows(card / "runs.csv", other)
+    with open(card / "parts.csv", "w", newline="") as f:
+        csv.writer(f).writerow(["part", "command", "lengen_commit", "start_utc", "end_utc",
+                                "wall_min", "machine"])
+    seg.land(str(second), "RoPE", start="2026-12-02T10:00:00Z", end="2026-12-02T10:10:00Z",
+             commit="d", label="second", machine="m2")
+    with open(card / "runs.csv", newline="") as f:
+        landed = {run_name(r["variant"], r["cell"], int(r["seed"]), float(r["lr"])): r
+                  for r in csv.DictReader(f) if r["variant"] == "RoPE"}
+        f.seek(0)
+        assert f.read().count("\r\n") == len(other) + 5 + 1     # the bench's line ends
+    assert float(landed[stopped]["seconds"]) == round(resumed["seconds"] + entry["seconds"], 1)
+    for name in kept[:2]:                    # read back: the bench's seconds, untouched
+        assert float(landed[name]["seconds"]) == by[(0, float(name.rsplit("lr", 1)[1]))][
+            "seconds"]

@@ -1,9 +1,9 @@
 """Carry a baseline part's finished runs from one session's machine to the next.
 
-A part of the v3 card (``results/bench-cpu/v3/parts.csv``) runs ``lengen bench
---baselines-only X --cells addition ... --out DIR``. Some parts take longer than one working
-session on the 2-core machine, and a session may start on a fresh machine, so such a part is
-run in segments stopped at a run boundary, and the runs a segment finished are kept in
+A part of the v3 card (``results/bench-cpu/v3/parts.csv``) runs ``lengen bench --baselines-only
+X --cells addition ... --out DIR``. Some parts take longer than one working session on the
+2-core machine, and a session may start on a fresh machine, so such a part is run in segments
+stopped at a run boundary, and the runs a segment finished are kept in
 ``results/bench-cpu/v3/segments/`` until the part lands (its rows then live in the card's
 ``runs.csv``, and its kept runs are removed). ``HERE`` below is the card's folder.
 
@@ -12,37 +12,47 @@ run in segments stopped at a run boundary, and the runs a segment finished are k
     python experiments/bench-cpu/segment.py restore DIR VARIANT   # before the next segment
 
 ``save`` copies, for every finished run of VARIANT x addition in DIR (``eval.json`` and the
-bench's ``val.json`` present) not kept yet, the files the bench reads a finished run back
-from -- ``config.json`` (the config it ran with), ``eval.json`` (its test rows),
-``val.json`` (its held-out validation rows) -- plus ``provenance.json`` and
-``metrics.jsonl`` (its record), into ``segments/<VARIANT>/<run name>/`` (the bench's
-names: a space becomes ``_``), and records in ``segments/<VARIANT>/segment.json`` the
-segment (command, commit, start, end, machine) and each run's ``config.json`` and
-``eval.json`` modification times: the bench states a run's seconds as the span between them
-(:func:`lengen.sweep.training_span`), which git does not keep. The weights are not kept: a finished run whose ``val.json`` matches is read back
-without them (:func:`lengen.sweep.finished_rows`, :func:`lengen.bench.run._validate`).
-``save --extend`` keeps more runs of the segment kept last (the same bench, still running
-when it was kept) and updates its end instead of adding a segment.
+bench's ``val.json`` present) not kept yet, the files the bench reads a finished run back from
+-- ``config.json`` (the config it ran with), ``eval.json`` (its test rows), ``val.json`` (its
+held-out validation rows) -- plus ``provenance.json`` and ``metrics.jsonl`` (its record), into
+``segments/<VARIANT>/<run name>/`` (the bench's names: a space becomes ``_``), and records in
+``segments/<VARIANT>/segment.json`` the segment (command, commit, start, end, machine) and each
+run's ``config.json`` and ``eval.json`` modification times: the bench states a run's seconds as
+the span between them (:func:`lengen.sweep.training_span`), which git does not keep. The weights
+are not kept: a finished run whose ``val.json`` matches is read back without them
+(:func:`lengen.sweep.finished_rows`, :func:`lengen.bench.run._validate`). ``save --extend``
+keeps more runs of the segment kept last (the same bench, still running when it was kept) and
+updates its end instead of adding a segment.
 
-``restore`` writes those files back into DIR (refusing a run directory that exists), with
-the recorded modification times, and checks that the bench of this checkout would read each
-one back as it is: the stored config equals the one the battery builds now (runtime keys
-aside, :func:`lengen.sweep.finished_rows`) and ``val.json`` was made by today's validation
-evaluation. A run that fails either would be evaluated or trained again (its weights are not
-kept), so ``restore`` then removes what it wrote and says which; otherwise the same command
-on DIR reads the runs back (cached, not retrained) and trains only the rest. Nothing here
-changes a run or a row.
+``restore`` writes those files back into DIR (refusing a run directory that exists), with the
+recorded modification times, and checks that the bench of this checkout would read each one back
+as it is: the stored config equals the one the battery builds now (runtime keys aside,
+:func:`lengen.sweep.finished_rows`) and ``val.json`` was made by today's validation evaluation.
+A run that fails either would be evaluated or trained again (its weights are not kept), so
+``restore`` then removes what it wrote and says which; otherwise the same command on DIR reads
+the runs back (cached, not retrained) and trains only the rest. ``restore`` changes no run and
+no row.
+
+``save --unfinished`` also keeps each run the segment stopped inside (SIGINT to the process
+training it lets the step finish and saves a checkpoint; a run resumes from its checkpoint
+exactly, :mod:`lengen.train.loop`): its ``config.json``, its record and its newest checkpoint
+(``checkpoints/latest`` and the step folder it names), refusing one a live process still trains.
+``restore`` writes it back (its checkpoint files checked against their checksums), and the bench
+resumes it. The bench counts a resumed run's seconds from the resume on (``config.json`` is
+rewritten then), so ``segment.json`` keeps the span it trained before (``config.json`` to the
+checkpoint) and ``land`` adds it to the run's ``seconds`` in ``runs.csv``: the one value
+``land`` changes.
 
     python experiments/bench-cpu/segment.py land DIR VARIANT --start UTC --end UTC \\
         --commit SHA --label TEXT --machine TEXT      # after the last segment
 
 ``land`` commits nothing; it writes the finished part into the card's folder for a commit: it
-checks that DIR's ``runs.csv`` holds the part's five rows and, apart from them, exactly the
-rows of the card's ``runs.csv``, and that the kept runs in DIR are the ones kept (same
-``eval.json``); copies the card (``runs.csv``, ``scorecard.*``, ``curves/addition.png``,
-``pending.csv``) and the five runs' ``config.json`` (as ``configs/<run>.json``); appends one ``parts.csv`` row per segment (the kept ones, then the
-last, given on the command line); and removes ``segments/<VARIANT>``. Every check comes
-before the first file is written.
+checks that DIR's ``runs.csv`` holds the part's five rows and, apart from them, exactly the rows
+of the card's ``runs.csv``, and that the kept runs in DIR are the ones kept (same ``eval.json``;
+a resumed one: same first start, now finished); copies the card (``runs.csv``, ``scorecard.*``,
+``curves/addition.png``, ``pending.csv``) and the five runs' ``config.json`` (as
+``configs/<run>.json``); appends one ``parts.csv`` row per segment (the kept ones, then the
+last, given on the command line); and removes ``segments/<VARIANT>``. Every check comes before the first file is written.
 """
 from __future__ import annotations
 
@@ -53,6 +63,7 @@ import json
 import os
 import re
 import shutil
+import socket
 from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
 
@@ -60,6 +71,7 @@ from lengen import resolve
 from lengen.bench.battery import validation_config
 from lengen.bench.run import BASELINES, build_specs, run_name
 from lengen.fileio import save_json_atomic, write_text_atomic
+from lengen.rundir.checkpoint import checkpoint_problem, latest_checkpoint
 from lengen.sweep import finished_rows
 
 BENCH_VALIDATION = "val.json"     # the bench's held-out validation rows, beside eval.json
@@ -69,6 +81,9 @@ HERE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.absp
 CELL = "addition"
 #: what the bench reads a finished run back from, then the run's own record
 KEPT = ("config.json", "eval.json", BENCH_VALIDATION, "provenance.json", "metrics.jsonl")
+#: what a run stopped before its last step resumes from: its config and record, and its newest
+#: checkpoint (``checkpoints/latest`` and the step folder it names)
+KEPT_UNFINISHED = ("config.json", "provenance.json", "metrics.jsonl")
 COMMAND = ("lengen bench --baselines-only {v} --cells addition --scale cpu --workers 2 "
            "--threads 1 --out DIR --baselines none")
 
@@ -120,11 +135,51 @@ def _command(variant: str) -> str:
     return COMMAND.format(v=f"'{variant}'" if " " in variant else variant)
 
 
+def _still_training(run_dir: str) -> bool:
+    """Whether the run directory's lock names a live process on this machine."""
+    try:
+        with open(os.path.join(run_dir, ".lock")) as f:
+            words = f.read().split()
+        pid, host = int(words[1]), words[3].rstrip(",")      # "pid N on HOST, training ..."
+    except (OSError, ValueError, IndexError):
+        return False
+    if host != socket.gethostname():
+        return False
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+def _step(run_dir: str) -> int:
+    with open(os.path.join(latest_checkpoint(run_dir), "meta.json")) as f:
+        return int(json.load(f)["step"])
+
+
+def _keep_unfinished(src: str, dst: str) -> dict:
+    """Copy an unfinished run's config, record and newest checkpoint; its times."""
+    ck = latest_checkpoint(src)
+    os.makedirs(os.path.join(dst, "checkpoints"))
+    for f in KEPT_UNFINISHED:
+        if os.path.exists(os.path.join(src, f)):
+            shutil.copyfile(os.path.join(src, f), os.path.join(dst, f))
+    shutil.copytree(ck, os.path.join(dst, "checkpoints", os.path.basename(ck)))
+    with open(os.path.join(dst, "checkpoints", "latest"), "w") as f:
+        f.write(os.path.basename(ck))
+    t0 = os.stat(os.path.join(src, "config.json")).st_mtime_ns
+    t1 = os.stat(os.path.join(ck, "meta.json")).st_mtime_ns
+    return {"unfinished": True, "step": _step(src), "config_mtime_ns": t0,
+            "checkpoint_mtime_ns": t1, "seconds": round((t1 - t0) / 1e9, 1)}
+
+
 def save(out: str, variant: str, *, start: str, end: str, commit: str, label: str,
-         machine: str, extend: bool = False) -> list[str]:
+         machine: str, extend: bool = False, unfinished: bool = False) -> list[str]:
     """Keep the finished runs of ``variant`` in ``out`` not kept yet; return their names.
     ``extend``: the runs belong to the segment kept last (same start and commit), still
-    running when it was kept; its end, label and machine note become these."""
+    running when it was kept; its end, label and machine note become these. ``unfinished``:
+    also keep each run stopped before its last step (no process training it) from its newest
+    checkpoint, to be resumed (module docstring)."""
     _check_variant(variant)
     wall_min(start, end)                         # refuse a malformed time before writing
     man = read_manifest(variant)
@@ -135,33 +190,57 @@ def save(out: str, variant: str, *, start: str, end: str, commit: str, label: st
         if (last["start_utc"], last["lengen_commit"]) != (start, commit):
             raise SystemExit(f"--extend: the kept segment started at {last['start_utc']} at "
                              f"{last['lengen_commit']}, not {start} at {commit}")
-    new = [n for n in runs_in(out, variant)
-           if finished(os.path.join(out, n)) and n not in man["runs"]]
-    if not new:
-        raise SystemExit(f"no finished {variant} run in {out} that is not kept already")
-    for name in new:
-        if os.path.exists(os.path.join(folder(variant), name)):
+    was_unfinished = {n for n, r in man["runs"].items() if r.get("unfinished")}
+    names = runs_in(out, variant)
+    new = [n for n in names if finished(os.path.join(out, n))
+           and (n not in man["runs"] or n in was_unfinished)]
+    stopped = []
+    if unfinished:
+        stopped = [n for n in names if not finished(os.path.join(out, n))
+                   and latest_checkpoint(os.path.join(out, n)) is not None
+                   and not (n in was_unfinished and _step(os.path.join(out, n))
+                            == man["runs"][n]["step"])]     # restored, not trained since
+        busy = [n for n in stopped if _still_training(os.path.join(out, n))]
+        if busy:
+            raise SystemExit(f"{', '.join(busy)}: a process still trains it; stop the bench "
+                             f"first (Ctrl-C saves a checkpoint)")
+    if not new and not stopped:
+        raise SystemExit(f"no finished {variant} run in {out} that is not kept already"
+                         + ("" if unfinished else " (--unfinished keeps a stopped one)"))
+    for name in new + stopped:
+        if os.path.exists(os.path.join(folder(variant), name)) and name not in was_unfinished:
             raise SystemExit(f"{os.path.join(folder(variant), name)} exists; lengen never "
                              f"overwrites a kept run")
-    for name in new:
+    for name in new + stopped:
         src, dst = os.path.join(out, name), os.path.join(folder(variant), name)
-        os.makedirs(dst)
-        for f in KEPT:
-            if os.path.exists(os.path.join(src, f)):
-                shutil.copyfile(os.path.join(src, f), os.path.join(dst, f))
-        t0 = os.stat(os.path.join(src, "config.json")).st_mtime_ns
-        t1 = os.stat(os.path.join(src, "eval.json")).st_mtime_ns
-        man["runs"][name] = {"config_mtime_ns": t0, "eval_mtime_ns": t1,
-                             "seconds": round((t1 - t0) / 1e9, 1)}
+        old = man["runs"].get(name, {}) if name in was_unfinished else {}
+        # trained in earlier segments: the bench counts only the span since the last resume
+        before = old.get("seconds_before", 0.0) + old.get("seconds", 0.0)
+        if old:                              # resumed since: its newer state replaces the old
+            shutil.rmtree(dst)
+        if name in stopped:
+            man["runs"][name] = _keep_unfinished(src, dst)
+        else:
+            os.makedirs(dst)
+            for f in KEPT:
+                if os.path.exists(os.path.join(src, f)):
+                    shutil.copyfile(os.path.join(src, f), os.path.join(dst, f))
+            t0 = os.stat(os.path.join(src, "config.json")).st_mtime_ns
+            t1 = os.stat(os.path.join(src, "eval.json")).st_mtime_ns
+            man["runs"][name] = {"config_mtime_ns": t0, "eval_mtime_ns": t1,
+                                 "seconds": round((t1 - t0) / 1e9, 1)}
+        if before:
+            man["runs"][name]["seconds_before"] = round(before, 1)
+    kept = new + stopped
     seg = {"label": label, "command": _command(variant), "lengen_commit": commit,
-           "start_utc": start, "end_utc": end, "machine": machine, "runs_kept": new}
+           "start_utc": start, "end_utc": end, "machine": machine, "runs_kept": kept}
     if extend:            # the same bench invocation, kept once more after more of its runs
-        seg["runs_kept"] = man["segments"][-1]["runs_kept"] + new
+        seg["runs_kept"] = man["segments"][-1]["runs_kept"] + kept
         man["segments"][-1] = seg
     else:
         man["segments"].append(seg)
     save_json_atomic(man, os.path.join(folder(variant), "segment.json"))
-    return new
+    return kept
 
 
 def why_not_read_back(run_dir: str, variant: str, scale: str) -> str | None:
@@ -198,6 +277,10 @@ def restore(out: str, variant: str, scale: str = "cpu") -> list[str]:
     try:
         for name, times in man["runs"].items():
             src, dst = os.path.join(folder(variant), name), os.path.join(out, name)
+            if times.get("unfinished"):      # resumed by the bench from its checkpoint
+                shutil.copytree(src, dst)
+                written.append(dst)
+                continue
             os.makedirs(dst)
             written.append(dst)
             for f in KEPT:
@@ -206,8 +289,11 @@ def restore(out: str, variant: str, scale: str = "cpu") -> list[str]:
             for f in (BENCH_VALIDATION, "eval.json"):       # both at the run's end
                 os.utime(os.path.join(dst, f), ns=(times["eval_mtime_ns"],) * 2)
             os.utime(os.path.join(dst, "config.json"), ns=(times["config_mtime_ns"],) * 2)
-        bad = {n: why for n in man["runs"]
-               if (why := why_not_read_back(os.path.join(out, n), variant, scale))}
+        bad = {n: why for n, r in man["runs"].items() if not r.get("unfinished")
+               and (why := why_not_read_back(os.path.join(out, n), variant, scale))}
+        bad.update({n: f"its checkpoint is unusable ({why})" for n, r in man["runs"].items()
+                    if r.get("unfinished") and (why := checkpoint_problem(
+                        latest_checkpoint(os.path.join(out, n)) or out, deep=True))})
     except BaseException:
         for d in written:
             shutil.rmtree(d, ignore_errors=True)
@@ -219,6 +305,15 @@ def restore(out: str, variant: str, scale: str = "cpu") -> list[str]:
                          "(their weights are not kept, so it would train them again); "
                          "nothing restored: " + "; ".join(f"{n}: {w}" for n, w in bad.items()))
     return list(man["runs"])
+
+
+def _first_start(run_dir: str):
+    """The run's first start (its provenance record), which a resume keeps."""
+    try:
+        with open(os.path.join(run_dir, "provenance.json")) as f:
+            return json.load(f).get("started_utc")
+    except (OSError, ValueError):
+        return None
 
 
 def _rows(path: str) -> list[dict]:
@@ -249,12 +344,32 @@ def land(out: str, variant: str, *, start: str, end: str, commit: str, label: st
             raise SystemExit(f"{os.path.join(HERE, 'configs', n + '.json')} exists; lengen "
                              f"never overwrites a committed config")
     man = read_manifest(variant)
-    for n in man["runs"]:
-        with open(os.path.join(folder(variant), n, "eval.json"), "rb") as a, \
-                open(os.path.join(out, n, "eval.json"), "rb") as b:
-            if a.read() != b.read():
-                raise SystemExit(f"{os.path.join(out, n)} is not the run kept in "
-                                 f"{folder(variant)} (its eval.json differs)")
+    for n, kept in man["runs"].items():
+        if kept.get("unfinished"):           # resumed from its kept checkpoint: the same start
+            same = _first_start(os.path.join(folder(variant), n)) == \
+                _first_start(os.path.join(out, n)) and finished(os.path.join(out, n))
+        else:
+            with open(os.path.join(folder(variant), n, "eval.json"), "rb") as a, \
+                    open(os.path.join(out, n, "eval.json"), "rb") as b:
+                same = a.read() == b.read()
+        if not same:
+            raise SystemExit(f"{os.path.join(out, n)} is not the run kept in "
+                             f"{folder(variant)}, finished")
+    # a run resumed in a later segment: the bench's seconds count from the last resume only
+    # (config.json is rewritten then), so the spans kept from earlier segments are added
+    extra = {n: k.get("seconds_before", 0.0) + (k["seconds"] if k.get("unfinished") else 0.0)
+             for n, k in man["runs"].items()}
+    runs_text = None
+    if any(extra.values()):
+        for r in part:
+            n = run_name(variant, CELL, int(r["seed"]), float(r["lr"]))
+            if extra.get(n):
+                r["seconds"] = str(round(float(r["seconds"]) + extra[n], 1))
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=list(new[0]))      # the bench's own \r\n
+        w.writeheader()
+        w.writerows(new)
+        runs_text = buf.getvalue()
     segs = man["segments"] + [{"label": label, "command": _command(variant),
                                "lengen_commit": commit, "start_utc": start, "end_utc": end,
                                "machine": machine}]
@@ -272,6 +387,10 @@ def land(out: str, variant: str, *, start: str, end: str, commit: str, label: st
               "pending.csv", os.path.join("curves", "addition.png")):
         if f.startswith("curves") and not os.path.exists(os.path.join(out, f)):
             continue                             # no fitted run in the cell: no curve plot
+        if f == "runs.csv" and runs_text is not None:
+            write_text_atomic(runs_text, os.path.join(HERE, f))
+            written.append(os.path.join(HERE, f))
+            continue
         shutil.copyfile(os.path.join(out, f), os.path.join(HERE, f))
         written.append(os.path.join(HERE, f))
     for n in names:
@@ -300,6 +419,9 @@ def main() -> None:
                        ("--machine", "what ran beside it, as parts.csv says")):
         s.add_argument(flag, required=True, help=what)
         ld.add_argument(flag, required=True, help=what + " (the last segment)")
+    s.add_argument("--unfinished", action="store_true",
+                   help="also keep each run stopped before its last step (Ctrl-C saved a "
+                        "checkpoint) from its newest checkpoint; the bench resumes it")
     s.add_argument("--extend", action="store_true",
                    help="the runs belong to the segment kept last (the same bench, kept "
                         "again after more of its runs ended): update it, add no segment")
@@ -307,7 +429,8 @@ def main() -> None:
     a = p.parse_args()
     if a.what == "save":
         names = save(a.out, a.variant, start=a.start, end=a.end, commit=a.commit,
-                     label=a.label, machine=a.machine, extend=a.extend)
+                     label=a.label, machine=a.machine, extend=a.extend,
+                     unfinished=a.unfinished)
     elif a.what == "land":
         names = land(a.out, a.variant, start=a.start, end=a.end, commit=a.commit,
                      label=a.label, machine=a.machine)
