@@ -52,7 +52,8 @@ of the card's ``runs.csv``, and that the kept runs in DIR are the ones kept (sam
 a resumed one: same first start, now finished); copies the card (``runs.csv``, ``scorecard.*``,
 ``curves/addition.png``, ``pending.csv``) and the five runs' ``config.json`` (as
 ``configs/<run>.json``); appends one ``parts.csv`` row per segment (the kept ones, then the
-last, given on the command line); and removes ``segments/<VARIANT>``. Every check comes before the first file is written.
+last, given on the command line); and removes ``segments/<VARIANT>``. Every check comes before
+the first file is written.
 """
 from __future__ import annotations
 
