@@ -199,7 +199,12 @@ def test_an_unfinished_run_is_kept_from_its_checkpoint_resumed_and_its_seconds_a
     _write_rows(second / "runs.csv", other)
     _write_rows(second / "pending.csv", [{"variant": "Later", "cell": "addition"}])
     seg.restore(str(second), "RoPE", "smoke")
+    with pytest.raises(SystemExit, match="not kept already"):   # restored, not trained since
+        seg.save(str(second), "RoPE", start="2026-12-02T10:00:00Z", end="2026-12-02T10:01:00Z",
+                 commit="d", label="x", machine="m", unfinished=True)
     rows = _bench("RoPE", second)
+    # the resume rewrote config.json: the bench's seconds for it start there, not at the first
+    assert os.stat(second / stopped / "config.json").st_mtime_ns > entry["config_mtime_ns"]
     by = {(r["seed"], r["lr"]): r for r in rows}
     for r in whole:                          # the resumed run equals the one trained in one go
         got = by[(r["seed"], r["lr"])]
@@ -218,10 +223,16 @@ def test_an_unfinished_run_is_kept_from_its_checkpoint_resumed_and_its_seconds_a
     seg.land(str(second), "RoPE", start="2026-12-02T10:00:00Z", end="2026-12-02T10:10:00Z",
              commit="d", label="second", machine="m2")
     with open(card / "runs.csv", newline="") as f:
+        landed_text = f.read()
+    with open(second / "runs.csv", newline="") as f:
+        bench_text = f.read()
+    changed = [(a, b) for a, b in zip(landed_text.split("\r\n"), bench_text.split("\r\n"))
+               if a != b]                    # byte for byte but the one seconds cell
+    assert len(landed_text.split("\r\n")) == len(bench_text.split("\r\n")) == len(other) + 7
+    assert len(changed) == 1 and changed[0][0].startswith("RoPE,addition,0,")
+    with open(card / "runs.csv", newline="") as f:
         landed = {run_name(r["variant"], r["cell"], int(r["seed"]), float(r["lr"])): r
                   for r in csv.DictReader(f) if r["variant"] == "RoPE"}
-        f.seek(0)
-        assert f.read().count("\r\n") == len(other) + 5 + 1     # the bench's line ends
     assert float(landed[stopped]["seconds"]) == round(resumed["seconds"] + entry["seconds"], 1)
     for name in kept[:2]:                    # read back: the bench's seconds, untouched
         assert float(landed[name]["seconds"]) == by[(0, float(name.rsplit("lr", 1)[1]))][

@@ -38,10 +38,12 @@ training it lets the step finish and saves a checkpoint; a run resumes from its 
 exactly, :mod:`lengen.train.loop`): its ``config.json``, its record and its newest checkpoint
 (``checkpoints/latest`` and the step folder it names), refusing one a live process still trains.
 ``restore`` writes it back (its checkpoint files checked against their checksums), and the bench
-resumes it. The bench counts a resumed run's seconds from the resume on (``config.json`` is
-rewritten then), so ``segment.json`` keeps the span it trained before (``config.json`` to the
-checkpoint) and ``land`` adds it to the run's ``seconds`` in ``runs.csv``: the one value
-``land`` changes.
+resumes it (a stored config the battery no longer builds makes the bench refuse the folder
+before it trains anything). ``save`` refuses a run that started more than once in the segment
+(the bench restarted on the folder): its span would be short. The bench counts a resumed run's
+seconds from the resume on (``config.json`` is rewritten then), so ``segment.json`` keeps the
+span it trained before (``config.json`` to the checkpoint) and ``land`` adds it to the run's
+``seconds`` in ``runs.csv``: the one value ``land`` changes.
 
     python experiments/bench-cpu/segment.py land DIR VARIANT --start UTC --end UTC \\
         --commit SHA --label TEXT --machine TEXT      # after the last segment
@@ -158,6 +160,28 @@ def _step(run_dir: str) -> int:
         return int(json.load(f)["step"])
 
 
+def _starts(run_dir: str) -> int:
+    """How many times the run started or resumed (its provenance record)."""
+    try:
+        with open(os.path.join(run_dir, "provenance.json")) as f:
+            return len(json.load(f).get("starts") or [])
+    except (OSError, ValueError):
+        return 0
+
+
+def _span_problem(src: str, name: str, old: dict, end_file: str) -> str | None:
+    """Why the span from ``config.json`` (written at the run's last start) to ``end_file``
+    would not be all the run trained in this segment, or None."""
+    ran = _starts(src) - old.get("starts", 0)
+    if ran != 1:
+        return (f"{name} started {ran} times in this segment (provenance.json); the bench "
+                f"counts its seconds from the last start only, so they would be short")
+    t0 = os.stat(os.path.join(src, "config.json")).st_mtime_ns
+    if os.stat(end_file).st_mtime_ns < t0:
+        return f"{name}: {os.path.basename(end_file)} is older than config.json"
+    return None
+
+
 def _keep_unfinished(src: str, dst: str) -> dict:
     """Copy an unfinished run's config, record and newest checkpoint; its times."""
     ck = latest_checkpoint(src)
@@ -170,8 +194,9 @@ def _keep_unfinished(src: str, dst: str) -> dict:
         f.write(os.path.basename(ck))
     t0 = os.stat(os.path.join(src, "config.json")).st_mtime_ns
     t1 = os.stat(os.path.join(ck, "meta.json")).st_mtime_ns
-    return {"unfinished": True, "step": _step(src), "config_mtime_ns": t0,
-            "checkpoint_mtime_ns": t1, "seconds": round((t1 - t0) / 1e9, 1)}
+    return {"unfinished": True, "step": _step(src), "starts": _starts(src),
+            "config_mtime_ns": t0, "checkpoint_mtime_ns": t1,
+            "seconds": round((t1 - t0) / 1e9, 1)}
 
 
 def save(out: str, variant: str, *, start: str, end: str, commit: str, label: str,
@@ -212,31 +237,43 @@ def save(out: str, variant: str, *, start: str, end: str, commit: str, label: st
         if os.path.exists(os.path.join(folder(variant), name)) and name not in was_unfinished:
             raise SystemExit(f"{os.path.join(folder(variant), name)} exists; lengen never "
                              f"overwrites a kept run")
+        src = os.path.join(out, name)
+        ck = latest_checkpoint(src) if name in stopped else None
+        if ck is not None and checkpoint_problem(ck, deep=True):
+            raise SystemExit(f"{name}: its newest checkpoint fails its checksums "
+                             f"({checkpoint_problem(ck, deep=True)}); resume it first")
+        why = _span_problem(src, name, man["runs"].get(name, {}),
+                            os.path.join(ck, "meta.json") if ck else
+                            os.path.join(src, "eval.json"))
+        if why:
+            raise SystemExit(why)
     for name in new + stopped:
         src, dst = os.path.join(out, name), os.path.join(folder(variant), name)
         old = man["runs"].get(name, {}) if name in was_unfinished else {}
         # trained in earlier segments: the bench counts only the span since the last resume
         before = old.get("seconds_before", 0.0) + old.get("seconds", 0.0)
-        if old:                              # resumed since: its newer state replaces the old
-            shutil.rmtree(dst)
+        into = dst + ".new" if old else dst   # resumed since: the newer state replaces the old
         if name in stopped:
-            man["runs"][name] = _keep_unfinished(src, dst)
+            man["runs"][name] = _keep_unfinished(src, into)
         else:
-            os.makedirs(dst)
+            os.makedirs(into)
             for f in KEPT:
                 if os.path.exists(os.path.join(src, f)):
-                    shutil.copyfile(os.path.join(src, f), os.path.join(dst, f))
+                    shutil.copyfile(os.path.join(src, f), os.path.join(into, f))
             t0 = os.stat(os.path.join(src, "config.json")).st_mtime_ns
             t1 = os.stat(os.path.join(src, "eval.json")).st_mtime_ns
-            man["runs"][name] = {"config_mtime_ns": t0, "eval_mtime_ns": t1,
-                                 "seconds": round((t1 - t0) / 1e9, 1)}
+            man["runs"][name] = {"starts": _starts(src), "config_mtime_ns": t0,
+                                 "eval_mtime_ns": t1, "seconds": round((t1 - t0) / 1e9, 1)}
+        if old:
+            shutil.rmtree(dst)
+            os.rename(into, dst)
         if before:
             man["runs"][name]["seconds_before"] = round(before, 1)
     kept = new + stopped
     seg = {"label": label, "command": _command(variant), "lengen_commit": commit,
            "start_utc": start, "end_utc": end, "machine": machine, "runs_kept": kept}
     if extend:            # the same bench invocation, kept once more after more of its runs
-        seg["runs_kept"] = man["segments"][-1]["runs_kept"] + kept
+        seg["runs_kept"] = list(dict.fromkeys(man["segments"][-1]["runs_kept"] + kept))
         man["segments"][-1] = seg
     else:
         man["segments"].append(seg)
@@ -356,6 +393,14 @@ def land(out: str, variant: str, *, start: str, end: str, commit: str, label: st
         if not same:
             raise SystemExit(f"{os.path.join(out, n)} is not the run kept in "
                              f"{folder(variant)}, finished")
+    for r in part:                               # each run's seconds: one span of the bench's
+        n = run_name(variant, CELL, int(r["seed"]), float(r["lr"]))
+        k = man["runs"].get(n, {})
+        want = k.get("starts", 1) + (0 if k and not k.get("unfinished") else 1) if k else 1
+        if _starts(os.path.join(out, n)) != want:
+            raise SystemExit(f"{n} started {_starts(os.path.join(out, n))} times, not {want} "
+                             f"(provenance.json): the bench restarted on it, and its seconds "
+                             f"would count from the last start only")
     # a run resumed in a later segment: the bench's seconds count from the last resume only
     # (config.json is rewritten then), so the spans kept from earlier segments are added
     extra = {n: k.get("seconds_before", 0.0) + (k["seconds"] if k.get("unfinished") else 0.0)
