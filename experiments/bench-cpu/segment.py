@@ -393,10 +393,10 @@ def land(out: str, variant: str, *, start: str, end: str, commit: str, label: st
         if not same:
             raise SystemExit(f"{os.path.join(out, n)} is not the run kept in "
                              f"{folder(variant)}, finished")
-    for r in part:                               # each run's seconds: one span of the bench's
-        n = run_name(variant, CELL, int(r["seed"]), float(r["lr"]))
-        k = man["runs"].get(n, {})
-        want = k.get("starts", 1) + (0 if k and not k.get("unfinished") else 1) if k else 1
+    for n in names:                              # each run's seconds: one span of the bench's
+        k = man["runs"].get(n)
+        # trained here: one start; read back: none more; resumed here: one more
+        want = 1 if k is None else k.get("starts", 1) + (1 if k.get("unfinished") else 0)
         if _starts(os.path.join(out, n)) != want:
             raise SystemExit(f"{n} started {_starts(os.path.join(out, n))} times, not {want} "
                              f"(provenance.json): the bench restarted on it, and its seconds "
@@ -407,8 +407,7 @@ def land(out: str, variant: str, *, start: str, end: str, commit: str, label: st
              for n, k in man["runs"].items()}
     runs_text = None
     if any(extra.values()):
-        for r in part:
-            n = run_name(variant, CELL, int(r["seed"]), float(r["lr"]))
+        for r, n in zip(part, names):
             if extra.get(n):
                 r["seconds"] = str(round(float(r["seconds"]) + extra[n], 1))
         buf = io.StringIO()
