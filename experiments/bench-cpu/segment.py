@@ -160,13 +160,18 @@ def _step(run_dir: str) -> int:
         return int(json.load(f)["step"])
 
 
-def _starts(run_dir: str) -> int:
-    """How many times the run started or resumed (its provenance record)."""
+def _provenance(run_dir: str) -> dict:
+    """The run's provenance record (first start, and every start or resume), {} if unreadable."""
     try:
         with open(os.path.join(run_dir, "provenance.json")) as f:
-            return len(json.load(f).get("starts") or [])
+            return json.load(f)
     except (OSError, ValueError):
-        return 0
+        return {}
+
+
+def _starts(run_dir: str) -> int:
+    """How many times the run started or resumed."""
+    return len(_provenance(run_dir).get("starts") or [])
 
 
 def _span_problem(src: str, name: str, old: dict, end_file: str) -> str | None:
@@ -345,15 +350,6 @@ def restore(out: str, variant: str, scale: str = "cpu") -> list[str]:
     return list(man["runs"])
 
 
-def _first_start(run_dir: str):
-    """The run's first start (its provenance record), which a resume keeps."""
-    try:
-        with open(os.path.join(run_dir, "provenance.json")) as f:
-            return json.load(f).get("started_utc")
-    except (OSError, ValueError):
-        return None
-
-
 def _rows(path: str) -> list[dict]:
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
@@ -384,8 +380,9 @@ def land(out: str, variant: str, *, start: str, end: str, commit: str, label: st
     man = read_manifest(variant)
     for n, kept in man["runs"].items():
         if kept.get("unfinished"):           # resumed from its kept checkpoint: the same start
-            same = _first_start(os.path.join(folder(variant), n)) == \
-                _first_start(os.path.join(out, n)) and finished(os.path.join(out, n))
+            same = _provenance(os.path.join(folder(variant), n)).get("started_utc") == \
+                _provenance(os.path.join(out, n)).get("started_utc") \
+                and finished(os.path.join(out, n))
         else:
             with open(os.path.join(folder(variant), n, "eval.json"), "rb") as a, \
                     open(os.path.join(out, n, "eval.json"), "rb") as b:
