@@ -1,0 +1,51 @@
+"""results/bench-cpu/v3/budget-probe: its runs are battery v3's runs of the two baselines at the
+probe's longer steps (probe.py's ``STEPS_FACTOR``, the path the fit search's longer rungs take),
+each with its resolved config beside it, and its verdict.md is what its pre-registered rule
+(verdict.py) writes from its committed rows."""
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import os
+
+from lengen.bench.battery import default_steps
+from lengen.bench.run import BASELINES, _spec, run_name
+from lengen.config import RUNTIME_KEYS, config_diff, resolve
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROBE = os.path.join(ROOT, "results", "bench-cpu", "v3", "budget-probe")
+
+
+def _verdict_module():
+    spec = importlib.util.spec_from_file_location("budget_probe_verdict",
+                                                  os.path.join(PROBE, "verdict.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _rows():
+    with open(os.path.join(PROBE, "runs.csv"), newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_the_probes_runs_are_battery_v3s_runs_at_its_longer_steps():
+    factors = _verdict_module().factors()
+    rows = _rows()
+    assert {(r["variant"], r["cell"]) for r in rows} == set(_verdict_module().PAIRS)
+    for r in rows:
+        seed, lr, steps = int(r["seed"]), float(r["lr"]), int(r["steps"])
+        assert steps == factors[r["cell"]] * default_steps(r["cell"], "cpu"), r
+        spec = _spec(r["variant"], BASELINES[r["variant"]], r["cell"], "cpu", seed, lr,
+                     "full", "final", steps=steps)
+        built = resolve(spec.config, check_device=False).config.to_dict()
+        with open(os.path.join(PROBE, "configs",
+                               run_name(r["variant"], r["cell"], seed, lr) + ".json")) as f:
+            stored = json.load(f)
+        assert config_diff(stored, built, RUNTIME_KEYS + ("name",)) == [], r
+
+
+def test_the_probes_verdict_is_what_its_rule_writes():
+    with open(os.path.join(PROBE, "verdict.md")) as f:
+        assert f.read() == _verdict_module().verdict()
