@@ -9,7 +9,7 @@ import importlib.util
 import json
 import os
 
-from lengen.bench.battery import default_steps
+from lengen.bench.battery import default_steps, lr_grid
 from lengen.bench.run import BASELINES, _spec, run_name
 from lengen.config import RUNTIME_KEYS, config_diff, resolve
 
@@ -34,6 +34,12 @@ def test_the_probes_runs_are_battery_v3s_runs_at_its_longer_steps():
     factors = _verdict_module().factors()
     rows = _rows()
     assert {(r["variant"], r["cell"]) for r in rows} == set(_verdict_module().PAIRS)
+    for variant, cell in _verdict_module().PAIRS:     # the whole protocol ran: no row missing
+        mine = [r for r in rows if (r["variant"], r["cell"]) == (variant, cell)]
+        tune = sorted(float(r["lr"]) for r in mine if r["role"] == "tune" and r["seed"] == "0")
+        assert tune == sorted(lr_grid(cell, "cpu")), (variant, cell, tune)
+        finals = sorted(r["seed"] for r in mine if r["role"] == "final")
+        assert finals == ["1", "2"] and len(mine) == 5, (variant, cell, finals)
     for r in rows:
         seed, lr, steps = int(r["seed"]), float(r["lr"]), int(r["steps"])
         assert steps == factors[r["cell"]] * default_steps(r["cell"], "cpu"), r
