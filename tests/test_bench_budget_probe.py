@@ -4,20 +4,20 @@ each with its resolved config beside it, and its verdict.md is what its pre-regi
 (verdict.py) writes from its committed rows."""
 from __future__ import annotations
 
-import csv
 import importlib.util
 import json
 import os
 
 from lengen.bench.battery import default_steps, lr_grid
 from lengen.bench.run import BASELINES, _spec, run_name
+from lengen.bench.scorecard import read_runs
 from lengen.config import RUNTIME_KEYS, config_diff, resolve
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROBE = os.path.join(ROOT, "results", "bench-cpu", "v3", "budget-probe")
 
 
-def _verdict_module():
+def _load_verdict():
     spec = importlib.util.spec_from_file_location("budget_probe_verdict",
                                                   os.path.join(PROBE, "verdict.py"))
     module = importlib.util.module_from_spec(spec)
@@ -25,23 +25,21 @@ def _verdict_module():
     return module
 
 
-def _rows():
-    with open(os.path.join(PROBE, "runs.csv"), newline="") as f:
-        return list(csv.DictReader(f))
+VERDICT = _load_verdict()        # the probe's pre-registered rule (results/, not a package)
 
 
 def test_the_probes_runs_are_battery_v3s_runs_at_its_longer_steps():
-    factors = _verdict_module().factors()
-    rows = _rows()
-    assert {(r["variant"], r["cell"]) for r in rows} == set(_verdict_module().PAIRS)
-    for variant, cell in _verdict_module().PAIRS:     # the whole protocol ran: no row missing
+    factors = VERDICT.factors()
+    rows = read_runs(PROBE)
+    assert {(r["variant"], r["cell"]) for r in rows} == set(VERDICT.PAIRS)
+    for variant, cell in VERDICT.PAIRS:     # the whole protocol ran: no row missing
         mine = [r for r in rows if (r["variant"], r["cell"]) == (variant, cell)]
-        tune = sorted(float(r["lr"]) for r in mine if r["role"] == "tune" and r["seed"] == "0")
+        tune = sorted(r["lr"] for r in mine if r["role"] == "tune" and r["seed"] == 0)
         assert tune == sorted(lr_grid(cell, "cpu")), (variant, cell, tune)
         finals = sorted(r["seed"] for r in mine if r["role"] == "final")
-        assert finals == ["1", "2"] and len(mine) == 5, (variant, cell, finals)
+        assert finals == [1, 2] and len(mine) == 5, (variant, cell, finals)
     for r in rows:
-        seed, lr, steps = int(r["seed"]), float(r["lr"]), int(r["steps"])
+        seed, lr, steps = r["seed"], r["lr"], r["steps"]
         assert steps == factors[r["cell"]] * default_steps(r["cell"], "cpu"), r
         spec = _spec(r["variant"], BASELINES[r["variant"]], r["cell"], "cpu", seed, lr,
                      "full", "final", steps=steps)
@@ -54,4 +52,4 @@ def test_the_probes_runs_are_battery_v3s_runs_at_its_longer_steps():
 
 def test_the_probes_verdict_is_what_its_rule_writes():
     with open(os.path.join(PROBE, "verdict.md")) as f:
-        assert f.read() == _verdict_module().verdict()
+        assert f.read() == VERDICT.verdict()
