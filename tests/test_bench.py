@@ -1,4 +1,4 @@
-"""lengen bench (battery v3): variants parsed and refused as documented, one run per variant x cell
+"""lengen bench (battery v4): variants parsed and refused as documented, one run per variant x cell
 x seed x learning rate with n/a rows where a variant cannot run, the cells' fit rules and OOD scores
 on constructed rows, the held-out validation split, learning-rate selection that never reads the OOD
 columns, rows of another budget of a cell refused, the card's statistics and verdicts on constructed
@@ -301,36 +301,43 @@ def test_v1_rows_are_never_compared_with_v2_rows(tmp_path):
     with pytest.raises(ConfigError, match="battery v1"):
         write_card(_runs("x", "copy", [0.5], version=1), str(tmp_path / "o2"), "cpu",
                    baselines=None, log=None)
-    assert check_version(VERSION) == VERSION and VERSION == 3
+    assert check_version(VERSION) == VERSION and VERSION == 4
 
 
 def test_a_row_counts_while_its_cell_is_unchanged(tmp_path):
-    """Battery v3 changed only the addition cell (``CELL_SINCE``): a v2 row of any other cell
-    is this battery's row (same config, same rule), a v2 addition row is refused, and so is a
+    """Battery v3 changed only the addition cell and v4 only reverse and reverse string
+    (``CELL_SINCE``): a v2 row of any other cell is this battery's row (same config, same
+    rule), a v3 addition row too, a v2 addition row or a v3 reverse row is refused, and so is a
     row of a version this lengen does not know, or of a cell it does not have."""
-    assert CELL_SINCE == {**{c: 2 for c in CELLS}, "addition": 3}
-    assert all(check_version(2, cell=c) == 2 for c in CELLS if c != "addition")
-    assert check_version(3, cell="addition") == 3
-    # the rule itself (what results/bench-cpu/v3/carry.py keeps rows by): a malformed row is
+    changed = {"addition": 3, "reverse": 4, "reverse_string": 4}
+    assert CELL_SINCE == {**{c: 2 for c in CELLS}, **changed}
+    assert all(check_version(2, cell=c) == 2 for c in CELLS if c not in changed)
+    assert check_version(3, cell="addition") == 3 and check_version(4, cell="reverse") == 4
+    # the rule itself (what results/bench-cpu/v4/carry.py keeps rows by): a malformed row is
     # an error, never a row quietly left out
     assert counts_now(2, "copy") and counts_now(3, "addition") and not counts_now(2, "addition")
-    assert not counts_now(4, "copy") and not counts_now(1, "copy")
+    assert counts_now(4, "copy") and counts_now(4, "reverse_string")
+    assert not counts_now(3, "reverse") and not counts_now(2, "reverse_string")
+    assert not counts_now(5, "copy") and not counts_now(1, "copy")
     with pytest.raises(ConfigError, match="unknown bench cell 'adition'"):
         counts_now(2, "adition")
     with pytest.raises(ConfigError, match="must be an integer battery version, got 'x'"):
         counts_now("x", "copy")
-    with pytest.raises(ConfigError, match=r"battery v2; this is battery v3's addition cell "
+    with pytest.raises(ConfigError, match=r"battery v2; this is battery v4's addition cell "
                                           r"\(unchanged since v3\).*never compared"):
         check_version(2, "rows", cell="addition")
-    for v, cell in ((1, "copy"), (4, "copy"), (2, None)):
-        with pytest.raises(ConfigError, match=f"battery v{v}; this is battery v3"):
+    with pytest.raises(ConfigError, match=r"battery v3; this is battery v4's reverse cell "
+                                          r"\(unchanged since v4\)"):
+        check_version(3, "rows", cell="reverse")
+    for v, cell in ((1, "copy"), (5, "copy"), (2, None), (3, None)):
+        with pytest.raises(ConfigError, match=f"battery v{v}; this is battery v4"):
             check_version(v, "rows", cell=cell)
     with pytest.raises(ConfigError, match="unknown bench cell 'adition'. Valid: flipflop"):
         check_version(3, "rows", cell="adition")
     old = tmp_path / "v2.csv"
     _write_runs(old, _runs("RoPE", "copy", [0.5, 0.6], version=2)
                 + _runs("RoPE", "addition", [0.5], version=2))
-    with pytest.raises(ConfigError, match="battery v2; this is battery v3's addition cell"):
+    with pytest.raises(ConfigError, match="battery v2; this is battery v4's addition cell"):
         read_runs(str(old))
     _write_runs(old, _runs("RoPE", "copy", [0.5, 0.6], version=2))
     assert [r["bench_version"] for r in read_runs(str(old))] == [2, 2]
@@ -343,7 +350,7 @@ def test_a_row_counts_while_its_cell_is_unchanged(tmp_path):
     write_card(_runs("mine", "copy", [0.5, 0.6]), str(tmp_path / "card"), "cpu",
                baselines=str(base), log=None)
     md = (tmp_path / "card" / "scorecard.md").read_text()
-    assert ("Not run yet at battery v3 (the baseline card is completed in parts; pending.csv): "
+    assert ("Not run yet at battery v4 (the baseline card is completed in parts; pending.csv): "
             "addition: RoPE, NoPE.") in md
     write_card(_runs("mine", "copy", [0.5, 0.6]), str(tmp_path / "card2"), "cpu",
                baselines=str(old), log=None)
@@ -351,14 +358,14 @@ def test_a_row_counts_while_its_cell_is_unchanged(tmp_path):
     # a part written into the baseline folder itself, which --baselines also names: said once
     write_card(_runs("mine", "copy", [0.5, 0.6]), str(base), "cpu", baselines=str(base),
                log=None)
-    assert (base / "scorecard.md").read_text().count("Not run yet at battery v3") == 1
+    assert (base / "scorecard.md").read_text().count("Not run yet at battery v4") == 1
     # a card completed in parts beside another folder's baselines, with the same pending pairs:
     # the sentence is said for each
     (tmp_path / "card3").mkdir()
     shutil.copy(base / "pending.csv", tmp_path / "card3" / "pending.csv")
     write_card(_runs("mine", "copy", [0.5, 0.6]), str(tmp_path / "card3"), "cpu",
                baselines=str(base), log=None)
-    assert (tmp_path / "card3" / "scorecard.md").read_text().count("Not run yet at battery v3") \
+    assert (tmp_path / "card3" / "scorecard.md").read_text().count("Not run yet at battery v4") \
         == 2
 
 

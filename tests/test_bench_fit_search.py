@@ -211,8 +211,8 @@ def test_the_card_footnote_says_what_the_search_tried(tmp_path):
     _write(str(out / "fit_search.csv"), [
         _fit("flipflop", "lr-wide", 2500, 2.5e-4), _fit("flipflop", "lr-wide", 2500, 4e-3),
         _fit("flipflop", "steps-x2", 5000, 1e-3), _fit("flipflop", "steps-x4", 10000, 1e-3),
-        _fit("reverse", "lr-wide", 4000, 2.5e-4), _fit("reverse", "lr-wide", 4000, 4e-3),
-        _fit("reverse", "steps-x2", 8000, 1e-3, fitted=True),
+        _fit("reverse", "lr-wide", 8000, 2.5e-4), _fit("reverse", "lr-wide", 8000, 4e-3),
+        _fit("reverse", "steps-x2", 16000, 1e-3, fitted=True),
         _fit("addition", "lr-wide", 6000, 5e-4), _fit("addition", "lr-wide", 6000, 8e-3,
                                                      status="failed"),
         _fit("copy", "lr-wide", 4000, 2.5e-4)], FIT_FIELDS)        # copy fitted: no note
@@ -221,8 +221,8 @@ def test_the_card_footnote_says_what_the_search_tried(tmp_path):
     assert ("- ‡ NoPE / flipflop: not fitted at lr 0.0005, 0.001, 0.002 x 2,500 steps (the "
             "protocol), nor at lr 0.00025, 0.004 x 2,500 steps; lr 0.001 x 5,000 steps; lr "
             "0.001 x 10,000 steps (fit search, seed 0): not fitted at any budget tried.") in md
-    assert ("- ‡ NoPE / reverse: not fitted at lr 0.0005, 0.001, 0.002 x 4,000 steps (the "
-            "protocol), nor at lr 0.00025, 0.004 x 4,000 steps; fitted at lr 0.001 x 8,000 "
+    assert ("- ‡ NoPE / reverse: not fitted at lr 0.0005, 0.001, 0.002 x 8,000 steps (the "
+            "protocol), nor at lr 0.00025, 0.004 x 8,000 steps; fitted at lr 0.001 x 16,000 "
             "steps (rung steps-x2, seed 0): the cell's budget is short for NoPE; the numbers "
             "above stay the protocol's.") in md
     assert "NoPE / addition: not fitted at lr 0.001, 0.002, 0.004 x 6,000 steps (the " \
@@ -233,7 +233,7 @@ def test_the_card_footnote_says_what_the_search_tried(tmp_path):
     assert list(summ["copy"]) == SUMMARY_FIELDS + ["fit_search"]
     assert summ["flipflop"]["fit_search"] == "not fitted at any rung (lr-wide, steps-x2, " \
                                              "steps-x4)"
-    assert summ["reverse"]["fit_search"] == "fitted at steps-x2 (lr 0.001 x 8,000 steps)"
+    assert summ["reverse"]["fit_search"] == "fitted at steps-x2 (lr 0.001 x 16,000 steps)"
     assert summ["addition"]["fit_search"].startswith("incomplete")
     assert summ["copy"]["fit_search"] == ""
     assert summ["reverse"]["fit_k"] == "0"               # the card's numbers stay the protocol's
@@ -253,7 +253,7 @@ def test_the_card_footnote_says_what_the_search_tried(tmp_path):
     cmp = tmp_path / "cmp"
     compare_cards(str(same), str(out), str(cmp), log=None)
     md = (cmp / "scorecard.md").read_text()
-    assert "- ‡ B:NoPE / reverse: not fitted at lr 0.0005, 0.001, 0.002 x 4,000 steps" in md
+    assert "- ‡ B:NoPE / reverse: not fitted at lr 0.0005, 0.001, 0.002 x 8,000 steps" in md
     assert "- ‡ A:NoPE / reverse: fit search not run" in md
     assert "B:NoPE / flipflop: fit search not run" not in md
 

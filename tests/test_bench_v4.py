@@ -1,0 +1,51 @@
+"""results/bench-cpu/v4: the rows battery v4's card holds of its own version on the two cells it
+changed, besides its parts' runs: the budget probe's runs of three pairs (seed_from_probe.py,
+whose configs it checks equal v4's) and the n/a rows of the baselines that cannot run a cell
+(na_rows.py), each exactly as its script makes it."""
+from __future__ import annotations
+
+import csv
+import importlib.util
+import os
+
+import pytest
+
+from lengen.bench.battery import VERSION
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+V4 = os.path.join(ROOT, "results", "bench-cpu", "v4")
+pytestmark = pytest.mark.skipif(VERSION != 4, reason="battery v4's card")
+
+
+def _script(name):
+    spec = importlib.util.spec_from_file_location(f"v4_{name}", os.path.join(V4, name + ".py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _rows():
+    with open(os.path.join(V4, "runs.csv"), newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _key(r: dict) -> tuple:
+    return tuple(sorted((k, str(v)) for k, v in r.items()))
+
+
+def test_the_probes_pairs_are_its_runs_with_their_configs_checked():
+    seed = _script("seed_from_probe")
+    rows = [r for r in _rows() if (r["variant"], r["cell"]) in seed.PAIRS]
+    want = [r for r, _, _ in seed.probe_rows()]          # asserts each config equals v4's
+    assert sorted(map(_key, rows)) == sorted(map(_key, want)) and len(rows) == 15
+    for r in rows:
+        assert r["bench_version"] == "4" and r["steps"] in ("8000", "12000"), r
+
+
+def test_the_na_rows_on_the_changed_cells_are_the_batterys():
+    na = _script("na_rows")
+    rows = [r for r in _rows() if r["status"] == "n/a" and r["cell"] in na.CELLS]
+    want = na.na_rows()
+    assert {(r["variant"], r["cell"], r["reason"], r["bench_version"]) for r in rows} == {
+        (r["variant"], r["cell"], r["reason"], str(r["bench_version"])) for r in want}
+    assert len(rows) == len(want) == 6
