@@ -1,17 +1,21 @@
 """results/bench-cpu/v3/budget-probe: its runs are battery v3's runs of the two baselines at the
 probe's longer steps (probe.py's ``STEPS_FACTOR``, the path the fit search's longer rungs take),
-each with its resolved config beside it, and its verdict.md is what its pre-registered rule
-(verdict.py) writes from its committed rows."""
+each with its resolved config beside it and its fitted flag the cell's rule on its score; its
+verdict.md is what its pre-registered rule (verdict.py) writes from its committed rows, and the
+pre-registered files are as committed before the runs; seed 0's config at v2's fit-search rate
+and steps is that search run's (the README's "same configs"); and battery v4 took its steps on
+reverse and reverse string only."""
 from __future__ import annotations
 
 import csv
+import hashlib
 import importlib.util
 import json
 import os
 
 import pytest
 
-from lengen.bench.battery import default_steps, lr_grid
+from lengen.bench.battery import FLIPFLOP_FIT, default_steps, effective_threshold, lr_grid
 from lengen.bench.run import BASELINES, _spec, run_name
 from lengen.bench.scorecard import _conv_run, runs_path
 from lengen.config import RUNTIME_KEYS, config_diff, resolve
@@ -81,3 +85,48 @@ def test_battery_v4_took_the_probes_steps_on_reverse_and_reverse_string_only(v3_
 def test_the_probes_verdict_is_what_its_rule_writes(v3_steps):
     with open(os.path.join(PROBE, "verdict.md")) as f:
         assert f.read() == VERDICT.verdict()
+
+
+#: sha256 of the probe's pre-registered files as committed at e8776e0, before any of its runs
+#: (PLAN.md): an edit to any of them after the runs shows here
+PREREGISTERED = {
+    "PLAN.md": "e00b95db05262cb46bc851a4cb3ca22a1019dfa1d2565b13301e7d0a192504d6",
+    "probe.py": "c3e6a83a001b2ead11287704a62bea7fc190e15eb026809e3fe9dc6db7225670",
+    "verdict.py": "cc52a51f8e7dadc09bb78e73390924bae07640e191ebd3eacea1f5c984ba9868",
+}
+
+
+def test_the_preregistered_files_are_as_committed_before_the_runs():
+    for name, digest in PREREGISTERED.items():
+        with open(os.path.join(PROBE, name), "rb") as f:
+            assert hashlib.sha256(f.read()).hexdigest() == digest, name
+
+
+def test_each_runs_fitted_flag_is_the_cells_rule_on_its_seen_score():
+    with open(runs_path(PROBE), newline="") as f:
+        rows = [_conv_run(r) for r in csv.DictReader(f)]
+    for r in rows:
+        rule = FLIPFLOP_FIT if r["cell"] == "flipflop" else effective_threshold(r["cell"])
+        assert r["fitted"] == (r["seen"] >= rule), r
+
+
+def test_seed_0_at_the_fit_searchs_rate_and_steps_ran_the_search_runs_config():
+    """The README says seed 0's score did not always repeat v2's fit search at the same rate
+    and steps, with the same config: each fitted search run of a probed pair and the probe's
+    seed-0 run at its rate differ only in the name and the runtime keys."""
+    v2 = os.path.join(ROOT, "results", "bench-cpu", "v2")
+    with open(os.path.join(v2, "fit_search.csv"), newline="") as f:
+        found = [r for r in csv.DictReader(f) if r["fitted"] == "True"
+                 and (r["variant"], r["cell"]) in set(VERDICT.PAIRS)]
+    assert {(r["variant"], r["cell"]) for r in found} == set(VERDICT.PAIRS) - {
+        ("Rand. RoPE", "reverse")}            # no search for it: it fitted a seed at v2
+    for r in found:
+        lr, steps = float(r["lr"]), int(r["steps"])
+        with open(os.path.join(v2, "configs", "fit-search",
+                               run_name(r["variant"], r["cell"], 0, lr, steps) + ".json")) as f:
+            searched = json.load(f)
+        with open(os.path.join(PROBE, "configs",
+                               run_name(r["variant"], r["cell"], 0, lr) + ".json")) as f:
+            probed = json.load(f)
+        assert probed["train"]["steps"] == steps
+        assert config_diff(probed, searched, RUNTIME_KEYS + ("name",)) == [], r
