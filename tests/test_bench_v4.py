@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import importlib.util
 import os
+import shlex
 
 import pytest
 
@@ -49,3 +50,35 @@ def test_the_na_rows_on_the_changed_cells_are_the_batterys():
     assert {(r["variant"], r["cell"], r["reason"], r["bench_version"]) for r in rows} == {
         (r["variant"], r["cell"], r["reason"], str(r["bench_version"])) for r in want}
     assert len(rows) == len(want) == 6
+
+
+def test_every_changed_pair_is_landed_by_a_part_or_pending():
+    """Each runnable (baseline, changed cell) pair either has rows that a ``parts.csv`` row made
+    (its command names the baseline and the cell: a bench part, or seed_from_probe.py for the
+    probe's pairs) or is in ``pending.csv``, never both; the n/a pairs have only their row."""
+    from lengen.bench.run import BASELINES
+
+    na = _script("na_rows")
+    seed = _script("seed_from_probe")
+    rows = _rows()
+    with open(os.path.join(V4, "pending.csv"), newline="") as f:
+        pending = {(r["variant"], r["cell"]) for r in csv.DictReader(f)}
+    with open(os.path.join(V4, "parts.csv"), newline="") as f:
+        parts = list(csv.DictReader(f))
+    cannot = {(r["variant"], r["cell"]) for r in na.na_rows()}
+    landed = set()
+    for p in parts:
+        if p["command"] == "python results/bench-cpu/v4/seed_from_probe.py":
+            landed |= set(seed.PAIRS)
+            continue
+        args = shlex.split(p["command"])
+        names = args[args.index("--baselines-only") + 1:args.index("--cells")]
+        cells = args[args.index("--cells") + 1:args.index("--scale")]
+        assert set(cells) <= set(na.CELLS), p
+        landed |= {(n, c) for n in names for c in cells} - cannot
+    runnable = {(b, c) for b in BASELINES for c in na.CELLS} - cannot
+    assert landed | pending == runnable and not landed & pending
+    for pair in runnable:
+        have = [r for r in rows if (r["variant"], r["cell"]) == pair]
+        assert len(have) == (5 if pair in landed else 0), pair
+        assert all(r["bench_version"] == "4" for r in have), pair
