@@ -82,6 +82,16 @@ def test_battery_v4_took_the_probes_steps_on_reverse_and_reverse_string_only(v3_
         c: (factors[c] if c in taken else 1) * VERDICT.V3_STEPS[c] for c in factors}
 
 
+def test_the_rules_v3_steps_are_the_v3_cards_own():
+    """verdict.py's ``V3_STEPS`` (which the ``v3_steps`` fixture answers the rule's guard with)
+    are the steps of the runs the v3 card holds for those cells (their configs, committed)."""
+    v2 = os.path.join(ROOT, "results", "bench-cpu", "v2", "configs")
+    for cell, steps in VERDICT.V3_STEPS.items():
+        lr = lr_grid(cell, "cpu")[1]
+        with open(os.path.join(v2, run_name("NoPE", cell, 0, lr) + ".json")) as f:
+            assert json.load(f)["train"]["steps"] == steps, cell
+
+
 def test_the_probes_verdict_is_what_its_rule_writes(v3_steps):
     with open(os.path.join(PROBE, "verdict.md")) as f:
         assert f.read() == VERDICT.verdict()
