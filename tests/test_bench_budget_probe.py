@@ -8,7 +8,6 @@ reverse and reverse string only."""
 from __future__ import annotations
 
 import csv
-import hashlib
 import importlib.util
 import json
 import os
@@ -19,6 +18,7 @@ from lengen.bench.battery import FLIPFLOP_FIT, default_steps, effective_threshol
 from lengen.bench.run import BASELINES, _spec, run_name
 from lengen.bench.scorecard import _conv_run, runs_path
 from lengen.config import RUNTIME_KEYS, config_diff, resolve
+from lengen.fileio import file_digest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROBE = os.path.join(ROOT, "results", "bench-cpu", "v3", "budget-probe")
@@ -108,8 +108,7 @@ PREREGISTERED = {
 
 def test_the_preregistered_files_are_as_committed_before_the_runs():
     for name, digest in PREREGISTERED.items():
-        with open(os.path.join(PROBE, name), "rb") as f:
-            assert hashlib.sha256(f.read()).hexdigest() == digest, name
+        assert file_digest(os.path.join(PROBE, name)) == digest, name
 
 
 def test_each_runs_fitted_flag_is_the_cells_rule_on_its_seen_score():

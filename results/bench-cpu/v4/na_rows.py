@@ -10,12 +10,11 @@ without these the card would show the pairs as "not run yet".
 from __future__ import annotations
 
 import csv
-import io
 import os
 
 from lengen.bench.battery import VERSION
 from lengen.bench.run import BASELINES, build_specs
-from lengen.fileio import write_text_atomic
+from lengen.fileio import write_csv_atomic
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CELLS = ("reverse", "reverse_string")
@@ -29,16 +28,11 @@ def na_rows() -> list[dict]:
 def main() -> None:
     path = os.path.join(HERE, "runs.csv")
     with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        fields, have = reader.fieldnames, list(reader)
+        have = list(csv.DictReader(f))
     new = na_rows()
     if any(r["status"] == "n/a" and r["cell"] in CELLS for r in have):
         raise SystemExit(f"{path} already has n/a rows on {CELLS}: na_rows.py runs once")
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=fields, restval="")
-    w.writeheader()
-    w.writerows(have + new)
-    write_text_atomic(buf.getvalue(), path)
+    write_csv_atomic(have + new, path)      # columns: the card's, blanks where n/a has none
     print(f"{len(new)} n/a rows appended to {path}: "
           + "; ".join(f"{r['variant']} / {r['cell']}" for r in new))
 

@@ -17,14 +17,13 @@ comes before the first file is written; refuses to run twice.
 from __future__ import annotations
 
 import csv
-import io
 import json
 import os
 
 from lengen.bench.battery import VERSION
 from lengen.bench.run import BASELINES, _spec
 from lengen.config import RUNTIME_KEYS, config_diff, resolve
-from lengen.fileio import write_text_atomic
+from lengen.fileio import write_csv_atomic, write_text_atomic
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROBE = os.path.join(os.path.dirname(HERE), "v3", "budget-probe")
@@ -56,8 +55,7 @@ def probe_rows() -> list[dict]:
 def main() -> None:
     path = os.path.join(HERE, "runs.csv")
     with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        fields, have = reader.fieldnames, list(reader)
+        have = list(csv.DictReader(f))
     if any((r["variant"], r["cell"]) in PAIRS for r in have):
         raise SystemExit(f"{path} already has rows of {PAIRS}: seed_from_probe.py runs once")
     seeded = probe_rows()
@@ -65,14 +63,10 @@ def main() -> None:
         dst = os.path.join(HERE, "configs", name + ".json")
         if os.path.exists(dst):
             raise SystemExit(f"{dst} exists")
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=fields)
-    w.writeheader()
-    w.writerows(have + [r for r, _, _ in seeded])
     os.makedirs(os.path.join(HERE, "configs"), exist_ok=True)
     for _, name, text in seeded:      # the probe's file as it is
         write_text_atomic(text, os.path.join(HERE, "configs", name + ".json"))
-    write_text_atomic(buf.getvalue(), path)
+    write_csv_atomic(have + [r for r, _, _ in seeded], path)
     print(f"{len(seeded)} rows of the budget probe appended to {path}")
 
 
