@@ -94,8 +94,9 @@ and ALiBi's v3 addition counts are not an independent check of it.
 **Changes from battery v3** (v4): at the cpu scale, reverse 4,000 -> 8,000 steps and reverse
 string 6,000 -> 12,000 (the other scales' budgets are unchanged, but ``VERSION`` is one for all
 scales, so their v3 rows of these cells no longer count either; the schedule follows the steps:
-warmup, cosine decay, checkpoints), every other setting v3's. Why: at v3 Rand. RoPE fitted on at least 2 of 3 seeds in 5 of the 9 cells, below the
-issue's bar of 7, and missed these two; a pre-registered probe
+warmup, cosine decay, checkpoints), every other setting v3's. Why: at v3 Rand. RoPE fitted on
+at least 2 of 3 seeds in 5 of the 9 cells, below the issue's bar of 7, and missed these two; a
+pre-registered probe
 (``results/bench-cpu/v3/budget-probe/``) ran it through the protocol on the card's seeds at
 twice the steps and it fitted on 2 and 3 of 3 (NoPE, on reverse, 3 of 3). The probe's own rule
 asked for NoPE at 6 of 9 too (every cell it can fit) before a v4 and said the card stays at v3;
